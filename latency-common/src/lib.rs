@@ -1,0 +1,11 @@
+//! The only definitions the kernel program and the daemon share: bucket math, map layouts and
+//! load-time knobs. `no_std` so that the same code compiles for `bpfel-unknown-none`.
+#![no_std]
+
+pub mod buckets;
+pub mod knobs;
+pub mod maps;
+
+pub use buckets::{BUCKETS, bucket_of};
+pub use knobs::Knobs;
+pub use maps::{CpuStats, Discard, Histogram, Lost, Reason, TaskStats, WindowMax};

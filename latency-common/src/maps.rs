@@ -1,0 +1,299 @@
+//! Names and `#[repr(C)]` value layouts of every map the kernel program writes and the daemon
+//! reads, plus the enums that index their counter slots (so slot order is defined once).
+
+use crate::buckets::BUCKETS;
+
+/// Map and program names, as the object file spells them.
+pub mod names {
+    /// Per-tid enqueue stamp (`Array<u64>`), sized to `kernel.pid_max` at load.
+    pub const STAMPS: &str = "STAMPS";
+    /// Per-CPU histogram per [`super::Reason`] (`PerCpuArray<Histogram>`).
+    pub const HISTOGRAMS: &str = "HISTOGRAMS";
+    /// Per-CPU counters (`PerCpuArray<CpuStats>`, one entry).
+    pub const CPU_STATS: &str = "CPU_STATS";
+    /// Per-CPU window maximum per reason, two slots each (`PerCpuArray<WindowMax>`, see
+    /// [`super::window_index`]).
+    pub const WINDOW_MAX: &str = "WINDOW_MAX";
+    /// Written by user space: the current window epoch (`Array<Control>`, one entry).
+    pub const CONTROL: &str = "CONTROL";
+    /// Per-task statistics when the per-task feature is on (`HashMap<u32, TaskStats>`).
+    pub const TASKS: &str = "TASKS";
+    /// tids/tgids to keep when filtering is on (`HashMap<u32, u8>`).
+    pub const FILTER: &str = "FILTER";
+
+    /// Programs, one per tracepoint; the program name is the tracepoint name.
+    pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
+}
+
+/// Why a task was waiting on a run queue.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// It slept, was woken (`sched_wakeup`/`sched_wakeup_new`) and waited for a CPU.
+    Wakeup = 0,
+    /// It was switched out while still runnable and waited to get the CPU back.
+    Preempt = 1,
+}
+
+impl Reason {
+    pub const COUNT: usize = 2;
+    pub const ALL: [Reason; Self::COUNT] = [Reason::Wakeup, Reason::Preempt];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::Wakeup => "wakeup",
+            Reason::Preempt => "preempt",
+        }
+    }
+
+    pub const fn from_u32(v: u32) -> Option<Reason> {
+        match v {
+            0 => Some(Reason::Wakeup),
+            1 => Some(Reason::Preempt),
+            _ => None,
+        }
+    }
+}
+
+/// A delay the kernel measured but refused to record.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Discard {
+    /// The stamp is later than the clock read at switch-in.
+    FutureStamp = 0,
+    /// The delay exceeds the configured ceiling.
+    OverCeiling = 1,
+}
+
+impl Discard {
+    pub const COUNT: usize = 2;
+    pub const ALL: [Discard; Self::COUNT] = [Discard::FutureStamp, Discard::OverCeiling];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Discard::FutureStamp => "future_stamp",
+            Discard::OverCeiling => "over_ceiling",
+        }
+    }
+}
+
+/// Something the kernel could not keep because a map had no room for it.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// A tid at or above the size of `STAMPS` (pid_max raised after load): its stamp was not kept.
+    Stamps = 0,
+    /// The per-task map was full: a new task's statistics were not kept.
+    Tasks = 1,
+}
+
+impl Lost {
+    pub const COUNT: usize = 2;
+    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks];
+
+    /// The map the loss belongs to, as a label value.
+    pub const fn map(self) -> &'static str {
+        match self {
+            Lost::Stamps => "stamps",
+            Lost::Tasks => "tasks",
+        }
+    }
+}
+
+/// A stamp packs the enqueue time (monotonic ns) and the reason in one `u64`, so stamping is a
+/// single store: bit 63 is set for [`Reason::Preempt`]. `0` means "no stamp".
+pub const STAMP_PREEMPT_BIT: u64 = 1 << 63;
+
+#[inline(always)]
+pub const fn stamp_pack(now_ns: u64, reason: Reason) -> u64 {
+    match reason {
+        Reason::Wakeup => now_ns & !STAMP_PREEMPT_BIT,
+        Reason::Preempt => now_ns | STAMP_PREEMPT_BIT,
+    }
+}
+
+/// `(enqueue time, reason)` of a non-zero stamp.
+#[inline(always)]
+pub const fn stamp_unpack(stamp: u64) -> (u64, Reason) {
+    let reason = if stamp & STAMP_PREEMPT_BIT != 0 { Reason::Preempt } else { Reason::Wakeup };
+    (stamp & !STAMP_PREEMPT_BIT, reason)
+}
+
+/// One reason's delays on one CPU: bucket counts (see [`crate::buckets`]) and the exact sum.
+/// The count is the sum of the buckets, so the kernel does not keep it separately.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Histogram {
+    pub sum_ns: u64,
+    pub buckets: [u64; BUCKETS],
+}
+
+impl Histogram {
+    pub const ZERO: Histogram = Histogram { sum_ns: 0, buckets: [0; BUCKETS] };
+}
+
+/// Per-CPU counters, one entry per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuStats {
+    /// `sched_switch` events seen on this CPU (including switches away from idle).
+    pub switches: u64,
+    /// Switches of a task that blocked (left the run queue).
+    pub voluntary: u64,
+    /// Switches of a task that stayed runnable (preempted).
+    pub involuntary: u64,
+    /// Time this CPU's idle task ran, completed periods only.
+    pub idle_ns: u64,
+    /// When the idle task last switched in, or 0 if it is not running (or not seen yet).
+    pub idle_since_ns: u64,
+    pub discarded: [u64; Discard::COUNT],
+    pub lost: [u64; Lost::COUNT],
+}
+
+/// Written by user space; read by the kernel to pick the [`WindowMax`] slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Control {
+    pub epoch: u64,
+}
+
+/// Number of [`WindowMax`] slots per CPU: the kernel writes slot `epoch % 2` while user space
+/// reads the other.
+pub const WINDOW_SLOTS: u32 = 2;
+
+/// `WINDOW_MAX` index of a slot and reason: each reason keeps its own maximum.
+#[inline(always)]
+pub const fn window_index(epoch: u64, reason: Reason) -> u32 {
+    ((epoch & 1) as u32) * Reason::COUNT as u32 + reason as u32
+}
+
+/// The largest delay of one reason that ended on one CPU in one window, with who waited and who
+/// ran before.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowMax {
+    /// The window this record belongs to; a record from another epoch is stale.
+    pub epoch: u64,
+    pub delay_ns: u64,
+    /// When the victim got the CPU (CLOCK_MONOTONIC ns, `bpf_ktime_get_ns`).
+    pub end_ns: u64,
+    pub victim_tid: u32,
+    pub victim_tgid: u32,
+    /// The task that ran on this CPU just before the victim (`prev` at that switch).
+    pub prev_tid: u32,
+    pub prev_tgid: u32,
+    /// A [`Reason`] as `u32`.
+    pub reason: u32,
+    pub victim_prio: i32,
+    pub victim_comm: [u8; 16],
+    pub prev_comm: [u8; 16],
+}
+
+impl WindowMax {
+    pub const ZERO: WindowMax = WindowMax {
+        epoch: 0,
+        delay_ns: 0,
+        end_ns: 0,
+        victim_tid: 0,
+        victim_tgid: 0,
+        prev_tid: 0,
+        prev_tgid: 0,
+        reason: 0,
+        victim_prio: 0,
+        victim_comm: [0; 16],
+        prev_comm: [0; 16],
+    };
+}
+
+/// Per-task statistics (the per-task feature, on for `record`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskStats {
+    pub tgid: u32,
+    /// Kernel priority (`task_struct.prio`): 100–139 for normal tasks, 120 is nice 0.
+    pub prio: i32,
+    pub comm: [u8; 16],
+    /// Time spent running, summed from switch-in to switch-out.
+    pub runtime_ns: u64,
+    /// When the task last switched in, or 0 if it is not running (or not seen yet).
+    pub last_in_ns: u64,
+    pub voluntary: u64,
+    pub involuntary: u64,
+    /// Delays recorded, per [`Reason`].
+    pub delays: [u64; Reason::COUNT],
+    pub delay_sum_ns: u64,
+    pub delay_max_ns: u64,
+    /// When the maximum delay ended (monotonic ns).
+    pub delay_max_at_ns: u64,
+    /// The [`Reason`] of the maximum delay, as `u32`.
+    pub delay_max_reason: u32,
+    pub _pad: u32,
+}
+
+impl TaskStats {
+    pub const ZERO: TaskStats = TaskStats {
+        tgid: 0,
+        prio: 0,
+        comm: [0; 16],
+        runtime_ns: 0,
+        last_in_ns: 0,
+        voluntary: 0,
+        involuntary: 0,
+        delays: [0; Reason::COUNT],
+        delay_sum_ns: 0,
+        delay_max_ns: 0,
+        delay_max_at_ns: 0,
+        delay_max_reason: 0,
+        _pad: 0,
+    };
+}
+
+// Layouts are shared with the kernel program byte for byte: pin their sizes so an accidental
+// field change shows up here, not as garbage in user space.
+const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
+const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (5 + Discard::COUNT + Lost::COUNT));
+const _: () = assert!(core::mem::size_of::<Control>() == 8);
+const _: () = assert!(core::mem::size_of::<WindowMax>() == 80);
+const _: () = assert!(core::mem::size_of::<TaskStats>() == 104);
+const _: () = assert!(core::mem::align_of::<WindowMax>() == 8);
+const _: () = assert!(core::mem::align_of::<TaskStats>() == 8);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)] plain integers and integer arrays with no padding
+    // (the size asserts above), so every bit pattern is a valid value.
+    unsafe impl aya::Pod for super::Histogram {}
+    unsafe impl aya::Pod for super::CpuStats {}
+    unsafe impl aya::Pod for super::Control {}
+    unsafe impl aya::Pod for super::WindowMax {}
+    unsafe impl aya::Pod for super::TaskStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_round_trip() {
+        for reason in Reason::ALL {
+            for now in [1u64, 123_456_789, (1 << 62) + 7] {
+                assert_eq!(stamp_unpack(stamp_pack(now, reason)), (now, reason));
+            }
+        }
+        assert_ne!(stamp_pack(1, Reason::Wakeup), 0);
+    }
+
+    #[test]
+    fn enum_slots_are_dense() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+            assert_eq!(Reason::from_u32(i as u32), Some(*r));
+        }
+        for (i, d) in Discard::ALL.iter().enumerate() {
+            assert_eq!(*d as usize, i);
+        }
+        for (i, l) in Lost::ALL.iter().enumerate() {
+            assert_eq!(*l as usize, i);
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Command line: clap definitions in, validated command out. Usage errors become one line and
+//! exit code 2 in `main`; everything here is pure so it can be tested without root.
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run-queue latency monitor: how long runnable tasks wait for a CPU (wakeup-to-run delay).
+#[derive(Debug, Parser)]
+#[command(name = "latency-daemon", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure for a while, then print histograms, a per-task table and per-CPU figures.
+    Record(RecordArgs),
+    /// Check that this machine can run the monitor (kernel, BTF, capabilities, load/attach).
+    Check,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// How long to measure (e.g. 6s, 500ms, 2m). Ctrl-C stops early and still prints.
+    #[arg(short, long, default_value = "6s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Only record these processes or threads (tgid or tid); repeatable or comma-separated.
+    #[arg(short, long = "pid", value_name = "PID", value_delimiter = ',', value_parser = parse_pid)]
+    pub pids: Vec<u32>,
+
+    /// Rows of the per-task table (0 = all). JSON always has every task.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+
+    /// Capacity of the kernel's per-task map; tasks beyond it are counted as lost.
+    #[arg(long, default_value_t = 32768, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_tasks: u32,
+
+    /// Delays above this are discarded and counted instead of recorded (e.g. 10m).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub ceiling: Duration,
+}
+
+/// A positive duration in humantime syntax ("6s", "250ms", "1m30s").
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("'{s}': {e}"))?;
+    if d.is_zero() {
+        return Err(format!("'{s}': must be greater than zero"));
+    }
+    Ok(d)
+}
+
+/// A process or thread id that exists right now.
+pub fn parse_pid(s: &str) -> Result<u32, String> {
+    let pid: u32 = s.trim().parse().map_err(|_| format!("'{s}' is not a process id"))?;
+    if pid == 0 {
+        return Err("pid 0 is the idle task of every CPU; it never waits on a run queue".into());
+    }
+    // /proc/<tid> resolves threads too, even though `ls /proc` does not list them.
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(format!("no such process or thread: {pid}"));
+    }
+    Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("latency-daemon").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn record_defaults() {
+        let Command::Record(r) = parse(&["record"]).unwrap().command else { panic!() };
+        assert_eq!(r.duration, Duration::from_secs(6));
+        assert!(!r.json);
+        assert!(r.pids.is_empty());
+        assert_eq!(r.ceiling, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("0s").unwrap_err().contains("greater than zero"));
+        assert!(parse_duration("soon").unwrap_err().contains("'soon'"));
+        assert!(parse(&["record", "--duration", "x"]).is_err());
+    }
+
+    #[test]
+    fn pids() {
+        let me = std::process::id();
+        let Command::Record(r) = parse(&["record", "--pid", &format!("{me},{me}")]).unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!(r.pids, vec![me, me]);
+        assert!(parse_pid("0").unwrap_err().contains("idle task"));
+        assert!(parse_pid("abc").unwrap_err().contains("not a process id"));
+        // pid_max is at most 2^22, so this one cannot exist.
+        assert!(parse_pid("4194305").unwrap_err().contains("no such process"));
+    }
+
+    #[test]
+    fn unknown_flag_is_an_error() {
+        assert!(parse(&["record", "--bogus"]).is_err());
+        assert!(parse(&["record", "--max-tasks", "0"]).is_err());
+    }
+}

@@ -1,0 +1,65 @@
+//! `latency-daemon`: parse the command line, run the command, map failures to exit codes
+//! (0 ok, 1 the machine or kernel said no, 2 bad input).
+mod btf;
+mod caps;
+mod check;
+mod cli;
+mod clock;
+mod distribution;
+mod drain;
+mod probe;
+mod record;
+mod render;
+mod report;
+mod system;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    match cli.command {
+        Command::Check => {
+            if check::check() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Record(args) => {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+            };
+            match runtime.block_on(record::record(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e.to_string()),
+            }
+        }
+    }
+}
+
+/// Help and version go to stdout with status 0; anything else is one line on stderr, status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        print!("{e}");
+        return ExitCode::SUCCESS;
+    }
+    let rendered = e.render().to_string();
+    let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
+    let line = line.trim_start_matches("error: ");
+    eprintln!("latency-daemon: {line} (see --help)");
+    ExitCode::from(2)
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("latency-daemon: {message}");
+    ExitCode::from(1)
+}

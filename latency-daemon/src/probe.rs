@@ -1,0 +1,185 @@
+//! Loads the embedded kernel object with this kernel's offsets and our settings, attaches it, and
+//! owns the aya handle: dropping a `Probe` detaches everything (no pins, nothing outlives us).
+use aya::{
+    Ebpf, EbpfError, EbpfLoader,
+    maps::{Array, HashMap, Map, MapError},
+    programs::{BtfTracePoint, ProgramError, tp_btf::BtfTracePointLinkId},
+};
+use latency_common::{
+    Knobs,
+    knobs::KNOBS_SYMBOL,
+    maps::{Control, names},
+};
+
+use crate::btf::{Btf, BtfError, TaskLayout};
+
+/// The kernel program, built by build.rs (aya-build) for bpfel-unknown-none.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-ebpf"));
+
+/// What the caller wants measured; everything here is fixed at load time.
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    /// Keep per-task statistics (one hash update per switch).
+    pub per_task: bool,
+    /// Capacity of the per-task map.
+    pub max_tasks: u32,
+    /// Record only these tids/tgids (empty: everything).
+    pub filter: Vec<u32>,
+    /// Delays above this are discarded and counted.
+    pub ceiling_ns: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error("cannot read {path}: {source}")]
+    Proc { path: &'static str, source: std::io::Error },
+    #[error("loading the kernel object failed: {0}")]
+    Load(#[source] EbpfError),
+    #[error("program {program} is missing from the kernel object")]
+    MissingProgram { program: &'static str },
+    #[error("program {program} is not a BTF tracepoint: {source}")]
+    ProgramType { program: &'static str, source: ProgramError },
+    #[error("the verifier rejected {program}: {source}")]
+    Verify { program: &'static str, source: ProgramError },
+    #[error("attaching {program} failed: {source}")]
+    Attach { program: &'static str, source: ProgramError },
+    #[error("map {map} is missing from the kernel object")]
+    MissingMap { map: &'static str },
+    #[error("map {map}: {source}")]
+    Map { map: &'static str, source: MapError },
+}
+
+/// The loaded, attached kernel program and its maps.
+#[derive(Debug)]
+pub struct Probe {
+    ebpf: Ebpf,
+    links: Vec<(&'static str, BtfTracePointLinkId)>,
+    layout: TaskLayout,
+    stamps: u32,
+}
+
+impl Probe {
+    /// Read this kernel's BTF, load the object with offsets and options baked in, attach all
+    /// three tracepoints. On error nothing stays attached (the partial handle is dropped).
+    pub fn load(options: &ProbeOptions) -> Result<Probe, ProbeError> {
+        raise_memlock();
+        let layout = Btf::from_sys_fs()?.task_layout()?;
+        let knobs = knobs(&layout, options);
+        let stamps = pid_max()?;
+        let ebpf = EbpfLoader::new()
+            .override_global(KNOBS_SYMBOL, &knobs, true)
+            .map_max_entries(names::STAMPS, stamps)
+            .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
+            .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
+            .load(OBJECT)
+            .map_err(ProbeError::Load)?;
+        let mut probe = Probe { ebpf, links: Vec::new(), layout, stamps };
+        probe.fill_filter(&options.filter)?;
+        probe.attach()?;
+        Ok(probe)
+    }
+
+    fn fill_filter(&mut self, ids: &[u32]) -> Result<(), ProbeError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let map = names::FILTER;
+        let mut filter: HashMap<_, u32, u8> =
+            HashMap::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
+        for id in ids {
+            filter.insert(id, 1, 0).map_err(|source| ProbeError::Map { map, source })?;
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self) -> Result<(), ProbeError> {
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+        for program in names::PROGRAMS {
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(program)
+                .ok_or(ProbeError::MissingProgram { program })?
+                .try_into()
+                .map_err(|source| ProbeError::ProgramType { program, source })?;
+            prog.load(program, &btf).map_err(|source| ProbeError::Verify { program, source })?;
+            let link = prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
+            self.links.push((program, link));
+        }
+        Ok(())
+    }
+
+    /// Detach every program; the maps stay readable, so a final snapshot sees no moving values.
+    pub fn detach(&mut self) -> Result<(), ProbeError> {
+        for (program, link) in self.links.drain(..) {
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(program)
+                .ok_or(ProbeError::MissingProgram { program })?
+                .try_into()
+                .map_err(|source| ProbeError::ProgramType { program, source })?;
+            prog.detach(link).map_err(|source| ProbeError::Attach { program, source })?;
+        }
+        Ok(())
+    }
+
+    /// Move the window epoch on: the kernel starts writing the other `WINDOW_MAX` slot.
+    pub fn set_epoch(&mut self, epoch: u64) -> Result<(), ProbeError> {
+        let map = names::CONTROL;
+        let mut control: Array<_, Control> =
+            Array::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
+        control.set(0, Control { epoch }, 0).map_err(|source| ProbeError::Map { map, source })
+    }
+
+    pub fn map(&self, map: &'static str) -> Result<&Map, ProbeError> {
+        self.ebpf.map(map).ok_or(ProbeError::MissingMap { map })
+    }
+
+    fn map_mut(&mut self, map: &'static str) -> Result<&mut Map, ProbeError> {
+        self.ebpf.map_mut(map).ok_or(ProbeError::MissingMap { map })
+    }
+
+    /// The task_struct layout read from this kernel's BTF.
+    pub fn layout(&self) -> &TaskLayout {
+        &self.layout
+    }
+
+    /// Entries in the stamp array (`kernel.pid_max` at load).
+    pub fn stamp_capacity(&self) -> u32 {
+        self.stamps
+    }
+}
+
+/// The global handed to the kernel program.
+fn knobs(layout: &TaskLayout, options: &ProbeOptions) -> Knobs {
+    Knobs {
+        task_pid: layout.pid.offset,
+        task_tgid: layout.tgid.offset,
+        task_comm: layout.comm.offset,
+        task_prio: layout.prio.offset,
+        task_state: layout.state.offset,
+        switch_has_prev_state: u32::from(layout.switch_has_prev_state),
+        per_task: u32::from(options.per_task),
+        filter: u32::from(!options.filter.is_empty()),
+        ceiling_ns: options.ceiling_ns,
+    }
+}
+
+/// The stamp array is indexed by tid, and no tid reaches `kernel.pid_max`.
+fn pid_max() -> Result<u32, ProbeError> {
+    const PATH: &str = "/proc/sys/kernel/pid_max";
+    let text = std::fs::read_to_string(PATH).map_err(|source| ProbeError::Proc { path: PATH, source })?;
+    text.trim().parse().map_err(|_| ProbeError::Proc {
+        path: PATH,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {text:?}")),
+    })
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; newer ones use memcg and ignore it.
+fn raise_memlock() {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit with a valid pointer; failure only matters on old kernels, where the
+    // load error that follows says what went wrong.
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+}

@@ -1,0 +1,110 @@
+//! The one-shot `record` command: attach, measure for a duration (or until Ctrl-C) with a
+//! progress line, detach, then print the report as tables or JSON.
+use std::{io::IsTerminal as _, time::Duration};
+
+use latency_common::{CpuStats, Histogram, Reason};
+use tokio::{signal::unix::SignalKind, time::Instant};
+
+use crate::{
+    caps::Caps,
+    cli::RecordArgs,
+    clock::{self, WallClock},
+    drain::{self, Snapshot},
+    probe::{Probe, ProbeError, ProbeOptions},
+    render,
+    report::{Meta, Report},
+    system,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("not permitted to load the kernel program: missing {}; run as root or grant them", .missing.join(" and "))]
+    Capabilities { missing: Vec<&'static str> },
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("cannot install a signal handler: {0}")]
+    Signal(#[source] std::io::Error),
+    #[error("cannot write the report: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+pub async fn record(args: RecordArgs) -> Result<(), RecordError> {
+    if let Ok(caps) = Caps::current() {
+        let missing = caps.missing();
+        if !missing.is_empty() {
+            return Err(RecordError::Capabilities { missing });
+        }
+    }
+    let options = ProbeOptions {
+        per_task: true,
+        max_tasks: args.max_tasks,
+        filter: args.pids.clone(),
+        ceiling_ns: u64::try_from(args.ceiling.as_nanos()).unwrap_or(u64::MAX),
+    };
+    let mut probe = Probe::load(&options)?;
+    let start = empty_snapshot(clock::monotonic_ns(), probe_cpus());
+    let meta = Meta { kernel: system::kernel_release(), wall: WallClock::now(), filter: args.pids.clone() };
+    eprintln!(
+        "latency-daemon: attached; recording for {} (Ctrl-C to stop early)",
+        humantime::format_duration(args.duration)
+    );
+
+    wait(args.duration).await?;
+
+    probe.detach()?;
+    let end = drain::snapshot(&probe, true)?;
+    let maxima = drain::window_max(&probe, 0)?;
+    drop(probe);
+    let report = Report::between(&start, &end, &maxima, &meta);
+
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).map_err(|e| RecordError::Output(e.into()))? + "\n"
+    } else {
+        render::report(&report, args.top)
+    };
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes()).map_err(RecordError::Output)?;
+    stdout.flush().map_err(RecordError::Output)
+}
+
+/// Sleep for `duration` or until SIGINT/SIGTERM, drawing a progress line on a terminal.
+async fn wait(duration: Duration) -> Result<(), RecordError> {
+    let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt()).map_err(RecordError::Signal)?;
+    let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate()).map_err(RecordError::Signal)?;
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tty = std::io::stderr().is_terminal();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = sigint.recv() => { if tty { eprintln!() } eprintln!("latency-daemon: interrupted; reporting what was measured"); return Ok(()) }
+            _ = sigterm.recv() => { if tty { eprintln!() } eprintln!("latency-daemon: terminated; reporting what was measured"); return Ok(()) }
+            _ = tick.tick() => {
+                if tty {
+                    let done = started.elapsed().as_secs_f64();
+                    eprint!("\r  recording {done:5.1} s / {:.1} s", duration.as_secs_f64());
+                }
+            }
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    Ok(())
+}
+
+fn probe_cpus() -> usize {
+    aya::util::nr_cpus().unwrap_or(1)
+}
+
+/// The state of freshly created maps: everything zero.
+fn empty_snapshot(taken_ns: u64, cpus: usize) -> Snapshot {
+    Snapshot {
+        taken_ns,
+        cpus: vec![CpuStats::default(); cpus],
+        histograms: [Histogram::ZERO; Reason::COUNT],
+        tasks: Vec::new(),
+    }
+}

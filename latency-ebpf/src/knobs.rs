@@ -1,0 +1,51 @@
+//! The read-only global that carries load-time settings and BTF offsets (see latency-common's
+//! knobs.rs). Every read is volatile so the compiler cannot fold the placeholder value; the
+//! verifier then sees the frozen map's real value as a constant.
+use latency_common::Knobs;
+
+#[unsafe(no_mangle)]
+static KNOBS: Knobs = Knobs::UNSET;
+
+macro_rules! knob {
+    ($field:ident) => {
+        // SAFETY: KNOBS is a static, always valid; volatile only defeats constant folding.
+        unsafe { core::ptr::read_volatile(&raw const KNOBS.$field) }
+    };
+}
+
+#[inline(always)]
+pub fn task_pid() -> u32 {
+    knob!(task_pid)
+}
+#[inline(always)]
+pub fn task_tgid() -> u32 {
+    knob!(task_tgid)
+}
+#[inline(always)]
+pub fn task_comm() -> u32 {
+    knob!(task_comm)
+}
+#[inline(always)]
+pub fn task_prio() -> u32 {
+    knob!(task_prio)
+}
+#[inline(always)]
+pub fn task_state() -> u32 {
+    knob!(task_state)
+}
+#[inline(always)]
+pub fn switch_has_prev_state() -> bool {
+    knob!(switch_has_prev_state) != 0
+}
+#[inline(always)]
+pub fn per_task() -> bool {
+    knob!(per_task) != 0
+}
+#[inline(always)]
+pub fn filter() -> bool {
+    knob!(filter) != 0
+}
+#[inline(always)]
+pub fn ceiling_ns() -> u64 {
+    knob!(ceiling_ns)
+}

@@ -1,0 +1,38 @@
+//! Every map the program writes, each with the reason for its size. Names come from
+//! latency-common's `maps::names` (the symbol name is the map name).
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use latency_common::maps::{Control, CpuStats, Histogram, Reason, TaskStats, WINDOW_SLOTS, WindowMax};
+
+/// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
+/// resizes it to `kernel.pid_max` before load (4 Mi here is PID_MAX_LIMIT, the largest possible).
+#[map]
+pub static STAMPS: Array<u64> = Array::with_max_entries(4 * 1024 * 1024, 0);
+
+/// One histogram per reason per CPU: no atomics, no contention.
+#[map]
+pub static HISTOGRAMS: PerCpuArray<Histogram> = PerCpuArray::with_max_entries(Reason::COUNT as u32, 0);
+
+/// Counters and idle bookkeeping, one entry per CPU.
+#[map]
+pub static CPU_STATS: PerCpuArray<CpuStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// The window maximum per reason, double-buffered: the kernel writes slot `epoch % 2`.
+#[map]
+pub static WINDOW_MAX: PerCpuArray<WindowMax> =
+    PerCpuArray::with_max_entries(WINDOW_SLOTS * Reason::COUNT as u32, 0);
+
+/// The epoch, written by user space when it closes a window.
+#[map]
+pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
+
+/// Per-task statistics; the daemon sizes it (`--max-tasks`) and shrinks it to 1 entry when the
+/// per-task feature is off. A full map is counted in `Lost::Tasks`.
+#[map]
+pub static TASKS: HashMap<u32, TaskStats> = HashMap::with_max_entries(32 * 1024, 0);
+
+/// tids and tgids to keep when filtering; the daemon sizes it to the list it was given.
+#[map]
+pub static FILTER: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);

@@ -1,0 +1,163 @@
+//! The per-event verbs: `stamp` an enqueue, `take` a stamp at switch-in, `record` the delay, and
+//! (per-task feature) `task_out` / `task_in`. O(1), one clock read per event.
+use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
+use latency_common::{
+    CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
+    buckets::{BUCKETS, bucket_of},
+    maps::{stamp_pack, stamp_unpack, window_index},
+};
+
+use crate::{
+    knobs,
+    maps::{CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS, WINDOW_MAX},
+    task::Task,
+};
+
+/// CLOCK_MONOTONIC ns, the one clock read of an event.
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: a helper without arguments or side effects.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Whether this task is recorded: always, unless a filter is set and names neither its tid nor
+/// its tgid. The branch is pruned by the verifier when filtering is off.
+#[inline(always)]
+pub fn keep(task: Task, tid: u32) -> bool {
+    if !knobs::filter() {
+        return true;
+    }
+    // SAFETY: the values are plain u8 flags, only tested for presence.
+    unsafe { FILTER.get(tid).is_some() || FILTER.get(task.tgid()).is_some() }
+}
+
+#[inline(always)]
+fn count_lost(what: Lost) {
+    if let Some(cpu) = CPU_STATS.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; see switch.rs.
+        unsafe { (*cpu).lost[what as usize & (Lost::COUNT - 1)] += 1 };
+    }
+}
+
+/// Remember when `tid` entered a run queue and why. A single store.
+#[inline(always)]
+pub fn stamp(tid: u32, now: u64, reason: Reason) {
+    match STAMPS.get_ptr_mut(tid) {
+        // SAFETY: an element of an array map; a racing writer for the same tid can only be
+        // another event of that task, and the last stamp wins either way.
+        Some(slot) => unsafe { *slot = stamp_pack(now, reason) },
+        None => count_lost(Lost::Stamps),
+    }
+}
+
+/// Consume `tid`'s stamp: the delay and its reason, or `None` if there is none (the task was
+/// queued before we attached) or it is not believable (counted).
+#[inline(always)]
+pub fn take(tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
+    let slot = STAMPS.get_ptr_mut(tid)?;
+    // SAFETY: an element of an array map, see `stamp`.
+    let stamp = unsafe { *slot };
+    if stamp == 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { *slot = 0 };
+    let (at, reason) = stamp_unpack(stamp);
+    if at > now {
+        cpu.discarded[Discard::FutureStamp as usize] += 1;
+        return None;
+    }
+    let delay = now - at;
+    if delay > knobs::ceiling_ns() {
+        cpu.discarded[Discard::OverCeiling as usize] += 1;
+        return None;
+    }
+    Some((delay, reason))
+}
+
+/// Add a delay to this CPU's histogram for its reason and to the window maximum.
+#[inline(always)]
+pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, next: Task, next_tid: u32) {
+    if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
+        // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
+        let h = unsafe { &mut *h };
+        h.buckets[bucket_of(delay) & (BUCKETS - 1)] += 1;
+        h.sum_ns += delay;
+    }
+    let epoch = match CONTROL.get(0) {
+        Some(c) => c.epoch,
+        None => 0,
+    };
+    if let Some(w) = WINDOW_MAX.get_ptr_mut(window_index(epoch, reason)) {
+        // SAFETY: this CPU's slot; user space reads it only after the epoch moved on.
+        let w: &mut WindowMax = unsafe { &mut *w };
+        if w.epoch != epoch || delay > w.delay_ns {
+            w.epoch = epoch;
+            w.delay_ns = delay;
+            w.end_ns = now;
+            w.victim_tid = next_tid;
+            w.victim_tgid = next.tgid();
+            w.victim_prio = next.prio();
+            w.victim_comm = next.comm();
+            w.prev_tid = prev_tid;
+            w.prev_tgid = prev.tgid();
+            w.prev_comm = prev.comm();
+            w.reason = reason as u32;
+        }
+    }
+}
+
+/// The per-task entry for `tid`, created if missing; `None` (counted) if the map is full.
+#[inline(always)]
+fn task_entry(task: Task, tid: u32) -> Option<&'static mut TaskStats> {
+    if let Some(t) = TASKS.get_ptr_mut(tid) {
+        // SAFETY: a hash map value; one CPU runs a given task at a time, and its switch-out and
+        // switch-in happen in order under run-queue locks.
+        return Some(unsafe { &mut *t });
+    }
+    let mut fresh = TaskStats::ZERO;
+    fresh.tgid = task.tgid();
+    fresh.prio = task.prio();
+    fresh.comm = task.comm();
+    // BPF_NOEXIST: never overwrite an entry another CPU created in between.
+    if TASKS.insert(tid, &fresh, 1).is_err() && TASKS.get_ptr_mut(tid).is_none() {
+        count_lost(Lost::Tasks);
+        return None;
+    }
+    // SAFETY: as above.
+    TASKS.get_ptr_mut(tid).map(|t| unsafe { &mut *t })
+}
+
+/// `prev` leaves the CPU: close its running period and count the switch.
+#[inline(always)]
+pub fn task_out(prev: Task, tid: u32, now: u64, involuntary: bool) {
+    let Some(t) = task_entry(prev, tid) else { return };
+    if t.last_in_ns != 0 && now > t.last_in_ns {
+        t.runtime_ns += now - t.last_in_ns;
+    }
+    t.last_in_ns = 0;
+    if involuntary {
+        t.involuntary += 1;
+    } else {
+        t.voluntary += 1;
+    }
+}
+
+/// `next` gets the CPU: open a running period and add its delay, if one was measured.
+#[inline(always)]
+pub fn task_in(next: Task, tid: u32, now: u64, delay: Option<(u64, Reason)>) {
+    let Some(t) = task_entry(next, tid) else { return };
+    t.last_in_ns = now;
+    // comm and prio change (exec, prctl, renice): keep the latest.
+    t.comm = next.comm();
+    t.prio = next.prio();
+    if let Some((delay_ns, reason)) = delay {
+        t.delays[reason as usize & (Reason::COUNT - 1)] += 1;
+        t.delay_sum_ns += delay_ns;
+        if delay_ns > t.delay_max_ns {
+            t.delay_max_ns = delay_ns;
+            t.delay_max_at_ns = now;
+            t.delay_max_reason = reason as u32;
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! `sched_switch` → re-stamp a `prev` that stays runnable (reason `preempt`), count the switch,
+//! account idle time, and take `next`'s stamp: that is the delay.
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
+use latency_common::{CpuStats, Reason};
+
+use crate::{knobs, maps::CPU_STATS, observe, task::Task};
+
+/// `TASK_RUNNING`: a `prev` in this state was switched out but stays on the run queue.
+const TASK_RUNNING: u32 = 0;
+
+// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+//          unsigned int prev_state)            since 5.18; before, without prev_state.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    on_switch(&ctx);
+    0
+}
+
+#[inline(always)]
+fn on_switch(ctx: &BtfTracePointContext) {
+    let Some(cpu) = CPU_STATS.get_ptr_mut(0) else { return };
+    // SAFETY: a per-CPU array slot of this CPU; tracepoint programs do not nest on one CPU
+    // for the same tracepoint, and sched_switch runs with the run-queue lock held.
+    let cpu: &mut CpuStats = unsafe { &mut *cpu };
+    let now = observe::now();
+    let preempt = ctx.arg::<u64>(0) & 0xff != 0;
+    let prev = Task::arg(ctx, 1);
+    let next = Task::arg(ctx, 2);
+    cpu.switches += 1;
+
+    let prev_tid = prev.tid();
+    if prev_tid == 0 {
+        if cpu.idle_since_ns != 0 && now > cpu.idle_since_ns {
+            cpu.idle_ns += now - cpu.idle_since_ns;
+        }
+        cpu.idle_since_ns = 0;
+    } else {
+        let prev_state = if knobs::switch_has_prev_state() {
+            ctx.arg::<u64>(3) as u32
+        } else {
+            prev.state()
+        };
+        // Still runnable: it stays queued and waits to get a CPU back. Exactly the kernel's
+        // own rule for run_delay (sched_info_depart re-queues iff TASK_RUNNING).
+        let queued = prev_state == TASK_RUNNING;
+        if queued || preempt {
+            cpu.involuntary += 1;
+        } else {
+            cpu.voluntary += 1;
+        }
+        let kept = observe::keep(prev, prev_tid);
+        if queued && kept {
+            observe::stamp(prev_tid, now, Reason::Preempt);
+        }
+        if knobs::per_task() && kept {
+            observe::task_out(prev, prev_tid, now, queued || preempt);
+        }
+    }
+
+    let next_tid = next.tid();
+    if next_tid == 0 {
+        cpu.idle_since_ns = now;
+        return;
+    }
+    let delay = observe::take(next_tid, now, cpu);
+    if let Some((delay_ns, reason)) = delay {
+        observe::record(delay_ns, reason, now, prev, prev_tid, next, next_tid);
+    }
+    if knobs::per_task() && observe::keep(next, next_tid) {
+        observe::task_in(next, next_tid, now, delay);
+    }
+}

@@ -1,0 +1,62 @@
+//! The only code that reads kernel structs. Offsets come from the running kernel's BTF through
+//! KNOBS; in a tp_btf program the arguments are typed `task_struct` pointers, so the verifier
+//! accepts direct loads at constant offsets and checks each one against BTF (no helper call).
+use aya_ebpf::programs::BtfTracePointContext;
+
+use crate::knobs;
+
+/// A `struct task_struct *` passed to a BTF tracepoint.
+#[derive(Clone, Copy)]
+pub struct Task(*const u8);
+
+impl Task {
+    /// The `n`th tracepoint argument, which the caller knows to be a `task_struct *`.
+    #[inline(always)]
+    pub fn arg(ctx: &BtfTracePointContext, n: usize) -> Task {
+        Task(ctx.arg::<*const u8>(n))
+    }
+
+    #[inline(always)]
+    fn load<T: Copy>(self, offset: u32) -> T {
+        // SAFETY: the pointer is a tracepoint's task_struct argument (never NULL for these
+        // tracepoints) and `offset` is a field offset taken from this kernel's BTF; the verifier
+        // re-checks both before the program may run.
+        unsafe { core::ptr::read_volatile(self.0.add(offset as usize).cast::<T>()) }
+    }
+
+    /// `task_struct.pid`: the thread id.
+    #[inline(always)]
+    pub fn tid(self) -> u32 {
+        self.load::<u32>(knobs::task_pid())
+    }
+
+    /// `task_struct.tgid`: the process id.
+    #[inline(always)]
+    pub fn tgid(self) -> u32 {
+        self.load::<u32>(knobs::task_tgid())
+    }
+
+    /// `task_struct.prio`: the kernel priority (120 = nice 0).
+    #[inline(always)]
+    pub fn prio(self) -> i32 {
+        self.load::<i32>(knobs::task_prio())
+    }
+
+    /// `task_struct.__state` (or `.state`), for kernels whose sched_switch lacks `prev_state`.
+    #[inline(always)]
+    pub fn state(self) -> u32 {
+        self.load::<u32>(knobs::task_state())
+    }
+
+    /// `task_struct.comm`, 16 bytes, read as two words (NUL-padded by the kernel).
+    #[inline(always)]
+    pub fn comm(self) -> [u8; 16] {
+        let base = knobs::task_comm();
+        let lo = self.load::<u64>(base).to_ne_bytes();
+        let hi = self.load::<u64>(base + 8).to_ne_bytes();
+        let mut comm = [0u8; 16];
+        comm[..8].copy_from_slice(&lo);
+        comm[8..].copy_from_slice(&hi);
+        comm
+    }
+}
