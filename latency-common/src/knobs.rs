@@ -24,6 +24,13 @@ pub struct Knobs {
     pub filter: u32,
     /// Delays above this are discarded (and counted), never recorded.
     pub ceiling_ns: u64,
+    /// 1 to read the run queue's clock (`rq->clock`, see [`Clock::RunQueue`]) instead of
+    /// `bpf_ktime_get_ns`.
+    pub clock_rq: u32,
+    /// Offsets of `task_struct.se.cfs_rq`, `cfs_rq.rq`, `rq.clock` (used only with `clock_rq`).
+    pub task_se_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_clock: u32,
 }
 
 impl Knobs {
@@ -38,14 +45,32 @@ impl Knobs {
         per_task: 0,
         filter: 0,
         ceiling_ns: 0,
+        clock_rq: 0,
+        task_se_cfs_rq: 0,
+        cfs_rq_rq: 0,
+        rq_clock: 0,
     };
+}
+
+/// Which clock stamps and delays are read from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC) read at each tracepoint, like perf sched and
+    /// runqlat: the delay is exactly the time between the two events. The default.
+    #[default]
+    Monotonic,
+    /// The run queue's own clock, `rq->clock`, which the kernel's `run_delay` (schedstat,
+    /// delay accounting, node_exporter's schedstat metrics) reads. The scheduler skips updating
+    /// it between a preempting wakeup and the switch that follows, so it charges that window to
+    /// the preempted task instead of the woken one. Use it to reconcile with `run_delay`.
+    RunQueue,
 }
 
 /// Default ceiling: ten minutes. A real run-queue wait can reach seconds (an RT hog with
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 40);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 56);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

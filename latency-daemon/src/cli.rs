@@ -45,6 +45,28 @@ pub struct RecordArgs {
     /// Delays above this are discarded and counted instead of recorded (e.g. 10m).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub ceiling: Duration,
+
+    /// Clock for stamps: `monotonic` (the time between the two scheduler events, as perf sched
+    /// and runqlat measure) or `run-queue` (the run queue's clock, as the kernel's own run_delay
+    /// in /proc/<tid>/schedstat accounts; it moves a preempting wakeup's last microseconds from
+    /// the woken task to the preempted one).
+    #[arg(long, value_enum, default_value_t = ClockArg::Monotonic)]
+    pub clock: ClockArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockArg {
+    Monotonic,
+    RunQueue,
+}
+
+impl From<ClockArg> for latency_common::knobs::Clock {
+    fn from(c: ClockArg) -> Self {
+        match c {
+            ClockArg::Monotonic => latency_common::knobs::Clock::Monotonic,
+            ClockArg::RunQueue => latency_common::knobs::Clock::RunQueue,
+        }
+    }
 }
 
 /// A positive duration in humantime syntax ("6s", "250ms", "1m30s").

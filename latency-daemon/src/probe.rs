@@ -7,11 +7,11 @@ use aya::{
 };
 use latency_common::{
     Knobs,
-    knobs::KNOBS_SYMBOL,
+    knobs::{Clock, KNOBS_SYMBOL},
     maps::{Control, names},
 };
 
-use crate::btf::{Btf, BtfError, TaskLayout};
+use crate::btf::{Btf, BtfError, RqClockLayout, TaskLayout};
 
 /// The kernel program, built by build.rs (aya-build) for bpfel-unknown-none.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-ebpf"));
@@ -27,6 +27,8 @@ pub struct ProbeOptions {
     pub filter: Vec<u32>,
     /// Delays above this are discarded and counted.
     pub ceiling_ns: u64,
+    /// Which clock the kernel program reads.
+    pub clock: Clock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +67,14 @@ impl Probe {
     /// three tracepoints. On error nothing stays attached (the partial handle is dropped).
     pub fn load(options: &ProbeOptions) -> Result<Probe, ProbeError> {
         raise_memlock();
-        let layout = Btf::from_sys_fs()?.task_layout()?;
-        let knobs = knobs(&layout, options);
+        let btf = Btf::from_sys_fs()?;
+        let layout = btf.task_layout()?;
+        let rq = match options.clock {
+            Clock::Monotonic => None,
+            Clock::RunQueue => Some(btf.rq_clock_layout()?),
+        };
+        drop(btf);
+        let knobs = knobs(&layout, rq.as_ref(), options);
         let stamps = pid_max()?;
         let ebpf = EbpfLoader::new()
             .override_global(KNOBS_SYMBOL, &knobs, true)
@@ -152,7 +160,7 @@ impl Probe {
 }
 
 /// The global handed to the kernel program.
-fn knobs(layout: &TaskLayout, options: &ProbeOptions) -> Knobs {
+fn knobs(layout: &TaskLayout, rq: Option<&RqClockLayout>, options: &ProbeOptions) -> Knobs {
     Knobs {
         task_pid: layout.pid.offset,
         task_tgid: layout.tgid.offset,
@@ -163,6 +171,10 @@ fn knobs(layout: &TaskLayout, options: &ProbeOptions) -> Knobs {
         per_task: u32::from(options.per_task),
         filter: u32::from(!options.filter.is_empty()),
         ceiling_ns: options.ceiling_ns,
+        clock_rq: u32::from(rq.is_some()),
+        task_se_cfs_rq: rq.map_or(0, |r| r.task_se_cfs_rq.offset),
+        cfs_rq_rq: rq.map_or(0, |r| r.cfs_rq_rq.offset),
+        rq_clock: rq.map_or(0, |r| r.rq_clock.offset),
     }
 }
 

@@ -40,10 +40,16 @@ pub async fn record(args: RecordArgs) -> Result<(), RecordError> {
         max_tasks: args.max_tasks,
         filter: args.pids.clone(),
         ceiling_ns: u64::try_from(args.ceiling.as_nanos()).unwrap_or(u64::MAX),
+        clock: args.clock.into(),
     };
     let mut probe = Probe::load(&options)?;
     let start = empty_snapshot(clock::monotonic_ns(), probe_cpus());
-    let meta = Meta { kernel: system::kernel_release(), wall: WallClock::now(), filter: args.pids.clone() };
+    let meta = Meta {
+        kernel: system::kernel_release(),
+        wall: WallClock::now(),
+        filter: args.pids.clone(),
+        clock: options.clock,
+    };
     eprintln!(
         "latency-daemon: attached; recording for {} (Ctrl-C to stop early)",
         humantime::format_duration(args.duration)

@@ -86,7 +86,9 @@ fn octave_rows(raw: &[u64; BUCKETS]) -> Vec<(f64, Option<f64>, u64)> {
             n += raw[last];
             last += 1;
         }
-        rows.push((2f64.powi(g - 1), Some(2f64.powi(g)), n));
+        // The top octave may be cut short by the last native bucket we keep.
+        let upper = upper_seconds(last - 1).unwrap_or(2f64.powi(g));
+        rows.push((2f64.powi(g - 1), Some(upper), n));
         k = last;
     }
     rows.push((upper_seconds(OVERFLOW_BUCKET - 1).unwrap_or(f64::MAX), None, raw[OVERFLOW_BUCKET]));

@@ -2,7 +2,7 @@
 //! two, as plain serialisable data. `record --json` prints it; tables are rendered from it.
 use std::collections::BTreeMap;
 
-use latency_common::{CpuStats, Discard, Histogram, Lost, Reason, TaskStats, buckets::BUCKETS};
+use latency_common::{CpuStats, Discard, Histogram, Lost, Reason, TaskStats, buckets::BUCKETS, knobs::Clock};
 use serde::Serialize;
 
 use crate::{
@@ -20,12 +20,15 @@ pub struct Meta {
     pub kernel: String,
     pub wall: WallClock,
     pub filter: Vec<u32>,
+    pub clock: Clock,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub version: u32,
     pub kernel: String,
+    /// "monotonic" or "run_queue": which clock the kernel program read.
+    pub clock: &'static str,
     /// CLOCK_MONOTONIC ns (the clock of every `*_ns` stamp below).
     pub start_ns: u64,
     pub end_ns: u64,
@@ -179,6 +182,10 @@ impl Report {
         Report {
             version: SCHEMA_VERSION,
             kernel: meta.kernel.clone(),
+            clock: match meta.clock {
+                Clock::Monotonic => "monotonic",
+                Clock::RunQueue => "run_queue",
+            },
             start_ns: earlier.taken_ns,
             end_ns: later.taken_ns,
             duration_ns: later.taken_ns.saturating_sub(earlier.taken_ns),

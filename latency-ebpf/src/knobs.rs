@@ -49,3 +49,19 @@ pub fn filter() -> bool {
 pub fn ceiling_ns() -> u64 {
     knob!(ceiling_ns)
 }
+#[inline(always)]
+pub fn clock_rq() -> bool {
+    knob!(clock_rq) != 0
+}
+#[inline(always)]
+pub fn task_se_cfs_rq() -> u32 {
+    knob!(task_se_cfs_rq)
+}
+#[inline(always)]
+pub fn cfs_rq_rq() -> u32 {
+    knob!(cfs_rq_rq)
+}
+#[inline(always)]
+pub fn rq_clock() -> u32 {
+    knob!(rq_clock)
+}

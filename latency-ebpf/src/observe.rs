@@ -13,9 +13,13 @@ use crate::{
     task::Task,
 };
 
-/// CLOCK_MONOTONIC ns, the one clock read of an event.
+/// The one clock read of an event: CLOCK_MONOTONIC ns, or with the `clock_rq` knob the clock
+/// of `task`'s run queue (what the kernel's run_delay uses); the verifier prunes the other.
 #[inline(always)]
-pub fn now() -> u64 {
+pub fn now(task: Task) -> u64 {
+    if knobs::clock_rq() {
+        return task.rq_clock();
+    }
     // SAFETY: a helper without arguments or side effects.
     unsafe { bpf_ktime_get_ns() }
 }

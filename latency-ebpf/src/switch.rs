@@ -22,10 +22,11 @@ fn on_switch(ctx: &BtfTracePointContext) {
     // SAFETY: a per-CPU array slot of this CPU; tracepoint programs do not nest on one CPU
     // for the same tracepoint, and sched_switch runs with the run-queue lock held.
     let cpu: &mut CpuStats = unsafe { &mut *cpu };
-    let now = observe::now();
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
     let prev = Task::arg(ctx, 1);
     let next = Task::arg(ctx, 2);
+    // prev is current on this CPU, so its run queue is this CPU's.
+    let now = observe::now(prev);
     cpu.switches += 1;
 
     let prev_tid = prev.tid();

@@ -5,7 +5,8 @@ use aya_ebpf::programs::BtfTracePointContext;
 
 use crate::knobs;
 
-/// A `struct task_struct *` passed to a BTF tracepoint.
+/// A `struct task_struct *` passed to a BTF tracepoint (or, inside `rq_clock`, another
+/// BTF-typed kernel pointer reached from it).
 #[derive(Clone, Copy)]
 pub struct Task(*const u8);
 
@@ -46,6 +47,22 @@ impl Task {
     #[inline(always)]
     pub fn state(self) -> u32 {
         self.load::<u32>(knobs::task_state())
+    }
+
+    /// `task->se.cfs_rq->rq->clock`: the clock of the run queue this task is on, or 0 if a
+    /// pointer on the way is NULL. Loads through the two pointers are checked by the verifier
+    /// (BTF-typed) and fault-safe.
+    #[inline(always)]
+    pub fn rq_clock(self) -> u64 {
+        let cfs_rq = self.load::<*const u8>(knobs::task_se_cfs_rq());
+        if cfs_rq.is_null() {
+            return 0;
+        }
+        let rq = Task(cfs_rq).load::<*const u8>(knobs::cfs_rq_rq());
+        if rq.is_null() {
+            return 0;
+        }
+        Task(rq).load::<u64>(knobs::rq_clock())
     }
 
     /// `task_struct.comm`, 16 bytes, read as two words (NUL-padded by the kernel).

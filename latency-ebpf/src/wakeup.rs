@@ -26,5 +26,5 @@ fn on_wakeup(ctx: &BtfTracePointContext) {
     if tid == 0 || !observe::keep(task, tid) {
         return;
     }
-    observe::stamp(tid, observe::now(), Reason::Wakeup);
+    observe::stamp(tid, observe::now(task), Reason::Wakeup);
 }

@@ -1,1 +1,48 @@
-fn main() {}
+//! `cargo xtask <command>`: prepares this machine and builds, runs and tests the workspace.
+//! In: a subcommand and its arguments; out: the work done, progress on stdout, an exit code.
+mod build;
+mod cmd;
+mod run;
+mod setup;
+mod test;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(about = "Project tasks for the run-queue latency monitor")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make this machine ready (toolchain parts, bpf-linker, Debian packages, kernel mounts).
+    Setup,
+    /// Setup, then build latency-daemon (and through it the kernel program).
+    Build(build::Args),
+    /// Setup, release build, then run the daemon with ARGS (default: `record`).
+    Run(run::Args),
+    /// Setup, then the whole test suite (needs root and a real kernel).
+    Test(test::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Setup => setup::ensure(setup::Report::EveryStep),
+        Command::Build(args) => build::run(&args),
+        Command::Run(args) => run::run(args),
+        Command::Test(args) => test::run(args),
+    }
+}
+
+/// The workspace root, where every cargo command runs.
+fn workspace_root() -> PathBuf {
+    let xtask_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // xtask/ is a direct child of the root (see `members` in the root Cargo.toml).
+    xtask_dir
+        .parent()
+        .map_or_else(|| xtask_dir.join(".."), Path::to_path_buf)
+}

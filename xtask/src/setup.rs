@@ -1,0 +1,97 @@
+//! `cargo xtask setup`: a list of checks, each cheap to test and able to fix itself. In: this
+//! machine; out: a line per check and a ready machine, or the first problem that cannot be fixed.
+//! Every other subcommand runs the same list first, so keep each `is_done` fast (a few ms).
+mod bpf_linker;
+mod kernel;
+mod packages;
+mod toolchain;
+
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+/// One thing this machine needs.
+pub trait Check {
+    /// What is checked, as shown to the user.
+    fn name(&self) -> &'static str;
+    /// What `do_it` does, shown while it runs ("installing", "mounting"…).
+    fn doing(&self) -> &'static str;
+    /// Whether it is already in place. Cheap: runs on every `cargo xtask` command.
+    fn is_done(&self) -> anyhow::Result<bool>;
+    /// Puts it in place (prints the commands it runs), or explains why it cannot.
+    fn do_it(&self) -> anyhow::Result<()>;
+}
+
+/// In order: things we cannot fix first, so the user learns about them before a long build.
+fn checks() -> Vec<Box<dyn Check>> {
+    vec![
+        Box::new(kernel::Btf),
+        Box::new(toolchain::Nightly),
+        Box::new(toolchain::RustSrc),
+        Box::new(bpf_linker::BpfLinker),
+        Box::new(packages::DebPackages),
+        Box::new(kernel::Tracefs),
+        Box::new(kernel::Debugfs),
+    ]
+}
+
+/// How much `ensure` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// A line per check (the `setup` command).
+    EveryStep,
+    /// Only checks that need work, then one summary line (before build, run, test).
+    ChangesOnly,
+}
+
+/// Runs every check and fixes what is missing; stops at the first failure.
+pub fn ensure(report: Report) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let root = kernel::is_root();
+    if !root || report == Report::EveryStep {
+        line(
+            "running as root",
+            if root { "ok" } else { kernel::NOT_ROOT },
+        );
+    }
+    let checks = checks();
+    let mut fixed = 0;
+    for check in &checks {
+        let name = check.name();
+        if check
+            .is_done()
+            .with_context(|| format!("checking `{name}`"))?
+        {
+            if report == Report::EveryStep {
+                line(name, "ok");
+            }
+            continue;
+        }
+        line(name, check.doing());
+        check
+            .do_it()
+            .with_context(|| format!("setup step `{name}` failed"))?;
+        // Re-check so a fix that "succeeded" without the intended effect cannot slip through.
+        if !check
+            .is_done()
+            .with_context(|| format!("re-checking `{name}`"))?
+        {
+            bail!("setup step `{name}` ran but is still not done; see the output above");
+        }
+        line(name, "ok");
+        fixed += 1;
+    }
+    let took = start.elapsed().as_secs_f64();
+    match fixed {
+        0 => println!("setup: all {} checks ok ({took:.2} s)", checks.len()),
+        n => println!(
+            "setup: done, {n} of {} checks fixed ({took:.2} s)",
+            checks.len()
+        ),
+    }
+    Ok(())
+}
+
+fn line(name: &str, state: &str) {
+    println!("setup: {name:.<34} {state}");
+}

@@ -1,0 +1,156 @@
+//! `cargo xtask test [-- ARGS…]`: setup, then the whole suite as steps (`cargo test` first, more
+//! later), each run even if an earlier one failed. Out: a summary with timings; non-zero exit
+//! if any step failed.
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::{cmd, setup, workspace_root};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// After `--`: arguments for `cargo test` (e.g. `-p latency-common`, a filter); a second
+    /// `--` starts arguments for the test binaries.
+    #[arg(last = true)]
+    cargo_test_args: Vec<String>,
+}
+
+/// One part of the suite, reported on its own line.
+struct Step {
+    name: &'static str,
+    run: Box<dyn FnOnce() -> anyhow::Result<()>>,
+}
+
+/// Steps after `cargo test`, in order. Append here: promtool rule tests, the demo's short form,
+/// the bench guard.
+fn extra_steps() -> Vec<Step> {
+    Vec::new()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let start = Instant::now();
+    setup::ensure(setup::Report::ChangesOnly)?;
+    let setup_took = start.elapsed();
+
+    let cargo_test = cargo_test_args(&args.cargo_test_args);
+    let mut steps = vec![Step {
+        name: "cargo test",
+        run: Box::new(move || {
+            let mut test = cmd::cargo()?;
+            test.current_dir(workspace_root()).args(&cargo_test);
+            println!("test: $ {}", cmd::show(&test));
+            cmd::run(&mut test)
+        }),
+    }];
+    steps.extend(extra_steps());
+
+    let mut results = Vec::new();
+    for step in steps {
+        let began = Instant::now();
+        let result = (step.run)();
+        if let Err(err) = &result {
+            eprintln!("test: step `{}` failed: {err:#}", step.name);
+        }
+        results.push((step.name, began.elapsed(), result.is_ok()));
+    }
+
+    println!(
+        "\ntest summary ({:.1} s in all):",
+        start.elapsed().as_secs_f64()
+    );
+    print_row("setup", setup_took, true);
+    for (name, took, ok) in &results {
+        print_row(name, *took, *ok);
+    }
+    let failed = results.iter().filter(|(_, _, ok)| !ok).count();
+    if failed > 0 {
+        bail!("{failed} of {} test steps failed", results.len());
+    }
+    Ok(())
+}
+
+fn print_row(name: &str, took: Duration, ok: bool) {
+    let verdict = if ok { "ok" } else { "FAILED" };
+    println!("  {verdict:<7}{name:<20}{:>8.1} s", took.as_secs_f64());
+}
+
+/// `cargo test` arguments: the whole workspace unless the user picked packages (cargo would let
+/// `--workspace` win silently), and one test at a time, because integration tests attach to the
+/// same kernel tracepoints and would count each other's events.
+fn cargo_test_args(user: &[String]) -> Vec<String> {
+    let (for_cargo, for_tests) = match user.iter().position(|arg| arg == "--") {
+        Some(at) => (&user[..at], &user[at + 1..]),
+        None => (user, &[][..]),
+    };
+    let picks_packages = for_cargo
+        .iter()
+        .any(|arg| arg == "--package" || arg.starts_with("--package=") || arg.starts_with("-p"));
+    let sets_threads = for_tests
+        .iter()
+        .any(|arg| arg.starts_with("--test-threads"));
+
+    // Report every failing test binary, not just the first: CI runs are long.
+    let mut args = vec!["test".to_owned(), "--no-fail-fast".to_owned()];
+    if !picks_packages {
+        args.push("--workspace".to_owned());
+    }
+    args.extend(for_cargo.iter().cloned());
+    args.push("--".to_owned());
+    if !sets_threads {
+        args.push("--test-threads=1".to_owned());
+    }
+    args.extend(for_tests.iter().cloned());
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cargo_test_args;
+
+    fn args(user: &[&str]) -> Vec<String> {
+        let user: Vec<String> = user.iter().map(|s| s.to_string()).collect();
+        cargo_test_args(&user)
+    }
+
+    #[test]
+    fn default_is_the_workspace_one_thread() {
+        assert_eq!(args(&[]), ["test", "--no-fail-fast", "--workspace", "--", "--test-threads=1"]);
+    }
+
+    #[test]
+    fn cargo_args_and_test_args_are_kept_apart() {
+        assert_eq!(
+            args(&["--release", "bucket", "--", "--nocapture"]),
+            [
+                "test",
+                "--no-fail-fast",
+                "--workspace",
+                "--release",
+                "bucket",
+                "--",
+                "--test-threads=1",
+                "--nocapture"
+            ]
+        );
+    }
+
+    #[test]
+    fn picking_a_package_drops_workspace() {
+        assert_eq!(
+            args(&["-p", "latency-common"]),
+            ["test", "--no-fail-fast", "-p", "latency-common", "--", "--test-threads=1"]
+        );
+        assert_eq!(
+            args(&["--package=latency-daemon"])[2],
+            "--package=latency-daemon"
+        );
+    }
+
+    #[test]
+    fn the_users_thread_count_wins() {
+        assert_eq!(
+            args(&["--", "--test-threads=4"]),
+            ["test", "--no-fail-fast", "--workspace", "--", "--test-threads=4"]
+        );
+    }
+}
