@@ -5,11 +5,7 @@ use aya_build::{Package, Toolchain};
 
 fn main() -> anyhow::Result<()> {
     let metadata = cargo_metadata_root()?;
-    let ebpf = Package {
-        name: "latency-ebpf",
-        root_dir: &metadata,
-        ..Default::default()
-    };
+    let ebpf = Package { name: "latency-ebpf", root_dir: &metadata, ..Default::default() };
     aya_build::build_ebpf([ebpf], Toolchain::default())
         .context("building the kernel program failed (is `cargo xtask setup` done?)")
 }

@@ -27,6 +27,7 @@ pub const NATIVE_OFFSET: i32 = ZERO_NATIVE_INDEX;
 
 /// `UPPER_NS[k]`: the largest whole number of nanoseconds in bucket `k`, i.e.
 /// `floor(10^9 · 2^((k + NATIVE_OFFSET)/8))`; the overflow bucket is unbounded.
+#[rustfmt::skip]
 pub const UPPER_NS: [u64; BUCKETS] = [
     953, 1039, 1134, 1236, 1348, 1470,
     1603, 1749, 1907, 2079, 2268, 2473,
@@ -94,11 +95,7 @@ pub fn bucket_of(delay_ns: u64) -> usize {
 /// The native-histogram index of bucket `k`, or `None` for the zero and overflow buckets.
 #[inline]
 pub const fn native_index(k: usize) -> Option<i32> {
-    if k == ZERO_BUCKET || k >= OVERFLOW_BUCKET {
-        None
-    } else {
-        Some(k as i32 + NATIVE_OFFSET)
-    }
+    if k == ZERO_BUCKET || k >= OVERFLOW_BUCKET { None } else { Some(k as i32 + NATIVE_OFFSET) }
 }
 
 /// Our bucket for a native index, or `None` if it is outside the range we keep.

@@ -1,6 +1,7 @@
 //! The only definitions the kernel program and the daemon share: bucket math, map layouts and
 //! load-time knobs. `no_std` so that the same code compiles for `bpfel-unknown-none`.
 #![no_std]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod buckets;
 pub mod knobs;

@@ -49,7 +49,13 @@ pub fn check() -> bool {
 
     if ready {
         let started = Instant::now();
-        let options = ProbeOptions { per_task: true, max_tasks: 1024, filter: Vec::new(), ceiling_ns: u64::MAX, clock: Default::default() };
+        let options = ProbeOptions {
+            per_task: true,
+            max_tasks: 1024,
+            filter: Vec::new(),
+            ceiling_ns: u64::MAX,
+            clock: Default::default(),
+        };
         match Probe::load(&options) {
             Ok(probe) => {
                 println!(

@@ -120,10 +120,7 @@ mod tests {
     #[test]
     fn pids() {
         let me = std::process::id();
-        let Command::Record(r) = parse(&["record", "--pid", &format!("{me},{me}")]).unwrap().command
-        else {
-            panic!()
-        };
+        let Command::Record(r) = parse(&["record", "--pid", &format!("{me},{me}")]).unwrap().command else { panic!() };
         assert_eq!(r.pids, vec![me, me]);
         assert!(parse_pid("0").unwrap_err().contains("idle task"));
         assert!(parse_pid("abc").unwrap_err().contains("not a process id"));

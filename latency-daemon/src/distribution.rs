@@ -37,11 +37,8 @@ pub fn quantile_ns(buckets: &[u64; BUCKETS], q: f64, max_ns: Option<u64>) -> Opt
         }
         if (seen + c) as f64 >= rank {
             let lower = lower_ns(k).max(1) as f64;
-            let upper = if k == OVERFLOW_BUCKET {
-                max_ns.unwrap_or(UPPER_NS[k - 1]) as f64
-            } else {
-                UPPER_NS[k] as f64
-            };
+            let upper =
+                if k == OVERFLOW_BUCKET { max_ns.unwrap_or(UPPER_NS[k - 1]) as f64 } else { UPPER_NS[k] as f64 };
             let upper = match max_ns {
                 Some(m) => upper.min(m as f64).max(lower),
                 None => upper,
@@ -62,11 +59,10 @@ mod tests {
 
     #[test]
     fn bounds_agree_with_the_integer_table() {
-        for k in 0..OVERFLOW_BUCKET {
-            let s = upper_seconds(k).unwrap();
-            let ns = s * 1e9;
+        for (k, &upper) in UPPER_NS.iter().enumerate().take(OVERFLOW_BUCKET) {
+            let ns = upper_seconds(k).unwrap() * 1e9;
             // The float bound and the integer floor differ by less than one nanosecond.
-            assert!(ns >= UPPER_NS[k] as f64 - 1e-3 && ns < UPPER_NS[k] as f64 + 1.0, "bucket {k}: {ns}");
+            assert!(ns >= upper as f64 - 1e-3 && ns < upper as f64 + 1.0, "bucket {k}: {ns}");
         }
         assert_eq!(upper_seconds(OVERFLOW_BUCKET), None);
         assert_eq!(upper_seconds(bucket_of(1_000_000_000)), Some(1.0));

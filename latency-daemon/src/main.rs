@@ -1,5 +1,7 @@
 //! `latency-daemon`: parse the command line, run the command, map failures to exit codes
 //! (0 ok, 1 the machine or kernel said no, 2 bad input).
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod btf;
 mod caps;
 mod check;

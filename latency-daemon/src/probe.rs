@@ -2,13 +2,13 @@
 //! owns the aya handle: dropping a `Probe` detaches everything (no pins, nothing outlives us).
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{Array, HashMap, Map, MapError},
+    maps::{HashMap, Map, MapError},
     programs::{BtfTracePoint, ProgramError, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::{
     Knobs,
     knobs::{Clock, KNOBS_SYMBOL},
-    maps::{Control, names},
+    maps::names,
 };
 
 use crate::btf::{Btf, BtfError, RqClockLayout, TaskLayout};
@@ -58,7 +58,6 @@ pub enum ProbeError {
 pub struct Probe {
     ebpf: Ebpf,
     links: Vec<(&'static str, BtfTracePointLinkId)>,
-    layout: TaskLayout,
     stamps: u32,
 }
 
@@ -83,7 +82,7 @@ impl Probe {
             .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
-        let mut probe = Probe { ebpf, links: Vec::new(), layout, stamps };
+        let mut probe = Probe { ebpf, links: Vec::new(), stamps };
         probe.fill_filter(&options.filter)?;
         probe.attach()?;
         Ok(probe)
@@ -132,25 +131,12 @@ impl Probe {
         Ok(())
     }
 
-    /// Move the window epoch on: the kernel starts writing the other `WINDOW_MAX` slot.
-    pub fn set_epoch(&mut self, epoch: u64) -> Result<(), ProbeError> {
-        let map = names::CONTROL;
-        let mut control: Array<_, Control> =
-            Array::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
-        control.set(0, Control { epoch }, 0).map_err(|source| ProbeError::Map { map, source })
-    }
-
     pub fn map(&self, map: &'static str) -> Result<&Map, ProbeError> {
         self.ebpf.map(map).ok_or(ProbeError::MissingMap { map })
     }
 
     fn map_mut(&mut self, map: &'static str) -> Result<&mut Map, ProbeError> {
         self.ebpf.map_mut(map).ok_or(ProbeError::MissingMap { map })
-    }
-
-    /// The task_struct layout read from this kernel's BTF.
-    pub fn layout(&self) -> &TaskLayout {
-        &self.layout
     }
 
     /// Entries in the stamp array (`kernel.pid_max` at load).

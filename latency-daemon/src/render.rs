@@ -59,14 +59,18 @@ pub fn escape_comm(comm: &str) -> String {
     out
 }
 
-/// The display unit for a histogram whose largest shown bound is `top_seconds`.
-fn unit_for(top_seconds: f64) -> (&'static str, f64) {
-    if top_seconds <= 0.01 {
-        ("µs", 1e6)
-    } else if top_seconds <= 10.0 {
-        ("ms", 1e3)
+/// A bucket bound in seconds, short, in the unit that fits it ("954ns", "1.907µs", "62.5ms").
+fn fmt_bound(seconds: f64) -> String {
+    if seconds == 0.0 {
+        "0".to_string()
+    } else if seconds < 1e-6 {
+        format!("{}ns", sig(seconds * 1e9))
+    } else if seconds < 1e-3 {
+        format!("{}µs", sig(seconds * 1e6))
+    } else if seconds < 1.0 {
+        format!("{}ms", sig(seconds * 1e3))
     } else {
-        ("s", 1.0)
+        format!("{}s", sig(seconds))
     }
 }
 
@@ -117,17 +121,22 @@ pub fn histogram(out: &mut String, reason: Reason, h: &HistogramReport) {
         fmt_ns(h.max_ns)
     );
     let rows = octave_rows(&h.raw);
-    let top = rows.iter().filter_map(|r| r.1).fold(0.0, f64::max);
-    let (unit, scale) = unit_for(top);
     let peak = rows.iter().map(|r| r.2).max().unwrap_or(1).max(1);
-    let _ = writeln!(out, "  {:>22} : {:<10} distribution", unit, "count");
+    let _ = writeln!(out, "  {:>22} : {:<10} distribution", "delay", "count");
     for (lower, upper, n) in rows {
         let range = match upper {
-            Some(u) => format!("{} -> {}", sig(lower * scale), sig(u * scale)),
-            None => format!("{} -> +Inf", sig(lower * scale)),
+            Some(u) => format!("{} -> {}", fmt_bound(lower), fmt_bound(u)),
+            None => format!("{} -> +Inf", fmt_bound(lower)),
         };
         let bar = ((n as f64 / peak as f64) * BAR_WIDTH as f64).ceil() as usize;
-        let _ = writeln!(out, "  {:>22} : {:<10} |{:<width$}|", range, n, "*".repeat(bar.min(BAR_WIDTH)), width = BAR_WIDTH);
+        let _ = writeln!(
+            out,
+            "  {:>22} : {:<10} |{:<width$}|",
+            range,
+            n,
+            "*".repeat(bar.min(BAR_WIDTH)),
+            width = BAR_WIDTH
+        );
     }
 }
 
@@ -164,13 +173,21 @@ pub fn tasks(out: &mut String, report: &Report, top: usize) {
 }
 
 pub fn cpus(out: &mut String, report: &Report) {
-    let _ = writeln!(out, " {:>4} | {:>10} | {:>10} | {:>11} | {:>6}", "cpu", "switches", "voluntary", "involuntary", "idle %");
+    let _ = writeln!(
+        out,
+        " {:>4} | {:>10} | {:>10} | {:>11} | {:>6}",
+        "cpu", "switches", "voluntary", "involuntary", "idle %"
+    );
     for c in &report.cpus {
         let idle = if report.duration_ns > 0 { 100.0 * c.idle_ns as f64 / report.duration_ns as f64 } else { 0.0 };
         let _ = writeln!(
             out,
             " {:>4} | {:>10} | {:>10} | {:>11} | {:>6.1}",
-            c.cpu, c.switches, c.voluntary, c.involuntary, idle.min(100.0)
+            c.cpu,
+            c.switches,
+            c.voluntary,
+            c.involuntary,
+            idle.min(100.0)
         );
     }
 }
@@ -219,11 +236,7 @@ pub fn report(report: &Report, top: usize) -> String {
         report.duration_ns as f64 / 1e9,
         report.kernel,
         report.cpus.len(),
-        if report.filter.is_empty() {
-            String::new()
-        } else {
-            format!(", tasks of pid/tid {:?} only", report.filter)
-        }
+        if report.filter.is_empty() { String::new() } else { format!(", tasks of pid/tid {:?} only", report.filter) }
     );
     for reason in Reason::ALL {
         out.push('\n');
@@ -255,6 +268,15 @@ mod tests {
         assert_eq!(fmt_ns(2_057_000), "2.057 ms");
         assert_eq!(fmt_ns(148_114_000), "148.1 ms");
         assert_eq!(fmt_ns(3_100_000_000), "3.1 s");
+    }
+
+    #[test]
+    fn bounds_are_short_and_exact_for_powers_of_two() {
+        assert_eq!(fmt_bound(2f64.powi(-20)), "953.7ns");
+        assert_eq!(fmt_bound(2f64.powi(-19)), "1.907µs");
+        assert_eq!(fmt_bound(2f64.powi(-4)), "62.5ms");
+        assert_eq!(fmt_bound(2.0), "2s");
+        assert_eq!(fmt_bound(0.0), "0");
     }
 
     #[test]

@@ -28,7 +28,7 @@ struct Run {
     ours: HashMap<u32, Value>,
     /// The same from the recorder that used the run queue's clock.
     ours_rq: HashMap<u32, Value>,
-    /// run_delay by tid, read while the threads were parked.
+    /// run_delay by tid, read by each thread as its last act before parking.
     run_delay: HashMap<u32, u64>,
     perf: HashMap<u32, PerfLatency>,
     report: Value,
@@ -60,7 +60,9 @@ fn measure() -> Run {
     let n = cpus();
     let mut park = Park::default();
     let mut threads = Vec::new();
-    for (label, kind, count) in [("cpu", Kind::Spin, (n / 2).max(1)), ("io", Kind::Sleep1ms, n), ("compete", Kind::Spin, 4 * n)] {
+    for (label, kind, count) in
+        [("cpu", Kind::Spin, (n / 2).max(1)), ("io", Kind::Sleep1ms, n), ("compete", Kind::Spin, 4 * n)]
+    {
         for d in phase(&mut park, label, kind, count, PHASE_SECS) {
             threads.push((label.to_string(), d));
         }
@@ -69,11 +71,14 @@ fn measure() -> Run {
     let json = recorder.stop();
     let json_rq = recorder_rq.stop();
     let perf = perf.stop();
-    let run_delay = threads.iter().map(|(_, d)| (d.tid, schedstat(d.tid).1)).collect();
+    let run_delay = threads.iter().map(|(_, d)| (d.tid, d.run_delay_ns)).collect();
+    // The oracle is live: the kernel kept accounting for these threads all along.
+    assert!(threads.iter().all(|(_, d)| schedstat(d.tid).1 >= d.run_delay_ns));
     drop(park);
     let _ = std::fs::remove_dir_all(&dir);
 
-    let report: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("record --json is not JSON ({e}): {json}"));
+    let report: Value =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("record --json is not JSON ({e}): {json}"));
     let report_rq: Value = serde_json::from_str(&json_rq).unwrap_or_else(|e| panic!("not JSON ({e}): {json_rq}"));
     assert_eq!(report["clock"], "monotonic");
     assert_eq!(report_rq["clock"], "run_queue");
@@ -81,7 +86,12 @@ fn measure() -> Run {
 }
 
 fn by_tid(report: &Value) -> HashMap<u32, Value> {
-    report["tasks"].as_array().expect("tasks[]").iter().map(|t| (t["tid"].as_u64().unwrap() as u32, t.clone())).collect()
+    report["tasks"]
+        .as_array()
+        .expect("tasks[]")
+        .iter()
+        .map(|t| (t["tid"].as_u64().unwrap() as u32, t.clone()))
+        .collect()
 }
 
 fn ours<'a>(run: &'a Run, d: &Done) -> &'a Value {
@@ -89,7 +99,9 @@ fn ours<'a>(run: &'a Run, d: &Done) -> &'a Value {
 }
 
 fn ours_rq<'a>(run: &'a Run, d: &Done) -> &'a Value {
-    run.ours_rq.get(&d.tid).unwrap_or_else(|| panic!("{} (tid {}) missing from record --clock run-queue", d.name, d.tid))
+    run.ours_rq
+        .get(&d.tid)
+        .unwrap_or_else(|| panic!("{} (tid {}) missing from record --clock run-queue", d.name, d.tid))
 }
 
 fn u(v: &Value, field: &str) -> u64 {
@@ -140,9 +152,11 @@ fn default_clock_counts_the_same_delays() {
         let (n_mono, n_rq) = (u(mono, "delay_count") as f64, u(rq, "delay_count") as f64);
         let (s_mono, s_rq) = (u(mono, "delay_sum_ns") as f64, u(rq, "delay_sum_ns") as f64);
         let kernel = run.run_delay[&d.tid] as f64;
+        // perf prints only avg (µs resolution) and count: its sum is approximate.
+        let perf = run.perf.get(&d.tid).map_or(0.0, |p| p.avg_ms * 1e6 * p.switches as f64);
         lines.push(format!(
-            "{:<12} monotonic {:>13.0} ns / {:>5}   run-queue clock {:>13.0} ns / {:>5}   run_delay {:>13.0} ns",
-            d.name, s_mono, n_mono, s_rq, n_rq, kernel
+            "{:<12} monotonic {:>13.0} ns / {:>5}   run-queue clock {:>13.0} ns / {:>5}   run_delay {:>13.0} ns   perf ≈{:>13.0} ns",
+            d.name, s_mono, n_mono, s_rq, n_rq, kernel, perf
         ));
         // Both programs see the same events; counts differ at most by a delay in flight at attach.
         assert!((n_mono - n_rq).abs() <= 2.0, "{}: {n_mono} vs {n_rq} delays\n{}", d.name, lines.join("\n"));
@@ -197,6 +211,11 @@ fn sleepers_wake_and_spinners_are_preempted() {
     assert_eq!(hist_total, task_total, "histogram counts and per-task counts disagree");
 }
 
+/// perf sched latency's per-thread maximum equals ours. perf rebuilds each delay from its own
+/// trace with heuristics of its own, and now and then loses a delay of a thread with only a
+/// handful (its delay count then differs from ours and from the kernel's accounting): a thread
+/// with ≥ 100 delays must always agree; one with fewer is compared when perf saw as many
+/// delays as we did.
 #[test]
 fn busy_threads_max_delay_matches_perf_sched() {
     let run = run();
@@ -204,11 +223,21 @@ fn busy_threads_max_delay_matches_perf_sched() {
     let mut compared = 0;
     for (_, d) in run.threads.iter().filter(|(p, _)| p == "cpu" || p == "compete") {
         let t = ours(run, d);
-        let Some(p) = run.perf.get(&d.tid) else { panic!("perf sched latency has no row for {} (tid {})", d.name, d.tid) };
+        let Some(p) = run.perf.get(&d.tid) else {
+            panic!("perf sched latency has no row for {} (tid {})", d.name, d.tid)
+        };
         let ours_ms = u(t, "delay_max_ns") as f64 / 1e6;
-        // perf prints ms with 3 decimals: allow its 1 µs resolution besides the 5 %.
-        let tolerance = (0.05 * p.max_ms).max(0.002);
-        lines.push(format!("{:<12} ours max {:>9.3} ms  perf max {:>9.3} ms", d.name, ours_ms, p.max_ms));
+        let count = u(t, "delay_count");
+        lines.push(format!(
+            "{:<12} ours max {:>9.3} ms ({count} delays)  perf max {:>9.3} ms ({} delays)",
+            d.name, ours_ms, p.max_ms, p.switches
+        ));
+        if count < 100 && p.switches != count {
+            lines.push(format!("{:<12} not compared: perf saw {} of our {count} delays", "", p.switches));
+            continue;
+        }
+        // perf prints ms with 3 decimals: allow its 1 µs rounding on top of a 2 µs clock skew.
+        let tolerance = (0.05 * p.max_ms).max(0.003);
         assert!(
             (ours_ms - p.max_ms).abs() <= tolerance,
             "{}: our max delay {ours_ms:.3} ms vs perf sched's {:.3} ms\n{}",
@@ -219,5 +248,5 @@ fn busy_threads_max_delay_matches_perf_sched() {
         compared += 1;
     }
     eprintln!("{}", lines.join("\n"));
-    assert!(compared >= 5, "only {compared} busy threads compared");
+    assert!(compared >= 4 * cpus(), "only {compared} busy threads compared:\n{}", lines.join("\n"));
 }

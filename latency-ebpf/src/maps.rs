@@ -21,8 +21,7 @@ pub static CPU_STATS: PerCpuArray<CpuStats> = PerCpuArray::with_max_entries(1, 0
 
 /// The window maximum per reason, double-buffered: the kernel writes slot `epoch % 2`.
 #[map]
-pub static WINDOW_MAX: PerCpuArray<WindowMax> =
-    PerCpuArray::with_max_entries(WINDOW_SLOTS * Reason::COUNT as u32, 0);
+pub static WINDOW_MAX: PerCpuArray<WindowMax> = PerCpuArray::with_max_entries(WINDOW_SLOTS * Reason::COUNT as u32, 0);
 
 /// The epoch, written by user space when it closes a window.
 #[map]

@@ -36,11 +36,7 @@ fn on_switch(ctx: &BtfTracePointContext) {
         }
         cpu.idle_since_ns = 0;
     } else {
-        let prev_state = if knobs::switch_has_prev_state() {
-            ctx.arg::<u64>(3) as u32
-        } else {
-            prev.state()
-        };
+        let prev_state = if knobs::switch_has_prev_state() { ctx.arg::<u64>(3) as u32 } else { prev.state() };
         // Still runnable: it stays queued and waits to get a CPU back. Exactly the kernel's
         // own rule for run_delay (sched_info_depart re-queues iff TASK_RUNNING).
         let queued = prev_state == TASK_RUNNING;

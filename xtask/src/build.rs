@@ -25,9 +25,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 pub fn daemon(release: bool) -> anyhow::Result<PathBuf> {
     let root = workspace_root();
     let mut build = cmd::cargo()?;
-    build
-        .current_dir(&root)
-        .args(["build", "--package", "latency-daemon"]);
+    build.current_dir(&root).args(["build", "--package", "latency-daemon"]);
     if release {
         build.arg("--release");
     }
@@ -35,10 +33,7 @@ pub fn daemon(release: bool) -> anyhow::Result<PathBuf> {
     let profile = if release { "release" } else { "debug" };
     let binary = target_dir(root).join(profile).join("latency-daemon");
     if !binary.is_file() {
-        bail!(
-            "cargo build succeeded but {} does not exist",
-            binary.display()
-        );
+        bail!("cargo build succeeded but {} does not exist", binary.display());
     }
     Ok(binary)
 }

@@ -15,16 +15,12 @@ pub fn show(cmd: &Command) -> String {
         .filter(|(k, _)| *k != "PATH")
         .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())));
     let words = std::iter::once(cmd.get_program()).chain(cmd.get_args());
-    envs.chain(words.map(|w| w.to_string_lossy().into_owned()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    envs.chain(words.map(|w| w.to_string_lossy().into_owned())).collect::<Vec<_>>().join(" ")
 }
 
 /// Runs with the terminal attached (its output streams as it comes); fails unless it exits 0.
 pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start `{}`", show(cmd)))?;
+    let status = cmd.status().with_context(|| format!("could not start `{}`", show(cmd)))?;
     if !status.success() {
         bail!("`{}` failed ({status})", show(cmd));
     }
@@ -33,9 +29,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 /// Runs quietly and returns stdout; fails unless it exits 0, quoting its stderr.
 pub fn stdout(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start `{}`", show(cmd)))?;
+    let out = cmd.output().with_context(|| format!("could not start `{}`", show(cmd)))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         bail!("`{}` failed ({}): {}", show(cmd), out.status, stderr.trim());

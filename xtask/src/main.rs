@@ -42,7 +42,5 @@ fn main() -> anyhow::Result<()> {
 fn workspace_root() -> PathBuf {
     let xtask_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     // xtask/ is a direct child of the root (see `members` in the root Cargo.toml).
-    xtask_dir
-        .parent()
-        .map_or_else(|| xtask_dir.join(".."), Path::to_path_buf)
+    xtask_dir.parent().map_or_else(|| xtask_dir.join(".."), Path::to_path_buf)
 }

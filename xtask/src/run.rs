@@ -22,11 +22,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
     let daemon = build::daemon(true)?;
-    let args = if args.args.is_empty() {
-        DEFAULT_ARGS.iter().map(OsString::from).collect()
-    } else {
-        args.args
-    };
+    let args = if args.args.is_empty() { DEFAULT_ARGS.iter().map(OsString::from).collect() } else { args.args };
     let mut command = Command::new(&daemon);
     command.args(&args);
     println!("run: {}", crate::cmd::show(&command));

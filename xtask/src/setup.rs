@@ -49,33 +49,22 @@ pub fn ensure(report: Report) -> anyhow::Result<()> {
     let start = Instant::now();
     let root = kernel::is_root();
     if !root || report == Report::EveryStep {
-        line(
-            "running as root",
-            if root { "ok" } else { kernel::NOT_ROOT },
-        );
+        line("running as root", if root { "ok" } else { kernel::NOT_ROOT });
     }
     let checks = checks();
     let mut fixed = 0;
     for check in &checks {
         let name = check.name();
-        if check
-            .is_done()
-            .with_context(|| format!("checking `{name}`"))?
-        {
+        if check.is_done().with_context(|| format!("checking `{name}`"))? {
             if report == Report::EveryStep {
                 line(name, "ok");
             }
             continue;
         }
         line(name, check.doing());
-        check
-            .do_it()
-            .with_context(|| format!("setup step `{name}` failed"))?;
+        check.do_it().with_context(|| format!("setup step `{name}` failed"))?;
         // Re-check so a fix that "succeeded" without the intended effect cannot slip through.
-        if !check
-            .is_done()
-            .with_context(|| format!("re-checking `{name}`"))?
-        {
+        if !check.is_done().with_context(|| format!("re-checking `{name}`"))? {
             bail!("setup step `{name}` ran but is still not done; see the output above");
         }
         line(name, "ok");
@@ -84,10 +73,7 @@ pub fn ensure(report: Report) -> anyhow::Result<()> {
     let took = start.elapsed().as_secs_f64();
     match fixed {
         0 => println!("setup: all {} checks ok ({took:.2} s)", checks.len()),
-        n => println!(
-            "setup: done, {n} of {} checks fixed ({took:.2} s)",
-            checks.len()
-        ),
+        n => println!("setup: done, {n} of {} checks fixed ({took:.2} s)", checks.len()),
     }
     Ok(())
 }

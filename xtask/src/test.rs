@@ -54,10 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         results.push((step.name, began.elapsed(), result.is_ok()));
     }
 
-    println!(
-        "\ntest summary ({:.1} s in all):",
-        start.elapsed().as_secs_f64()
-    );
+    println!("\ntest summary ({:.1} s in all):", start.elapsed().as_secs_f64());
     print_row("setup", setup_took, true);
     for (name, took, ok) in &results {
         print_row(name, *took, *ok);
@@ -82,12 +79,9 @@ fn cargo_test_args(user: &[String]) -> Vec<String> {
         Some(at) => (&user[..at], &user[at + 1..]),
         None => (user, &[][..]),
     };
-    let picks_packages = for_cargo
-        .iter()
-        .any(|arg| arg == "--package" || arg.starts_with("--package=") || arg.starts_with("-p"));
-    let sets_threads = for_tests
-        .iter()
-        .any(|arg| arg.starts_with("--test-threads"));
+    let picks_packages =
+        for_cargo.iter().any(|arg| arg == "--package" || arg.starts_with("--package=") || arg.starts_with("-p"));
+    let sets_threads = for_tests.iter().any(|arg| arg.starts_with("--test-threads"));
 
     // Report every failing test binary, not just the first: CI runs are long.
     let mut args = vec!["test".to_owned(), "--no-fail-fast".to_owned()];
@@ -121,16 +115,7 @@ mod tests {
     fn cargo_args_and_test_args_are_kept_apart() {
         assert_eq!(
             args(&["--release", "bucket", "--", "--nocapture"]),
-            [
-                "test",
-                "--no-fail-fast",
-                "--workspace",
-                "--release",
-                "bucket",
-                "--",
-                "--test-threads=1",
-                "--nocapture"
-            ]
+            ["test", "--no-fail-fast", "--workspace", "--release", "bucket", "--", "--test-threads=1", "--nocapture"]
         );
     }
 
@@ -140,10 +125,7 @@ mod tests {
             args(&["-p", "latency-common"]),
             ["test", "--no-fail-fast", "-p", "latency-common", "--", "--test-threads=1"]
         );
-        assert_eq!(
-            args(&["--package=latency-daemon"])[2],
-            "--package=latency-daemon"
-        );
+        assert_eq!(args(&["--package=latency-daemon"])[2], "--package=latency-daemon");
     }
 
     #[test]

@@ -129,8 +129,13 @@ impl Recorder {
     }
 
     /// Stop it with SIGINT (it reports what it measured) and return its stdout.
-    pub fn stop(mut self) -> String {
-        self.proc.signal(libc::SIGINT);
+    pub fn stop(self) -> String {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Stop it with `signal` and return its stdout.
+    pub fn stop_with(mut self, signal: i32) -> String {
+        self.proc.signal(signal);
         let status = self.proc.wait_timeout(Duration::from_secs(20)).expect("record did not exit after SIGINT");
         let out = self.stdout.take().unwrap().join().unwrap();
         while let Ok(line) = self.stderr.try_recv() {
@@ -141,18 +146,25 @@ impl Recorder {
     }
 }
 
-/// Panics if a program of ours is still loaded: a tracing program on our tracepoints that uses a
-/// map named STAMPS. Uses bpftool, an independent view of the kernel.
+/// Panics if a program of ours is still loaded: a program that uses a map named STAMPS, or
+/// such a map. Uses bpftool, an independent view of the kernel. The kernel frees programs and
+/// maps a little after their last fd closes (RCU, a work queue), so this waits up to 5 s.
 pub fn assert_nothing_attached() {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match leftovers() {
+            None => return,
+            Some(what) if Instant::now() > deadline => panic!("still loaded 5 s after exit: {what}"),
+            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn leftovers() -> Option<String> {
     let progs = bpftool(&["prog", "show"]);
     let maps = bpftool(&["map", "show"]);
-    let ours: std::collections::HashSet<u64> = maps
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["name"] == "STAMPS")
-        .filter_map(|m| m["id"].as_u64())
-        .collect();
+    let ours: std::collections::HashSet<u64> =
+        maps.as_array().unwrap().iter().filter(|m| m["name"] == "STAMPS").filter_map(|m| m["id"].as_u64()).collect();
     let leftover: Vec<String> = progs
         .as_array()
         .unwrap()
@@ -162,11 +174,16 @@ pub fn assert_nothing_attached() {
         })
         .map(|p| format!("{} (id {})", p["name"], p["id"]))
         .collect();
-    assert!(leftover.is_empty() && ours.is_empty(), "still loaded: programs {leftover:?}, STAMPS maps {ours:?}");
+    if leftover.is_empty() && ours.is_empty() {
+        None
+    } else {
+        Some(format!("programs {leftover:?}, STAMPS maps {ours:?}"))
+    }
 }
 
 fn bpftool(args: &[&str]) -> serde_json::Value {
-    let out = Command::new("bpftool").arg("-j").args(args).output().expect("run bpftool (cargo xtask setup installs it)");
+    let out =
+        Command::new("bpftool").arg("-j").args(args).output().expect("run bpftool (cargo xtask setup installs it)");
     assert!(out.status.success(), "bpftool {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     if text.trim().is_empty() {

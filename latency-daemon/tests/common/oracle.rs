@@ -57,7 +57,10 @@ impl PerfSched {
             use std::io::Read as _;
             let _ = e.read_to_string(&mut err);
         }
-        assert!(status.success() || status.code() == Some(130) || status.code().is_none(), "perf record: {status} {err}");
+        assert!(
+            status.success() || status.code() == Some(130) || status.code().is_none(),
+            "perf record: {status} {err}"
+        );
         assert!(!err.contains("lost"), "perf lost events, its numbers are incomplete: {err}");
         let out = Command::new("perf").args(["sched", "latency", "-p", "-i"]).arg(&self.file).output().unwrap();
         assert!(out.status.success(), "perf sched latency: {}", String::from_utf8_lossy(&out.stderr));

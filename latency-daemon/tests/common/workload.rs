@@ -1,8 +1,12 @@
 //! Named workload threads in this test process (names via prctl, as `ps`/perf/our comm show
-//! them). Each thread does its work, then parks — blocked, so it accrues no further run-queue
-//! delay — until the test releases it, so per-thread oracles can be read at leisure.
+//! them). Each thread does its work, reads its own `run_delay`, then parks — blocked, so it
+//! accrues no further run-queue delay — until the test releases it.
 use std::{
-    sync::{Arc, Barrier, Condvar, Mutex, mpsc},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
     time::{Duration, Instant},
 };
 
@@ -13,6 +17,8 @@ pub struct Done {
     pub tid: u32,
     /// Loop iterations: sleeps completed for sleepers, 0 for spinners.
     pub sleeps: u64,
+    /// Its `run_delay` (`/proc/thread-self/schedstat`), read as its last act before parking.
+    pub run_delay_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,22 +30,18 @@ pub enum Kind {
 }
 
 /// Parked threads, released when this is dropped.
+#[derive(Default)]
 pub struct Park {
-    gate: Arc<(Mutex<bool>, Condvar)>,
+    open: Arc<AtomicBool>,
     handles: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Default for Park {
-    fn default() -> Self {
-        Park { gate: Arc::new((Mutex::new(false), Condvar::new())), handles: Vec::new() }
-    }
 }
 
 impl Drop for Park {
     fn drop(&mut self) {
-        let (lock, cv) = &*self.gate;
-        *lock.lock().unwrap() = true;
-        cv.notify_all();
+        self.open.store(true, Ordering::SeqCst);
+        for h in &self.handles {
+            h.thread().unpark();
+        }
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
@@ -59,20 +61,28 @@ pub fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-/// Run `threads` threads of `kind` named `prefix/i` for `secs`, all started together; returns
-/// once every thread is done and parked.
+/// This thread's `run_delay` in ns.
+fn own_run_delay() -> u64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    text.split_whitespace().nth(1).and_then(|f| f.parse().ok()).unwrap_or(0)
+}
+
+/// Run `threads` threads of `kind` named `prefix/i` for `secs` each, from when each starts;
+/// returns once every thread is done and parked.
+///
+/// No start barrier, and parking with `thread::park` (no lock to contend) after reading
+/// run_delay: a thread that sleeps can be left on its run queue by EEVDF's delayed dequeue and
+/// migrated while asleep, and the kernel's run_delay then counts part of that sleep as waiting
+/// (perf sched and our program, rightly, see no wait there).
 pub fn phase(park: &mut Park, prefix: &str, kind: Kind, threads: usize, secs: f64) -> Vec<Done> {
     let (tx, rx) = mpsc::channel();
-    let start = Arc::new(Barrier::new(threads));
     for i in 0..threads {
         let name = format!("{prefix}/{i}");
         let tx = tx.clone();
-        let start = start.clone();
-        let gate = park.gate.clone();
+        let open = park.open.clone();
         park.handles.push(std::thread::spawn(move || {
             set_thread_name(name.as_bytes());
             let tid = gettid();
-            start.wait();
             let until = Instant::now() + Duration::from_secs_f64(secs);
             let mut sleeps = 0u64;
             match kind {
@@ -92,11 +102,10 @@ pub fn phase(park: &mut Park, prefix: &str, kind: Kind, threads: usize, secs: f6
                     }
                 }
             }
-            tx.send(Done { name, tid, sleeps }).unwrap();
-            let (lock, cv) = &*gate;
-            let mut open = lock.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
+            let run_delay_ns = own_run_delay();
+            let _ = tx.send(Done { name, tid, sleeps, run_delay_ns });
+            while !open.load(Ordering::SeqCst) {
+                std::thread::park();
             }
         }));
     }

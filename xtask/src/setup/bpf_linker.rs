@@ -34,9 +34,7 @@ impl Check for BpfLinker {
     fn do_it(&self) -> anyhow::Result<()> {
         let llvm = NightlyLlvm::detect()?;
         println!("  {}", installed(&llvm)?.describe(&llvm.file_name));
-        let prefix = cmd::cargo_home()?
-            .join("bpf-linker-llvm")
-            .join(&llvm.file_name);
+        let prefix = cmd::cargo_home()?.join("bpf-linker-llvm").join(&llvm.file_name);
         link_prefix(&prefix, &llvm)?;
         let mut install = cmd::cargo()?;
         // --force: a bpf-linker of the same version but for another libLLVM must be replaced,
@@ -46,10 +44,7 @@ impl Check for BpfLinker {
             .args(["--no-default-features", "--features"])
             .arg(format!("llvm-{}", llvm.major))
             .env("LLVM_PREFIX", &prefix);
-        println!(
-            "  $ {}   (about 90 s; cargo's output follows)",
-            cmd::show(&install)
-        );
+        println!("  $ {}   (about 90 s; cargo's output follows)", cmd::show(&install));
         cmd::run(&mut install)
     }
 }
@@ -74,26 +69,19 @@ impl NightlyLlvm {
             .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect::<io::Result<Vec<_>>>()
             .with_context(|| format!("listing {}", lib_dir.display()))?;
-        let file_name = pick_libllvm(&names)
-            .with_context(|| format!("finding nightly's libLLVM in {}", lib_dir.display()))?;
+        let file_name =
+            pick_libllvm(&names).with_context(|| format!("finding nightly's libLLVM in {}", lib_dir.display()))?;
         let version = cmd::stdout(Command::new("rustc").args(["+nightly", "-vV"]))?;
-        let major = llvm_major(&version).with_context(|| {
-            format!("no `LLVM version: N.…` line in `rustc +nightly -vV`:\n{version}")
-        })?;
-        Ok(Self {
-            lib_dir,
-            file_name,
-            major,
-        })
+        let major = llvm_major(&version)
+            .with_context(|| format!("no `LLVM version: N.…` line in `rustc +nightly -vV`:\n{version}"))?;
+        Ok(Self { lib_dir, file_name, major })
     }
 }
 
 /// The shared library among the sysroot's files, e.g. `libLLVM.so.22.1-rust-1.97.0-nightly`.
 /// Its sibling `libLLVM-22-rust-….so` is a 43-byte linker script, not the library.
 fn pick_libllvm(names: &[String]) -> anyhow::Result<String> {
-    let mut found = names
-        .iter()
-        .filter(|name| name.starts_with("libLLVM.so.") && name.contains("-rust-"));
+    let mut found = names.iter().filter(|name| name.starts_with("libLLVM.so.") && name.contains("-rust-"));
     match (found.next(), found.next()) {
         (Some(one), None) => Ok(one.clone()),
         (None, _) => bail!("no file named libLLVM.so.<version>-rust-<version> (among {names:?})"),
@@ -105,9 +93,7 @@ fn pick_libllvm(names: &[String]) -> anyhow::Result<String> {
 
 /// The LLVM major version from `rustc -vV` (`LLVM version: 22.1.4` → 22).
 fn llvm_major(rustc_vv: &str) -> Option<u32> {
-    let version = rustc_vv
-        .lines()
-        .find_map(|line| line.strip_prefix("LLVM version:"))?;
+    let version = rustc_vv.lines().find_map(|line| line.strip_prefix("LLVM version:"))?;
     version.trim().split('.').next()?.parse().ok()
 }
 
@@ -125,21 +111,13 @@ enum Installed {
 impl Installed {
     fn describe(&self, wanted: &str) -> String {
         match self {
-            Self::Missing => {
-                "bpf-linker is not installed (not on PATH nor in $CARGO_HOME/bin)".into()
-            }
+            Self::Missing => "bpf-linker is not installed (not on PATH nor in $CARGO_HOME/bin)".into(),
             Self::Broken(path) => format!("{} does not run (`--version` fails)", path.display()),
             Self::OtherLlvm(path, Some(lib)) => {
-                format!(
-                    "{} uses {lib}, nightly ships {wanted}; rebuilding",
-                    path.display()
-                )
+                format!("{} uses {lib}, nightly ships {wanted}; rebuilding", path.display())
             }
             Self::OtherLlvm(path, None) => {
-                format!(
-                    "{} does not load a shared libLLVM; rebuilding for {wanted}",
-                    path.display()
-                )
+                format!("{} does not load a shared libLLVM; rebuilding for {wanted}", path.display())
             }
             Self::Good(path) => format!("{} is fine", path.display()),
         }
@@ -152,10 +130,7 @@ fn installed(llvm: &NightlyLlvm) -> anyhow::Result<Installed> {
     let Some(linker) = find_executable("bpf-linker", dirs) else {
         return Ok(Installed::Missing);
     };
-    let runs = Command::new(&linker)
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
+    let runs = Command::new(&linker).arg("--version").output().is_ok_and(|out| out.status.success());
     if !runs {
         return Ok(Installed::Broken(linker));
     }
@@ -166,10 +141,7 @@ fn installed(llvm: &NightlyLlvm) -> anyhow::Result<Installed> {
 /// A bpf-linker that runs is good if `ldd` shows it loading the libLLVM nightly ships, by name.
 fn judge_ldd(linker: PathBuf, ldd: &str, wanted: &str) -> Installed {
     match ldd_libllvm(ldd) {
-        Some(LddLine {
-            name,
-            resolved: true,
-        }) if name == wanted => Installed::Good(linker),
+        Some(LddLine { name, resolved: true }) if name == wanted => Installed::Good(linker),
         Some(LddLine { name, .. }) => Installed::OtherLlvm(linker, Some(name)),
         None => Installed::OtherLlvm(linker, None),
     }
@@ -177,10 +149,9 @@ fn judge_ldd(linker: PathBuf, ldd: &str, wanted: &str) -> Installed {
 
 /// The first executable file called `name` in `dirs`, like the shell's lookup.
 fn find_executable(name: &str, dirs: impl IntoIterator<Item = PathBuf>) -> Option<PathBuf> {
-    dirs.into_iter().map(|dir| dir.join(name)).find(|path| {
-        fs::metadata(path)
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    })
+    dirs.into_iter()
+        .map(|dir| dir.join(name))
+        .find(|path| fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0))
 }
 
 /// The libLLVM line of `ldd` output.
@@ -196,10 +167,8 @@ fn ldd_libllvm(ldd: &str) -> Option<LddLine> {
     ldd.lines().find_map(|line| {
         let (name, target) = line.trim().split_once("=>")?;
         let name = name.trim();
-        name.starts_with("libLLVM").then(|| LddLine {
-            name: name.to_owned(),
-            resolved: !target.trim().starts_with("not found"),
-        })
+        name.starts_with("libLLVM")
+            .then(|| LddLine { name: name.to_owned(), resolved: !target.trim().starts_with("not found") })
     })
 }
 
@@ -223,12 +192,10 @@ fn replace_symlink(link: &Path, target: &Path) -> anyhow::Result<()> {
         Ok(_) => fs::remove_file(link).with_context(|| format!("removing {}", link.display()))?,
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => {
-            return Err(err)
-                .with_context(|| format!("{} exists and is not a symlink", link.display()));
+            return Err(err).with_context(|| format!("{} exists and is not a symlink", link.display()));
         }
     }
-    symlink(target, link)
-        .with_context(|| format!("linking {} -> {}", link.display(), target.display()))
+    symlink(target, link).with_context(|| format!("linking {} -> {}", link.display(), target.display()))
 }
 
 #[cfg(test)]
@@ -261,20 +228,14 @@ mod tests {
             "librustc_driver-b5a965480ee51f9a.so",
             "rustlib",
         ]);
-        assert_eq!(
-            pick_libllvm(&listing).ok().as_deref(),
-            Some("libLLVM.so.22.1-rust-1.97.0-nightly")
-        );
+        assert_eq!(pick_libllvm(&listing).ok().as_deref(), Some("libLLVM.so.22.1-rust-1.97.0-nightly"));
     }
 
     #[test]
     fn no_library_or_two_libraries_is_an_error() {
         assert!(pick_libllvm(&names(&["libLLVM-22-rust-1.97.0-nightly.so", "rustlib"])).is_err());
         assert!(pick_libllvm(&[]).is_err());
-        let two = names(&[
-            "libLLVM.so.22.1-rust-1.97.0-nightly",
-            "libLLVM.so.23.1-rust-1.98.0-nightly",
-        ]);
+        let two = names(&["libLLVM.so.22.1-rust-1.97.0-nightly", "libLLVM.so.23.1-rust-1.98.0-nightly"]);
         assert!(pick_libllvm(&two).is_err());
     }
 
@@ -289,10 +250,7 @@ mod tests {
     fn ldd_resolved_libllvm() {
         assert_eq!(
             ldd_libllvm(LDD_GOOD),
-            Some(LddLine {
-                name: "libLLVM.so.22.1-rust-1.97.0-nightly".into(),
-                resolved: true
-            })
+            Some(LddLine { name: "libLLVM.so.22.1-rust-1.97.0-nightly".into(), resolved: true })
         );
     }
 
@@ -301,10 +259,7 @@ mod tests {
         let ldd = "\tlinux-vdso.so.1 (0x0)\n\tlibLLVM.so.21.1-rust-1.93.0-nightly => not found\n";
         assert_eq!(
             ldd_libllvm(ldd),
-            Some(LddLine {
-                name: "libLLVM.so.21.1-rust-1.93.0-nightly".into(),
-                resolved: false
-            })
+            Some(LddLine { name: "libLLVM.so.21.1-rust-1.93.0-nightly".into(), resolved: false })
         );
     }
 
@@ -318,36 +273,21 @@ mod tests {
     fn judged_by_the_libllvm_name_nightly_ships() {
         let linker = PathBuf::from("/root/.cargo/bin/bpf-linker");
         let judge = |ldd, wanted| judge_ldd(linker.clone(), ldd, wanted);
-        assert_eq!(
-            judge(LDD_GOOD, "libLLVM.so.22.1-rust-1.97.0-nightly"),
-            Installed::Good(linker.clone())
-        );
+        assert_eq!(judge(LDD_GOOD, "libLLVM.so.22.1-rust-1.97.0-nightly"), Installed::Good(linker.clone()));
         // nightly was updated: same binary, now stale
         assert_eq!(
             judge(LDD_GOOD, "libLLVM.so.23.1-rust-1.99.0-nightly"),
-            Installed::OtherLlvm(
-                linker.clone(),
-                Some("libLLVM.so.22.1-rust-1.97.0-nightly".into())
-            )
+            Installed::OtherLlvm(linker.clone(), Some("libLLVM.so.22.1-rust-1.97.0-nightly".into()))
         );
         let gone = "\tlibLLVM.so.22.1-rust-1.97.0-nightly => not found\n";
-        assert!(matches!(
-            judge(gone, "libLLVM.so.22.1-rust-1.97.0-nightly"),
-            Installed::OtherLlvm(..)
-        ));
-        assert_eq!(
-            judge("\tlibc.so.6 => /lib/libc.so.6 (0x0)\n", "x"),
-            Installed::OtherLlvm(linker.clone(), None)
-        );
+        assert!(matches!(judge(gone, "libLLVM.so.22.1-rust-1.97.0-nightly"), Installed::OtherLlvm(..)));
+        assert_eq!(judge("\tlibc.so.6 => /lib/libc.so.6 (0x0)\n", "x"), Installed::OtherLlvm(linker.clone(), None));
     }
 
     #[test]
     fn not_installed_when_no_directory_has_it() {
         let empty = env::temp_dir().join(format!("xtask-no-bpf-linker-{}", std::process::id()));
-        assert_eq!(
-            find_executable("bpf-linker", [empty.join("bin"), empty]),
-            None
-        );
+        assert_eq!(find_executable("bpf-linker", [empty.join("bin"), empty]), None);
         assert_eq!(find_executable("bpf-linker", Vec::new()), None);
     }
 

@@ -9,15 +9,8 @@ use anyhow::Context as _;
 use super::Check;
 use crate::cmd;
 
-const PACKAGES: &[&str] = &[
-    "linux-perf",
-    "bpftool",
-    "libbpf-tools",
-    "rt-tests",
-    "stress-ng",
-    "prometheus",
-    "prometheus-alertmanager",
-];
+const PACKAGES: &[&str] =
+    &["linux-perf", "bpftool", "libbpf-tools", "rt-tests", "stress-ng", "prometheus", "prometheus-alertmanager"];
 
 #[derive(Debug)]
 pub struct DebPackages;
@@ -70,9 +63,8 @@ fn missing<'a>(wanted: &[&'a str], dpkg_query: &str) -> Vec<&'a str> {
         .copied()
         .filter(|pkg| {
             !dpkg_query.lines().any(|line| {
-                line.split_once(' ').is_some_and(|(name, status)| {
-                    name == *pkg && status.trim() == "install ok installed"
-                })
+                line.split_once(' ')
+                    .is_some_and(|(name, status)| name == *pkg && status.trim() == "install ok installed")
             })
         })
         .collect()
@@ -113,9 +105,7 @@ impl Drop for NoServiceStarts {
         if self.written
             && let Err(err) = fs::remove_file(POLICY_RC_D)
         {
-            eprintln!(
-                "setup: could not remove the temporary {POLICY_RC_D}: {err}; delete it by hand"
-            );
+            eprintln!("setup: could not remove the temporary {POLICY_RC_D}: {err}; delete it by hand");
         }
     }
 }

@@ -41,13 +41,8 @@ impl Check for RustSrc {
         "installing"
     }
     fn is_done(&self) -> anyhow::Result<bool> {
-        let installed = cmd::stdout(Command::new("rustup").args([
-            "component",
-            "list",
-            "--toolchain",
-            "nightly",
-            "--installed",
-        ]))?;
+        let installed =
+            cmd::stdout(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))?;
         Ok(installed.lines().any(|line| line.trim() == "rust-src"))
     }
     fn do_it(&self) -> anyhow::Result<()> {
@@ -64,9 +59,7 @@ fn has_nightly(toolchain_list: &str) -> bool {
     toolchain_list.lines().any(|line| {
         let name = line.split_whitespace().next().unwrap_or_default();
         name == "nightly"
-            || name
-                .strip_prefix("nightly-")
-                .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+            || name.strip_prefix("nightly-").is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
     })
 }
 

@@ -1,0 +1,81 @@
+//! Parsed [`Btf`] in; the `task_struct` offsets and `rq->clock` pointer chain the kernel program
+//! reads out, each member checked against the size of the load the kernel program does.
+
+use super::{Btf, BtfError, Member};
+
+/// Offsets of what the kernel program reads from `struct task_struct`, and tracepoint shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskLayout {
+    pub pid: Member,
+    pub tgid: Member,
+    pub comm: Member,
+    pub prio: Member,
+    /// `__state` (5.14+) or `state` (older kernels)
+    pub state: Member,
+    /// true when the sched_switch tracepoint passes `prev_state` (4 args: preempt, prev, next,
+    /// prev_state; since 5.18)
+    pub switch_has_prev_state: bool,
+}
+
+/// The pointer chain from a task to its run queue's clock (`rq->clock`, what the kernel's own
+/// `run_delay` accounting reads): `task->se.cfs_rq->rq->clock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RqClockLayout {
+    pub task_se_cfs_rq: Member,
+    pub cfs_rq_rq: Member,
+    pub rq_clock: Member,
+}
+
+impl Btf {
+    /// Everything the kernel program needs from `task_struct`, with sizes checked against the
+    /// loads it does: 4-byte pid/tgid/prio/state and the 16-byte comm (TASK_COMM_LEN).
+    pub fn task_layout(&self) -> Result<TaskLayout, BtfError> {
+        const TASK: &str = "task_struct";
+        let sized = |member: &str, expected: u32| -> Result<Member, BtfError> {
+            let m = self.member(TASK, member)?;
+            check_size(TASK, member, m, &[expected])
+        };
+        let state = match self.member(TASK, "__state") {
+            Ok(m) => check_size(TASK, "__state", m, &[4])?,
+            // Before 5.14 it was `volatile long state`. Every state bit is in its low 4 bytes, and
+            // on a little-endian kernel (the only BTF we accept) those come first, so the kernel
+            // program's 4-byte load at this offset still reads the state.
+            Err(BtfError::MemberNotFound { .. }) => check_size(TASK, "state", self.member(TASK, "state")?, &[4, 8])?,
+            Err(e) => return Err(e),
+        };
+        Ok(TaskLayout {
+            pid: sized("pid", 4)?,
+            tgid: sized("tgid", 4)?,
+            comm: sized("comm", 16)?,
+            prio: sized("prio", 4)?,
+            state,
+            switch_has_prev_state: self.tracepoint_arity("sched_switch")? >= 4,
+        })
+    }
+
+    /// Offsets to reach `rq->clock` from a task; needs CONFIG_FAIR_GROUP_SCHED (`cfs_rq.rq`).
+    pub fn rq_clock_layout(&self) -> Result<RqClockLayout, BtfError> {
+        let ptr = |s: &str, member: &str| -> Result<Member, BtfError> {
+            let m = self.member(s, member)?;
+            check_size(s, member, m, &[8])
+        };
+        Ok(RqClockLayout {
+            task_se_cfs_rq: ptr("task_struct", "se.cfs_rq")?,
+            cfs_rq_rq: ptr("cfs_rq", "rq")?,
+            rq_clock: ptr("rq", "clock")?,
+        })
+    }
+}
+
+/// `allowed[0]` is the size current kernels use and the one an error reports as expected.
+fn check_size(struct_name: &str, member: &str, m: Member, allowed: &[u32]) -> Result<Member, BtfError> {
+    if allowed.contains(&m.size) {
+        return Ok(m);
+    }
+    Err(BtfError::SizeMismatch {
+        struct_name: struct_name.to_owned(),
+        member: member.to_owned(),
+        expected: allowed.first().copied().unwrap_or_default(),
+        found: m.size,
+    })
+}

@@ -1,0 +1,184 @@
+//! `record` and `check` as a user meets them: bad input is one line and exit 2 with nothing
+//! attached; missing privileges are named; full maps and discarded delays are counted; hostile
+//! thread names cannot break either output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    process::{Command, Output},
+    time::Duration,
+};
+
+use common::{
+    DAEMON, Recorder, assert_nothing_attached,
+    workload::{Kind, Park, cpus, phase, set_thread_name},
+};
+use serde_json::Value;
+
+fn daemon(args: &[&str]) -> Output {
+    Command::new(DAEMON).args(args).output().expect("run latency-daemon")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit 2, exactly one line on stderr that contains `needle`, and nothing left attached.
+fn assert_usage_error(args: &[&str], needle: &str) {
+    let out = daemon(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err:?}");
+    assert!(err.contains(needle), "{args:?}: {err:?} does not mention {needle:?}");
+    assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+    assert_nothing_attached();
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    assert_usage_error(&["record", "--bogus"], "--bogus");
+    assert_usage_error(&["record", "--duration", "soon"], "soon");
+    assert_usage_error(&["record", "--duration", "0s"], "greater than zero");
+    assert_usage_error(&["record", "--pid", "4194305"], "no such process");
+    assert_usage_error(&["record", "--pid", "12abc"], "not a process id");
+    assert_usage_error(&["record", "--clock", "tsc"], "tsc");
+    assert_usage_error(&["frobnicate"], "frobnicate");
+    let help = daemon(&["record", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--duration"));
+}
+
+#[test]
+fn check_says_ready_here() {
+    let out = daemon(&["check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    for line in ["kernel:", "BTF:", "capabilities: ok", "load+attach:  ok", "ready"] {
+        assert!(text.contains(line), "check output lacks {line:?}:\n{text}");
+    }
+    assert_nothing_attached();
+}
+
+#[test]
+fn without_capabilities_the_missing_ones_are_named() {
+    // Root, but with an empty bounding set: the exec'd daemon has no effective capabilities.
+    let drop_all = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--bounding-set=-all", "--inh-caps=-all", "--"])
+            .arg(DAEMON)
+            .args(args)
+            .output()
+            .expect("setpriv (util-linux)")
+    };
+    let out = drop_all(&["record", "--duration", "1s"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    let out = drop_all(&["check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("MISSING CAP_BPF, CAP_PERFMON") && text.contains("not ready"), "{text}");
+    assert_nothing_attached();
+}
+
+fn record_json(args: &[&str], work: impl FnOnce()) -> Value {
+    let mut all = vec!["--duration", "10m", "--json"];
+    all.extend_from_slice(args);
+    let rec = Recorder::start(&all);
+    work();
+    let json = rec.stop();
+    assert_nothing_attached();
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("not JSON ({e}): {json}"))
+}
+
+#[test]
+fn a_full_task_map_is_counted_not_hidden() {
+    let mut park = Park::default();
+    let me = std::process::id().to_string();
+    let v = record_json(&["--max-tasks", "2", "--pid", &me], || {
+        phase(&mut park, "many", Kind::Sleep1ms, 6, 0.3);
+    });
+    let tasks = v["tasks"].as_array().unwrap();
+    assert!(tasks.len() <= 2, "{} tasks in a map of 2", tasks.len());
+    assert!(v["lost"]["tasks"].as_u64().unwrap() > 0, "6 threads in a map of 2 lost nothing: {}", v["lost"]);
+}
+
+#[test]
+fn delays_over_the_ceiling_are_discarded_and_counted() {
+    let mut park = Park::default();
+    let me = std::process::id().to_string();
+    // 4×CPUs spinners wait several ms for each turn: far above a 1 ms ceiling.
+    let v = record_json(&["--ceiling", "1ms", "--pid", &me], || {
+        phase(&mut park, "over", Kind::Spin, 4 * cpus(), 1.0);
+    });
+    let discarded = v["discarded"]["over_ceiling"].as_u64().unwrap();
+    assert!(discarded > 10, "only {discarded} delays over 1 ms discarded");
+    for reason in ["wakeup", "preempt"] {
+        let h = &v["histograms"][reason];
+        assert!(h["max_ns"].as_u64().unwrap() <= 1_000_000, "{reason}: max {} over the ceiling", h["max_ns"]);
+        for b in h["buckets"].as_array().unwrap() {
+            let le = b["le_seconds"].as_f64().expect("no overflow bucket expected");
+            assert!(le <= 1e-3 * 2f64.powf(1.0 / 8.0), "{reason}: bucket le {le} above the ceiling");
+        }
+    }
+}
+
+#[test]
+fn hostile_thread_names_keep_both_outputs_intact() {
+    let hostile: &[u8] = b"a\"b\\c\nd\xff\xfe";
+    let me = std::process::id().to_string();
+    let run = || {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            set_thread_name(hostile);
+            // Sleep-wake a few times so the thread has delays.
+            for _ in 0..50 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = rx.recv();
+        });
+        (t, tx)
+    };
+
+    let (t, tx) = run();
+    let v = {
+        let rec = Recorder::start(&["--duration", "10m", "--json", "--pid", &me]);
+        let (t2, tx2) = run();
+        std::thread::sleep(Duration::from_millis(300));
+        let json = rec.stop();
+        drop(tx2);
+        t2.join().unwrap();
+        serde_json::from_str::<Value>(&json).unwrap_or_else(|e| panic!("hostile name broke the JSON ({e}): {json}"))
+    };
+    let names: Vec<&str> = v["tasks"].as_array().unwrap().iter().filter_map(|t| t["comm"].as_str()).collect();
+    assert!(names.contains(&"a\"b\\c\nd\u{fffd}\u{fffd}"), "hostile name not reported as is: {names:?}");
+
+    // Text: the name is escaped, so it stays on one table row.
+    let rec = Recorder::start(&["--duration", "10m", "--pid", &me, "--top", "0"]);
+    let (t3, tx3) = run();
+    std::thread::sleep(Duration::from_millis(300));
+    let text = rec.stop();
+    drop(tx3);
+    t3.join().unwrap();
+    drop(tx);
+    t.join().unwrap();
+    let row =
+        text.lines().find(|l| l.contains("a\"b\\\\c\\x0ad")).unwrap_or_else(|| panic!("no escaped row in:\n{text}"));
+    assert!(row.contains('|'), "{row}");
+    assert!(!text.lines().any(|l| l.starts_with('d') && l.contains('\u{fffd}')), "a raw newline split a row:\n{text}");
+    assert_nothing_attached();
+}
+
+#[test]
+fn sigterm_reports_and_detaches() {
+    let rec = Recorder::start(&["--duration", "10m", "--json"]);
+    std::thread::sleep(Duration::from_millis(500));
+    // Recorder::stop sends SIGINT; SIGTERM must behave the same.
+    let json = rec.stop_with(libc::SIGTERM);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert!(v["duration_ns"].as_u64().unwrap() >= 400_000_000);
+    assert!(v["cpus"].as_array().unwrap().len() >= cpus());
+    assert_nothing_attached();
+}
