@@ -236,8 +236,10 @@ fn busy_threads_max_delay_matches_perf_sched() {
             lines.push(format!("{:<12} not compared: perf saw {} of our {count} delays", "", p.switches));
             continue;
         }
-        // perf prints ms with 3 decimals: allow its 1 µs rounding on top of a 2 µs clock skew.
-        let tolerance = (0.05 * p.max_ms).max(0.003);
+        // 5 %, plus 5 µs: perf prints ms with 3 decimals, and its probe and ours run at different
+        // points of the same tracepoints, a few µs apart on a busy VM — which only matters for
+        // a lone spinner whose worst wait is tens of µs.
+        let tolerance = 0.05 * p.max_ms + 0.005;
         assert!(
             (ours_ms - p.max_ms).abs() <= tolerance,
             "{}: our max delay {ours_ms:.3} ms vs perf sched's {:.3} ms\n{}",
