@@ -31,6 +31,14 @@ pub struct Knobs {
     pub task_se_cfs_rq: u32,
     pub cfs_rq_rq: u32,
     pub rq_clock: u32,
+    /// 1 to add each delay to its cgroup's histogram in `CGROUPS` (a per-CPU hash update).
+    pub cgroups: u32,
+    /// Offsets of `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn`, `kernfs_node.id`:
+    /// the cgroup v2 id of a task (used only with `cgroups`).
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
 }
 
 impl Knobs {
@@ -49,6 +57,11 @@ impl Knobs {
         task_se_cfs_rq: 0,
         cfs_rq_rq: 0,
         rq_clock: 0,
+        cgroups: 0,
+        task_cgroups: 0,
+        css_set_dfl_cgrp: 0,
+        cgroup_kn: 0,
+        kernfs_node_id: 0,
     };
 }
 
@@ -70,7 +83,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 56);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 80);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

@@ -20,6 +20,9 @@ pub mod names {
     pub const TASKS: &str = "TASKS";
     /// tids/tgids to keep when filtering is on (`HashMap<u32, u8>`).
     pub const FILTER: &str = "FILTER";
+    /// Per-CPU coarse histogram per cgroup v2 id of the task that waited
+    /// (`PerCpuHashMap<u64, CgroupHist>`).
+    pub const CGROUPS: &str = "CGROUPS";
 
     /// Programs, one per tracepoint; the program name is the tracepoint name.
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
@@ -85,17 +88,21 @@ pub enum Lost {
     Stamps = 0,
     /// The per-task map was full: a new task's statistics were not kept.
     Tasks = 1,
+    /// The per-cgroup map was full: a delay was not added to its cgroup's histogram (it is
+    /// still in the per-CPU histograms).
+    Cgroups = 2,
 }
 
 impl Lost {
-    pub const COUNT: usize = 2;
-    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks];
+    pub const COUNT: usize = 3;
+    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks, Lost::Cgroups];
 
     /// The map the loss belongs to, as a label value.
     pub const fn map(self) -> &'static str {
         match self {
             Lost::Stamps => "stamps",
             Lost::Tasks => "tasks",
+            Lost::Cgroups => "cgroups",
         }
     }
 }
@@ -130,6 +137,32 @@ pub struct Histogram {
 
 impl Histogram {
     pub const ZERO: Histogram = Histogram { sum_ns: 0, buckets: [0; BUCKETS] };
+}
+
+/// Buckets of a per-cgroup histogram: every other octave, so bucket `m` holds delays up to
+/// `2^(-20 + 2m)` s (m = 0: ≤ 2^-20 s ≈ 0.95 µs … m = 13: ≤ 64 s); the last holds what is above
+/// 64 s. Each bound is a boundary of the fine buckets, so coarsening is exact.
+pub const CGROUP_BUCKETS: usize = 15;
+
+/// The coarse cgroup bucket of fine bucket `k` (see [`crate::buckets`]).
+#[inline(always)]
+pub const fn cgroup_bucket(k: usize) -> usize {
+    // Octave j = ceil((k + NATIVE_OFFSET) / 8) + 20 = (k + 7) / 8 for k ≥ 1 (0 for the zero
+    // bucket); pairs of octaves share a coarse bucket.
+    let m = (((k + 7) >> 3) + 1) >> 1;
+    if m < CGROUP_BUCKETS - 1 { m } else { CGROUP_BUCKETS - 1 }
+}
+
+/// One cgroup's delays on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupHist {
+    pub sum_ns: u64,
+    pub buckets: [u64; CGROUP_BUCKETS],
+}
+
+impl CgroupHist {
+    pub const ZERO: CgroupHist = CgroupHist { sum_ns: 0, buckets: [0; CGROUP_BUCKETS] };
 }
 
 /// Per-CPU counters, one entry per CPU.
@@ -253,6 +286,7 @@ impl TaskStats {
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (5 + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
+const _: () = assert!(core::mem::size_of::<CgroupHist>() == 128);
 const _: () = assert!(core::mem::size_of::<WindowMax>() == 80);
 const _: () = assert!(core::mem::size_of::<TaskStats>() == 104);
 const _: () = assert!(core::mem::align_of::<WindowMax>() == 8);
@@ -267,6 +301,7 @@ mod pod {
     unsafe impl aya::Pod for super::Control {}
     unsafe impl aya::Pod for super::WindowMax {}
     unsafe impl aya::Pod for super::TaskStats {}
+    unsafe impl aya::Pod for super::CgroupHist {}
 }
 
 #[cfg(test)]
@@ -281,6 +316,21 @@ mod tests {
             }
         }
         assert_ne!(stamp_pack(1, Reason::Wakeup), 0);
+    }
+
+    #[test]
+    fn cgroup_buckets_are_pairs_of_octaves() {
+        use crate::buckets::{BUCKETS, UPPER_NS, bucket_of};
+        // Bucket m holds up to 2^(-20+2m) s: check both sides of every coarse boundary.
+        for m in 0..CGROUP_BUCKETS - 1 {
+            let bound_ns = 1e9 * 2f64.powi(-20 + 2 * m as i32);
+            let below = bound_ns.floor() as u64;
+            assert_eq!(cgroup_bucket(bucket_of(below)), m, "at {below} ns");
+            assert_eq!(cgroup_bucket(bucket_of(below + 1)), m + 1, "above {below} ns");
+        }
+        assert_eq!(cgroup_bucket(0), 0);
+        assert_eq!(cgroup_bucket(BUCKETS - 1), CGROUP_BUCKETS - 1);
+        assert_eq!(cgroup_bucket(bucket_of(UPPER_NS[BUCKETS - 2])), CGROUP_BUCKETS - 1);
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub fn check() -> bool {
             filter: Vec::new(),
             ceiling_ns: u64::MAX,
             clock: Default::default(),
+            // Every optional feature on, so the verifier checks all of the program.
+            cgroups: true,
+            max_cgroups: 16,
         };
         match Probe::load(&options) {
             Ok(probe) => {

@@ -1,8 +1,12 @@
 //! Command line: clap definitions in, validated command out. Usage errors become one line and
 //! exit code 2 in `main`; everything here is pure so it can be tested without root.
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
 
 /// Run-queue latency monitor: how long runnable tasks wait for a CPU (wakeup-to-run delay).
 #[derive(Debug, Parser)]
@@ -18,6 +22,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Check that this machine can run the monitor (kernel, BTF, capabilities, load/attach).
     Check,
+    /// Run until stopped, serving Prometheus metrics; SIGHUP re-reads the --config file.
+    Run(RunArgs),
 }
 
 #[derive(Debug, Args)]
@@ -54,6 +60,74 @@ pub struct RecordArgs {
     pub clock: ClockArg,
 }
 
+/// Settings of `run` from one source. The same struct is the schema of the `--config` file
+/// (key = field name) and of the `RUNQLAT_<FIELD>` variables (see `config`), so a flag, its key
+/// and its variable cannot drift apart. No field has a clap default: "not given" must stay visible
+/// so that the environment, the file or the built-in default can fill it, in that order.
+#[derive(Clone, Debug, Default, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[command(after_help = "Every setting except --config can also be given in the environment as \
+    RUNQLAT_<NAME> (e.g. RUNQLAT_TOP_CGROUPS=50) or in the --config file as <name> (e.g. top_cgroups = 50). \
+    A flag wins over the environment, which wins over the file.")]
+pub struct RunArgs {
+    /// TOML file with any of the settings below (env RUNQLAT_CONFIG)
+    #[arg(long, value_name = "PATH")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Where to serve /metrics; `:PORT` means every IPv4 interface [default: 0.0.0.0:9954]
+    #[arg(long, visible_alias = "web.listen-address", value_name = "ADDR:PORT", value_parser = parse_listen)]
+    #[serde(deserialize_with = "crate::config::format::de_listen")]
+    pub listen: Option<SocketAddr>,
+
+    /// How often to read the kernel's counters [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "crate::config::format::de_duration")]
+    pub interval: Option<Duration>,
+
+    /// Span of the window maximum and quantiles; a whole multiple of --interval [default: 15s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "crate::config::format::de_duration")]
+    pub window: Option<Duration>,
+
+    /// Cgroups exported individually, the slowest first [default: 20]
+    #[arg(long, value_name = "N")]
+    pub top_cgroups: Option<usize>,
+
+    /// Capacity of the kernel's per-cgroup histogram map [default: 1024]
+    #[arg(long, value_name = "N")]
+    pub max_cgroups: Option<u32>,
+
+    /// Upper bounds (seconds) of the classic histogram, each a bucket boundary 2^(i/8)
+    /// [default: 2^-20, 2^-19, …, 2^6]
+    #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
+    pub classic_buckets: Option<Vec<f64>>,
+
+    /// Upper bounds (seconds) of the per-cgroup histograms, from 2^-20, 2^-18, …, 2^6
+    /// [default: all 14]
+    #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
+    pub cgroup_buckets: Option<Vec<f64>>,
+
+    /// Keep per-task statistics in the kernel (a hash update per context switch) [default: false]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = BoolishValueParser::new())]
+    pub per_task: Option<bool>,
+
+    /// Capacity of the kernel's per-task map, used with --per-task [default: 32768]
+    #[arg(long, value_name = "N")]
+    pub max_tasks: Option<u32>,
+
+    /// Delays above this are discarded and counted instead of recorded [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "crate::config::format::de_duration")]
+    pub ceiling: Option<Duration>,
+
+    /// Clock for stamps, as for `record` (see `record --help`) [default: monotonic]
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    #[serde(deserialize_with = "crate::config::format::de_clock")]
+    pub clock: Option<ClockArg>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClockArg {
     Monotonic,
@@ -76,6 +150,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("'{s}': must be greater than zero"));
     }
     Ok(d)
+}
+
+/// An address to listen on; `:PORT` means every IPv4 interface, as node_exporter users type it
+/// (IPv6 needs `[::]:PORT`, which fails where IPv6 is disabled, so it is not the default).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_owned() };
+    full.parse().map_err(|_| format!("'{s}' is not IP:PORT or :PORT (e.g. 127.0.0.1:9954, [::]:9954, :9954)"))
 }
 
 /// A process or thread id that exists right now.
@@ -126,6 +208,25 @@ mod tests {
         assert!(parse_pid("abc").unwrap_err().contains("not a process id"));
         // pid_max is at most 2^22, so this one cannot exist.
         assert!(parse_pid("4194305").unwrap_err().contains("no such process"));
+    }
+
+    #[test]
+    fn run_leaves_unset_settings_unset() {
+        let Command::Run(r) = parse(&["run"]).unwrap().command else { panic!() };
+        assert!(r.listen.is_none() && r.interval.is_none() && r.per_task.is_none() && r.clock.is_none());
+        let Command::Run(r) = parse(&["run", "--per-task", "--web.listen-address=:80"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!((r.per_task, r.listen), (Some(true), Some(SocketAddr::from(([0, 0, 0, 0], 80)))));
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen(":9954"), Ok(SocketAddr::from(([0, 0, 0, 0], 9954))));
+        assert_eq!(parse_listen("127.0.0.1:1"), Ok(SocketAddr::from(([127, 0, 0, 1], 1))));
+        assert_eq!(parse_listen("[::]:9954"), Ok(SocketAddr::from(([0u16; 8], 9954))));
+        assert!(parse_listen("localhost:9954").unwrap_err().contains("not IP:PORT"));
+        assert!(parse_listen("9954").is_err());
     }
 
     #[test]

@@ -4,16 +4,25 @@
 
 mod btf;
 mod caps;
+mod cgroup_series;
+mod cgroups;
 mod check;
 mod cli;
 mod clock;
+mod config;
+mod daemon;
 mod distribution;
 mod drain;
+mod export;
+mod http;
 mod probe;
+mod procstat;
 mod record;
 mod render;
 mod report;
+mod routes;
 mod system;
+mod window;
 
 use std::process::ExitCode;
 
@@ -35,16 +44,42 @@ fn main() -> ExitCode {
             }
         }
         Command::Record(args) => {
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let runtime = match runtime() {
                 Ok(rt) => rt,
-                Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+                Err(code) => return code,
             };
             match runtime.block_on(record::record(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e.to_string()),
             }
         }
+        Command::Run(args) => {
+            // Every configuration problem is bad input: one line, exit 2, nothing attached.
+            let config = match config::Config::load(&args) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("latency-daemon: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let runtime = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            match runtime.block_on(daemon::run(config, args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e.to_string()),
+            }
+        }
     }
+}
+
+/// One thread for HTTP and signals; the drain loop has a thread of its own (daemon.rs).
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| fail(&format!("cannot start the runtime: {e}")))
 }
 
 /// Help and version go to stdout with status 0; anything else is one line on stderr, status 2.

@@ -2,16 +2,16 @@
 //! owns the aya handle: dropping a `Probe` detaches everything (no pins, nothing outlives us).
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{HashMap, Map, MapError},
+    maps::{Array, HashMap, Map, MapError, PerCpuHashMap},
     programs::{BtfTracePoint, ProgramError, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::{
     Knobs,
     knobs::{Clock, KNOBS_SYMBOL},
-    maps::names,
+    maps::{CgroupHist, Control, names},
 };
 
-use crate::btf::{Btf, BtfError, RqClockLayout, TaskLayout};
+use crate::btf::{Btf, BtfError, CgroupLayout, RqClockLayout, TaskLayout};
 
 /// The kernel program, built by build.rs (aya-build) for bpfel-unknown-none.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-ebpf"));
@@ -29,6 +29,10 @@ pub struct ProbeOptions {
     pub ceiling_ns: u64,
     /// Which clock the kernel program reads.
     pub clock: Clock,
+    /// Keep a coarse histogram per cgroup v2 id (one per-CPU hash update per delay).
+    pub cgroups: bool,
+    /// Capacity of the per-cgroup map.
+    pub max_cgroups: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,14 +76,16 @@ impl Probe {
             Clock::Monotonic => None,
             Clock::RunQueue => Some(btf.rq_clock_layout()?),
         };
+        let cgroup = if options.cgroups { Some(btf.cgroup_layout()?) } else { None };
         drop(btf);
-        let knobs = knobs(&layout, rq.as_ref(), options);
+        let knobs = knobs(&layout, rq.as_ref(), cgroup.as_ref(), options);
         let stamps = pid_max()?;
         let ebpf = EbpfLoader::new()
             .override_global(KNOBS_SYMBOL, &knobs, true)
             .map_max_entries(names::STAMPS, stamps)
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
             .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
+            .map_max_entries(names::CGROUPS, if options.cgroups { options.max_cgroups } else { 1 })
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
         let mut probe = Probe { ebpf, links: Vec::new(), stamps };
@@ -131,6 +137,25 @@ impl Probe {
         Ok(())
     }
 
+    /// Forget a removed cgroup's entry so the map keeps room for live ones.
+    pub fn delete_cgroup(&mut self, id: u64) -> Result<(), ProbeError> {
+        let map = names::CGROUPS;
+        let mut table: PerCpuHashMap<_, u64, CgroupHist> =
+            PerCpuHashMap::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
+        match table.remove(&id) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(ProbeError::Map { map, source }),
+        }
+    }
+
+    /// Move the window epoch on: the kernel starts writing the other `WINDOW_MAX` slot.
+    pub fn set_epoch(&mut self, epoch: u64) -> Result<(), ProbeError> {
+        let map = names::CONTROL;
+        let mut control: Array<_, Control> =
+            Array::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
+        control.set(0, Control { epoch }, 0).map_err(|source| ProbeError::Map { map, source })
+    }
+
     pub fn map(&self, map: &'static str) -> Result<&Map, ProbeError> {
         self.ebpf.map(map).ok_or(ProbeError::MissingMap { map })
     }
@@ -146,7 +171,12 @@ impl Probe {
 }
 
 /// The global handed to the kernel program.
-fn knobs(layout: &TaskLayout, rq: Option<&RqClockLayout>, options: &ProbeOptions) -> Knobs {
+fn knobs(
+    layout: &TaskLayout,
+    rq: Option<&RqClockLayout>,
+    cgroup: Option<&CgroupLayout>,
+    options: &ProbeOptions,
+) -> Knobs {
     Knobs {
         task_pid: layout.pid.offset,
         task_tgid: layout.tgid.offset,
@@ -161,6 +191,11 @@ fn knobs(layout: &TaskLayout, rq: Option<&RqClockLayout>, options: &ProbeOptions
         task_se_cfs_rq: rq.map_or(0, |r| r.task_se_cfs_rq.offset),
         cfs_rq_rq: rq.map_or(0, |r| r.cfs_rq_rq.offset),
         rq_clock: rq.map_or(0, |r| r.rq_clock.offset),
+        cgroups: u32::from(cgroup.is_some()),
+        task_cgroups: cgroup.map_or(0, |c| c.task_cgroups.offset),
+        css_set_dfl_cgrp: cgroup.map_or(0, |c| c.css_set_dfl_cgrp.offset),
+        cgroup_kn: cgroup.map_or(0, |c| c.cgroup_kn.offset),
+        kernfs_node_id: cgroup.map_or(0, |c| c.kernfs_node_id.offset),
     }
 }
 

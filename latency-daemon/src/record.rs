@@ -2,7 +2,6 @@
 //! progress line, detach, then print the report as tables or JSON.
 use std::{io::IsTerminal as _, time::Duration};
 
-use latency_common::{CpuStats, Histogram, Reason};
 use tokio::{signal::unix::SignalKind, time::Instant};
 
 use crate::{
@@ -41,9 +40,11 @@ pub async fn record(args: RecordArgs) -> Result<(), RecordError> {
         filter: args.pids.clone(),
         ceiling_ns: u64::try_from(args.ceiling.as_nanos()).unwrap_or(u64::MAX),
         clock: args.clock.into(),
+        cgroups: false,
+        max_cgroups: 1,
     };
     let mut probe = Probe::load(&options)?;
-    let start = empty_snapshot(clock::monotonic_ns(), probe_cpus());
+    let start = Snapshot::empty(clock::monotonic_ns(), aya::util::nr_cpus().unwrap_or(1));
     let meta = Meta {
         kernel: system::kernel_release(),
         wall: WallClock::now(),
@@ -58,8 +59,8 @@ pub async fn record(args: RecordArgs) -> Result<(), RecordError> {
     wait(args.duration).await?;
 
     probe.detach()?;
-    let end = drain::snapshot(&probe, true)?;
-    let maxima = drain::window_max(&probe, 0)?;
+    let end = drain::snapshot(&probe, drain::Extras { tasks: true, cgroups: false })?;
+    let maxima = drain::maxima(&drain::window_slot(&probe, 0)?, 0);
     drop(probe);
     let report = Report::between(&start, &end, &maxima, &meta);
 
@@ -99,18 +100,4 @@ async fn wait(duration: Duration) -> Result<(), RecordError> {
         eprintln!();
     }
     Ok(())
-}
-
-fn probe_cpus() -> usize {
-    aya::util::nr_cpus().unwrap_or(1)
-}
-
-/// The state of freshly created maps: everything zero.
-fn empty_snapshot(taken_ns: u64, cpus: usize) -> Snapshot {
-    Snapshot {
-        taken_ns,
-        cpus: vec![CpuStats::default(); cpus],
-        histograms: [Histogram::ZERO; Reason::COUNT],
-        tasks: Vec::new(),
-    }
 }

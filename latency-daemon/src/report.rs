@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     clock::WallClock,
-    distribution::{count, quantile_ns, upper_seconds},
+    distribution::{count, quantiles_ns, upper_seconds},
     drain::{CpuMax, Snapshot},
 };
 
@@ -68,7 +68,7 @@ pub struct HistogramReport {
     pub sum_ns: u64,
     /// Exact, from the kernel's window maximum.
     pub max_ns: u64,
-    /// Estimates from the buckets (≤ 9 % off, never above `max_ns`).
+    /// Estimates from an HDR histogram of the buckets (≤ 9 % off, never above `max_ns`).
     pub p50_ns: Option<u64>,
     pub p90_ns: Option<u64>,
     pub p99_ns: Option<u64>,
@@ -217,6 +217,7 @@ fn histogram(earlier: &Histogram, later: &Histogram, reason: Reason, maxima: &[(
     }
     let max_ns = maxima.iter().filter(|(r, _)| *r == reason).map(|(_, m)| m.max.delay_ns).max().unwrap_or(0);
     let max = (max_ns > 0).then_some(max_ns);
+    let [p50_ns, p90_ns, p99_ns, p999_ns] = quantiles_ns(&raw, [0.5, 0.9, 0.99, 0.999], max);
     let buckets = raw
         .iter()
         .enumerate()
@@ -227,10 +228,10 @@ fn histogram(earlier: &Histogram, later: &Histogram, reason: Reason, maxima: &[(
         count: count(&raw),
         sum_ns: later.sum_ns.saturating_sub(earlier.sum_ns),
         max_ns,
-        p50_ns: quantile_ns(&raw, 0.50, max),
-        p90_ns: quantile_ns(&raw, 0.90, max),
-        p99_ns: quantile_ns(&raw, 0.99, max),
-        p999_ns: quantile_ns(&raw, 0.999, max),
+        p50_ns,
+        p90_ns,
+        p99_ns,
+        p999_ns,
         buckets,
         raw,
     }
@@ -316,6 +317,7 @@ mod tests {
             cpus: vec![CpuStats::default(); 2],
             histograms: [Histogram::ZERO; Reason::COUNT],
             tasks: Vec::new(),
+            cgroups: Vec::new(),
         }
     }
 

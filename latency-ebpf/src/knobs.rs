@@ -65,3 +65,23 @@ pub fn cfs_rq_rq() -> u32 {
 pub fn rq_clock() -> u32 {
     knob!(rq_clock)
 }
+#[inline(always)]
+pub fn cgroups() -> bool {
+    knob!(cgroups) != 0
+}
+#[inline(always)]
+pub fn task_cgroups() -> u32 {
+    knob!(task_cgroups)
+}
+#[inline(always)]
+pub fn css_set_dfl_cgrp() -> u32 {
+    knob!(css_set_dfl_cgrp)
+}
+#[inline(always)]
+pub fn cgroup_kn() -> u32 {
+    knob!(cgroup_kn)
+}
+#[inline(always)]
+pub fn kernfs_node_id() -> u32 {
+    knob!(kernfs_node_id)
+}

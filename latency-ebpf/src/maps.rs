@@ -2,9 +2,9 @@
 //! latency-common's `maps::names` (the symbol name is the map name).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
-use latency_common::maps::{Control, CpuStats, Histogram, Reason, TaskStats, WINDOW_SLOTS, WindowMax};
+use latency_common::maps::{CgroupHist, Control, CpuStats, Histogram, Reason, TaskStats, WINDOW_SLOTS, WindowMax};
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
 /// resizes it to `kernel.pid_max` before load (4 Mi here is PID_MAX_LIMIT, the largest possible).
@@ -35,3 +35,9 @@ pub static TASKS: HashMap<u32, TaskStats> = HashMap::with_max_entries(32 * 1024,
 /// tids and tgids to keep when filtering; the daemon sizes it to the list it was given.
 #[map]
 pub static FILTER: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
+
+/// Coarse histogram per cgroup v2 id of the task that waited, per CPU (no atomics). The daemon
+/// sizes it (`max_cgroups`; memory = entries × CPUs × 128 B) and deletes entries of removed
+/// cgroups; a full map is counted in `Lost::Cgroups`.
+#[map]
+pub static CGROUPS: PerCpuHashMap<u64, CgroupHist> = PerCpuHashMap::with_max_entries(1, 0);

@@ -4,12 +4,12 @@ use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use latency_common::{
     CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
-    maps::{stamp_pack, stamp_unpack, window_index},
+    maps::{CgroupHist, cgroup_bucket, stamp_pack, stamp_unpack, window_index},
 };
 
 use crate::{
     knobs,
-    maps::{CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS, WINDOW_MAX},
+    maps::{CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS, WINDOW_MAX},
     task::Task,
 };
 
@@ -39,7 +39,7 @@ pub fn keep(task: Task, tid: u32) -> bool {
 fn count_lost(what: Lost) {
     if let Some(cpu) = CPU_STATS.get_ptr_mut(0) {
         // SAFETY: this CPU's slot; see switch.rs.
-        unsafe { (*cpu).lost[what as usize & (Lost::COUNT - 1)] += 1 };
+        unsafe { (*cpu).lost[what as usize] += 1 };
     }
 }
 
@@ -82,11 +82,15 @@ pub fn take(tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
 /// Add a delay to this CPU's histogram for its reason and to the window maximum.
 #[inline(always)]
 pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, next: Task, next_tid: u32) {
+    let bucket = bucket_of(delay) & (BUCKETS - 1);
     if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
         let h = unsafe { &mut *h };
-        h.buckets[bucket_of(delay) & (BUCKETS - 1)] += 1;
+        h.buckets[bucket] += 1;
         h.sum_ns += delay;
+    }
+    if knobs::cgroups() {
+        record_cgroup(next.cgroup_id(), delay, bucket);
     }
     let epoch = match CONTROL.get(0) {
         Some(c) => c.epoch,
@@ -109,6 +113,31 @@ pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, n
             w.reason = reason as u32;
         }
     }
+}
+
+/// Add a delay to its cgroup's coarse histogram on this CPU, creating the entry if needed.
+#[inline(always)]
+fn record_cgroup(id: u64, delay: u64, bucket: usize) {
+    let slot = match CGROUPS.get_ptr_mut(id) {
+        Some(h) => h,
+        None => {
+            // BPF_NOEXIST: another CPU may have created it in between; then it simply exists.
+            let _ = CGROUPS.insert(id, CgroupHist::ZERO, 1);
+            match CGROUPS.get_ptr_mut(id) {
+                Some(h) => h,
+                None => {
+                    count_lost(Lost::Cgroups);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: this CPU's value of a per-CPU hash entry; no other writer on this CPU.
+    let h = unsafe { &mut *slot };
+    if let Some(count) = h.buckets.get_mut(cgroup_bucket(bucket)) {
+        *count += 1;
+    }
+    h.sum_ns += delay;
 }
 
 /// The per-task entry for `tid`, created if missing; `None` (counted) if the map is full.

@@ -65,6 +65,25 @@ impl Task {
         Task(rq).load::<u64>(knobs::rq_clock())
     }
 
+    /// `task->cgroups->dfl_cgrp->kn->id`: the task's cgroup v2 id (what
+    /// `bpf_get_current_cgroup_id` returns for the current task), or 0 if a pointer is NULL.
+    #[inline(always)]
+    pub fn cgroup_id(self) -> u64 {
+        let css_set = self.load::<*const u8>(knobs::task_cgroups());
+        if css_set.is_null() {
+            return 0;
+        }
+        let cgroup = Task(css_set).load::<*const u8>(knobs::css_set_dfl_cgrp());
+        if cgroup.is_null() {
+            return 0;
+        }
+        let kn = Task(cgroup).load::<*const u8>(knobs::cgroup_kn());
+        if kn.is_null() {
+            return 0;
+        }
+        Task(kn).load::<u64>(knobs::kernfs_node_id())
+    }
+
     /// `task_struct.comm`, 16 bytes, read as two words (NUL-padded by the kernel).
     #[inline(always)]
     pub fn comm(self) -> [u8; 16] {

@@ -8,9 +8,9 @@ use anyhow::Context as _;
 
 use crate::{build, setup};
 
-/// The daemon's arguments when none are given: the one-shot `record`, its main job for now.
-/// Becomes `run` once the long-running mode is the main job.
-pub const DEFAULT_ARGS: &[&str] = &["record"];
+/// The daemon's arguments when none are given: the long-running service with its built-in
+/// defaults (every field of deploy/latency-daemon.toml at its default value).
+pub const DEFAULT_ARGS: &[&str] = &["run"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

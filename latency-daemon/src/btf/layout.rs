@@ -1,5 +1,5 @@
-//! Parsed [`Btf`] in; the `task_struct` offsets and `rq->clock` pointer chain the kernel program
-//! reads out, each member checked against the size of the load the kernel program does.
+//! Parsed [`Btf`] in; the `task_struct` offsets and the `rq->clock` and cgroup-id pointer chains
+//! the kernel program reads out, each member checked against the size of the load the kernel program does.
 
 use super::{Btf, BtfError, Member};
 
@@ -26,7 +26,31 @@ pub struct RqClockLayout {
     pub rq_clock: Member,
 }
 
+/// The pointer chain from a task to its cgroup v2 id: `task->cgroups->dfl_cgrp->kn->id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupLayout {
+    pub task_cgroups: Member,
+    pub css_set_dfl_cgrp: Member,
+    pub cgroup_kn: Member,
+    pub kernfs_node_id: Member,
+}
+
 impl Btf {
+    /// Offsets to reach a task's cgroup v2 id (the kernfs node id of its default-hierarchy
+    /// cgroup); three 8-byte pointers and the 8-byte id.
+    pub fn cgroup_layout(&self) -> Result<CgroupLayout, BtfError> {
+        let eight = |s: &str, member: &str| -> Result<Member, BtfError> {
+            let m = self.member(s, member)?;
+            check_size(s, member, m, &[8])
+        };
+        Ok(CgroupLayout {
+            task_cgroups: eight("task_struct", "cgroups")?,
+            css_set_dfl_cgrp: eight("css_set", "dfl_cgrp")?,
+            cgroup_kn: eight("cgroup", "kn")?,
+            kernfs_node_id: eight("kernfs_node", "id")?,
+        })
+    }
+
     /// Everything the kernel program needs from `task_struct`, with sizes checked against the
     /// loads it does: 4-byte pid/tgid/prio/state and the 16-byte comm (TASK_COMM_LEN).
     pub fn task_layout(&self) -> Result<TaskLayout, BtfError> {

@@ -3,7 +3,10 @@
 //! whether a test passes or panics.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod daemon;
 pub mod oracle;
+pub mod prometheus;
+pub mod web;
 pub mod workload;
 
 use std::{

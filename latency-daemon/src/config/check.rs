@@ -1,0 +1,225 @@
+//! Merged settings in, a `Config` out with every problem noted (never just the first), each
+//! naming its field; also the checks `reload` repeats on the config it assembles.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args as _;
+
+use super::Config;
+use super::buckets::{CGROUP, CLASSIC};
+use crate::cli::RunArgs;
+
+/// Below this, reading every CPU's counters each interval costs more than the latency it shows.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Above this, the window (at least one interval) outlives Prometheus's default 15 s scrapes.
+const MAX_INTERVAL: Duration = Duration::from_secs(60);
+/// Longer windows belong in PromQL over the exported histograms, not in the daemon's memory.
+const MAX_WINDOW: Duration = Duration::from_secs(3600);
+const TOP_CGROUPS: RangeInclusive<usize> = 1..=1000;
+/// Each entry is a histogram of 128 bytes per CPU: 65536 of them on 64 CPUs is already 512 MiB.
+const MAX_CGROUPS: RangeInclusive<u32> = 16..=65536;
+/// As `record` accepts: up to a quarter of the largest possible pid_max (2^22).
+const MAX_TASKS: RangeInclusive<u32> = 1..=1_048_576;
+
+/// One thing wrong with one setting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The setting's file key (flag name with `_` for `-`).
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem { field: field.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Each field from `merged`, else its default; appends every problem to `problems`. The returned
+/// config is only meaningful when `problems` stays empty.
+pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &mut Vec<Problem>) -> Config {
+    let d = Config::default();
+    // On a problem, the default stands in: the config is void anyway, and an empty list would
+    // add a second, misleading problem.
+    let classic_buckets = match merged.classic_buckets.map(|s| CLASSIC.rungs_of("classic_buckets", &s)) {
+        None => d.classic_buckets,
+        Some(Ok(rungs)) => rungs.iter().map(|r| r + CLASSIC.first).collect(),
+        Some(Err(found)) => {
+            problems.extend(found);
+            d.classic_buckets
+        }
+    };
+    let cgroup_buckets = match merged.cgroup_buckets.map(|s| CGROUP.rungs_of("cgroup_buckets", &s)) {
+        None => d.cgroup_buckets,
+        // Rungs are below CGROUP.rungs = 14, so they fit in a u8.
+        Some(Ok(rungs)) => rungs.iter().map(|&r| r as u8).collect(),
+        Some(Err(found)) => {
+            problems.extend(found);
+            d.cgroup_buckets
+        }
+    };
+    let config = Config {
+        listen: merged.listen.unwrap_or(d.listen),
+        interval: merged.interval.unwrap_or(d.interval),
+        window: merged.window.unwrap_or(d.window),
+        top_cgroups: merged.top_cgroups.unwrap_or(d.top_cgroups),
+        max_cgroups: merged.max_cgroups.unwrap_or(d.max_cgroups),
+        classic_buckets,
+        cgroup_buckets,
+        per_task: merged.per_task.unwrap_or(d.per_task),
+        max_tasks: merged.max_tasks.unwrap_or(d.max_tasks),
+        ceiling: merged.ceiling.unwrap_or(d.ceiling),
+        clock: merged.clock.map_or(d.clock, Into::into),
+        config_file,
+    };
+    problems.extend(check(&config));
+    config
+}
+
+/// Ranges and relations between fields.
+pub(super) fn check(c: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut within = |field: &str, value: String, ok: bool, range: String| {
+        if !ok {
+            problems.push(Problem::new(field, format!("{value} is not in {range}")));
+        }
+    };
+    within(
+        "interval",
+        human(c.interval),
+        (MIN_INTERVAL..=MAX_INTERVAL).contains(&c.interval),
+        format!("{}..={}", human(MIN_INTERVAL), human(MAX_INTERVAL)),
+    );
+    within("top_cgroups", c.top_cgroups.to_string(), TOP_CGROUPS.contains(&c.top_cgroups), show(&TOP_CGROUPS));
+    within("max_cgroups", c.max_cgroups.to_string(), MAX_CGROUPS.contains(&c.max_cgroups), show(&MAX_CGROUPS));
+    within("max_tasks", c.max_tasks.to_string(), MAX_TASKS.contains(&c.max_tasks), show(&MAX_TASKS));
+
+    let (window, interval) = (human(c.window), human(c.interval));
+    let window_problem = if c.window < c.interval {
+        Some(format!("{window} is shorter than interval {interval}"))
+    } else if c.window.as_nanos().checked_rem(c.interval.as_nanos()) != Some(0) {
+        Some(format!("{window} is not a whole multiple of interval {interval}"))
+    } else if c.window > MAX_WINDOW {
+        Some(format!("{window} is longer than {}", human(MAX_WINDOW)))
+    } else {
+        None
+    };
+    problems.extend(window_problem.map(|m| Problem::new("window", m)));
+
+    if c.classic_buckets.is_empty() {
+        problems.push(Problem::new("classic_buckets", "needs at least one bound"));
+    }
+    if c.cgroup_buckets.is_empty() {
+        problems.push(Problem::new("cgroup_buckets", "needs at least one bound"));
+    }
+    // Above the top native bucket (2^(94/8) s ≈ 57 min) a delay would land in the overflow
+    // bucket, which a native histogram cannot hold: keep every recorded delay exportable.
+    let top = latency_common::buckets::UPPER_NS[latency_common::buckets::OVERFLOW_BUCKET - 1];
+    if c.ceiling.is_zero() {
+        problems.push(Problem::new("ceiling", "must be greater than zero"));
+    } else if c.ceiling.as_nanos() > u128::from(top) {
+        problems.push(Problem::new(
+            "ceiling",
+            format!("{} is above the largest bucket bound, {:.0} s", humantime::format_duration(c.ceiling), top as f64 / 1e9),
+        ));
+    }
+    problems
+}
+
+/// Sorts problems into the order of `run --help`, wherever each was found.
+pub(super) fn in_field_order(problems: &mut [Problem]) {
+    let command = RunArgs::augment_args(clap::Command::new("run"));
+    let order: Vec<&str> = command.get_arguments().map(|a| a.get_id().as_str()).collect();
+    problems.sort_by_key(|p| order.iter().position(|&f| f == p.field).unwrap_or(usize::MAX));
+}
+
+fn human(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn show<T: fmt::Display>(r: &RangeInclusive<T>) -> String {
+    format!("{}..={}", r.start(), r.end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(c: &Config) -> String {
+        check(c).iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
+    }
+
+    #[test]
+    fn defaults_pass() {
+        assert_eq!(problems(&Config::default()), "");
+    }
+
+    #[test]
+    fn each_message_names_its_field() {
+        let d = Config::default();
+        let cases: [(Config, &str); 12] = [
+            (
+                Config { interval: Duration::from_millis(50), window: Duration::from_millis(500), ..d.clone() },
+                "interval: 50ms is not in 100ms..=1m",
+            ),
+            (
+                Config { interval: Duration::from_secs(120), window: Duration::from_secs(240), ..d.clone() },
+                "interval: 2m is not in 100ms..=1m",
+            ),
+            (
+                Config { window: Duration::from_millis(1500), ..d.clone() },
+                "window: 1s 500ms is not a whole multiple of interval 1s",
+            ),
+            (Config { window: Duration::from_millis(500), ..d.clone() }, "window: 500ms is shorter than interval 1s"),
+            (Config { window: Duration::from_secs(7200), ..d.clone() }, "window: 2h is longer than 1h"),
+            (Config { top_cgroups: 0, ..d.clone() }, "top_cgroups: 0 is not in 1..=1000"),
+            (Config { max_cgroups: 8, ..d.clone() }, "max_cgroups: 8 is not in 16..=65536"),
+            (Config { max_tasks: 0, ..d.clone() }, "max_tasks: 0 is not in 1..=1048576"),
+            (Config { classic_buckets: vec![], ..d.clone() }, "classic_buckets: needs at least one bound"),
+            (Config { cgroup_buckets: vec![], ..d.clone() }, "cgroup_buckets: needs at least one bound"),
+            (Config { ceiling: Duration::ZERO, ..d.clone() }, "ceiling: must be greater than zero"),
+            (Config { ceiling: Duration::from_secs(3600), ..d.clone() }, "ceiling: 1h is above the largest bucket bound, 3444 s"),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(problems(&config), expected);
+        }
+    }
+
+    #[test]
+    fn bounds_are_inclusive() {
+        let d = Config::default();
+        let edges = [
+            Config { interval: MIN_INTERVAL, window: MIN_INTERVAL, ..d.clone() },
+            Config { interval: MAX_INTERVAL, window: MAX_INTERVAL, ..d.clone() },
+            Config { window: MAX_WINDOW, top_cgroups: 1000, max_cgroups: 65536, max_tasks: 1_048_576, ..d.clone() },
+            Config { top_cgroups: 1, max_cgroups: 16, max_tasks: 1, ..d.clone() },
+        ];
+        for config in edges {
+            assert_eq!(problems(&config), "", "{config:?}");
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let merged = RunArgs {
+            window: Some(Duration::from_millis(1500)),
+            top_cgroups: Some(0),
+            classic_buckets: Some(vec![0.001]),
+            ..RunArgs::default()
+        };
+        let mut found = Vec::new();
+        resolve(merged, None, &mut found);
+        in_field_order(&mut found);
+        let fields: Vec<&str> = found.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["window", "top_cgroups", "classic_buckets"]);
+    }
+}

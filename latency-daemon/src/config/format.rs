@@ -1,0 +1,88 @@
+//! How settings are written as text, both ways: the `--config` file's strings in (through the
+//! flags' own parsers, so a value means the same everywhere), `Config` out as the landing page and
+//! the file show it (durations in humantime, clocks by name, bucket bounds in seconds).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::ValueEnum as _;
+use latency_common::knobs::Clock;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serializer};
+
+use super::buckets::{CGROUP, native_bound};
+use crate::cli::{self, ClockArg};
+
+pub fn de_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    parsed(d, cli::parse_listen)
+}
+
+pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    parsed(d, cli::parse_duration)
+}
+
+pub fn de_clock<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ClockArg>, D::Error> {
+    parsed(d, |s| {
+        ClockArg::from_str(s, false).map_err(|_| format!("'{s}' is not a clock; expected one of {}", clock_names()))
+    })
+}
+
+/// A string, then `parse`; TOML has no null, so a present key is always `Some`.
+fn parsed<'de, D: Deserializer<'de>, T>(
+    d: D,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse(&s).map(Some).map_err(D::Error::custom)
+}
+
+fn clock_names() -> String {
+    let names: Vec<String> = ClockArg::value_variants()
+        .iter()
+        .filter_map(|c| c.to_possible_value())
+        .map(|v| v.get_name().to_owned())
+        .collect();
+    names.join(", ")
+}
+
+pub fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_duration(*d))
+}
+
+/// The name the flag and the file take (`run-queue`), from cli's enum so there is one spelling.
+pub fn ser_clock<S: Serializer>(clock: &Clock, s: S) -> Result<S::Ok, S::Error> {
+    let arg = ClockArg::value_variants().iter().find(|&&c| Clock::from(c) == *clock);
+    match arg.and_then(|c| c.to_possible_value()) {
+        Some(value) => s.serialize_str(value.get_name()),
+        None => Err(serde::ser::Error::custom(format!("clock {clock:?} has no name"))),
+    }
+}
+
+pub fn ser_classic_buckets<S: Serializer>(indices: &[i32], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(indices.iter().map(|&i| native_bound(i)))
+}
+
+pub fn ser_cgroup_buckets<S: Serializer>(steps: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(steps.iter().map(|&m| CGROUP.bound(i32::from(m))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+
+    #[test]
+    fn landing_page_shape() {
+        let json = serde_json::to_value(Config::default()).unwrap();
+        assert_eq!(json["listen"], "0.0.0.0:9954");
+        assert_eq!(json["interval"], "1s");
+        assert_eq!(json["window"], "15s");
+        assert_eq!(json["ceiling"], "10m");
+        assert_eq!(json["clock"], "monotonic");
+        assert_eq!(json["classic_buckets"][0], 2f64.powi(-20));
+        assert_eq!(json["classic_buckets"][26], 64.0);
+        assert_eq!(json["cgroup_buckets"].as_array().unwrap().len(), 14);
+        assert!(json.get("config_file").is_none());
+        let run_queue = Config { clock: latency_common::knobs::Clock::RunQueue, ..Config::default() };
+        assert_eq!(serde_json::to_value(run_queue).unwrap()["clock"], "run-queue");
+    }
+}

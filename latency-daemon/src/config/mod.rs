@@ -1,0 +1,187 @@
+//! Settings of `run`: flags, `RUNQLAT_*` variables and the `--config` TOML file in, one validated
+//! [`Config`] out (or every problem at once, on one line). On SIGHUP, [`Config::reload`] re-reads
+//! them and says which changes wait for a restart.
+//!
+//! Adding a setting: an `Option` field of `cli::RunArgs` (flag, `RUNQLAT_*` variable and file key
+//! at once), its line in `RunArgs::or` (sources.rs) and in `check::resolve`, its default in
+//! [`Config::default`], its check in `check::check`, its key in deploy/latency-daemon.toml (a test
+//! insists), and, if the running pipeline cannot adopt it, its `keep` line in [`Config::reload`].
+
+mod buckets;
+mod check;
+pub(crate) mod format;
+mod sources;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use latency_common::knobs::{Clock, DEFAULT_CEILING_NS};
+use serde::Serialize;
+
+use crate::cli::RunArgs;
+
+pub use self::check::Problem;
+
+/// Default port. Not in Prometheus's default port allocations list (where node_exporter has 9100,
+/// Prometheus 9090, Alertmanager 9093, and 9435 is taken), so it can sit beside those exporters.
+pub const DEFAULT_PORT: u16 = 9954;
+
+/// The validated settings of `run`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Drain period: how often the kernel's maps are read.
+    #[serde(serialize_with = "format::ser_duration")]
+    pub interval: Duration,
+    /// Span of the window maximum and quantiles; a whole multiple of `interval`.
+    #[serde(serialize_with = "format::ser_duration")]
+    pub window: Duration,
+    pub top_cgroups: usize,
+    /// Capacity of the kernel's per-cgroup histogram map.
+    pub max_cgroups: u32,
+    /// Classic histogram bounds as native schema-3 indices (bound `2^(i/8)` s), ascending.
+    #[serde(serialize_with = "format::ser_classic_buckets")]
+    pub classic_buckets: Vec<i32>,
+    /// Per-cgroup histogram bounds as steps `m` (bound `2^(-20+2m)` s), ascending.
+    #[serde(serialize_with = "format::ser_cgroup_buckets")]
+    pub cgroup_buckets: Vec<u8>,
+    pub per_task: bool,
+    pub max_tasks: u32,
+    /// Delays above this are discarded (and counted).
+    #[serde(serialize_with = "format::ser_duration")]
+    pub ceiling: Duration,
+    #[serde(serialize_with = "format::ser_clock")]
+    pub clock: Clock,
+    /// The file the settings were read from, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_file: Option<PathBuf>,
+}
+
+/// What [`Config::reload`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reload {
+    /// The new settings, except that restart-only fields keep their running values.
+    pub config: Config,
+    /// Restart-only fields whose new value differs from the running one (the new value is ignored).
+    pub needs_restart: Vec<&'static str>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration: {}", problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid { problems: Vec<Problem> },
+}
+
+/// Looks up an environment variable; tests pass a fake instead of the process environment.
+type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            interval: Duration::from_secs(1),
+            // Prometheus's default scrape interval: every scrape sees a window no older than itself.
+            window: Duration::from_secs(15),
+            top_cgroups: 20,
+            // Hundreds of cgroups are common on a systemd host running containers.
+            max_cgroups: 1024,
+            // Every octave from about 1 µs to 64 s: 27 series, fine enough for SLO thresholds.
+            classic_buckets: (-20..=6).map(|octave| 8 * octave).collect(),
+            cgroup_buckets: (0..buckets::CGROUP.rungs as u8).collect(),
+            per_task: false,
+            // The kernel's default pid_max.
+            max_tasks: 32768,
+            ceiling: Duration::from_nanos(DEFAULT_CEILING_NS),
+            clock: Clock::Monotonic,
+            config_file: None,
+        }
+    }
+}
+
+impl Config {
+    /// Merges flags (`args`), the environment, the `--config` file and the defaults, in that order
+    /// of precedence, and validates the result.
+    pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
+        Self::load_with(args, &process_env)
+    }
+
+    fn load_with(args: &RunArgs, env: Env<'_>) -> Result<Config, ConfigError> {
+        let (merged, config_file, mut problems) = sources::merge(args, env)?;
+        let config = check::resolve(merged, config_file, &mut problems);
+        check::in_field_order(&mut problems);
+        if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { problems }) }
+    }
+
+    /// Re-reads every source (flags and environment still win over the file). Fields the running
+    /// pipeline cannot adopt keep their running values and, if they changed, are listed. On an
+    /// error nothing is adopted; the caller keeps running with `self`.
+    pub fn reload(&self, args: &RunArgs) -> Result<Reload, ConfigError> {
+        self.reload_with(args, &process_env)
+    }
+
+    fn reload_with(&self, args: &RunArgs, env: Env<'_>) -> Result<Reload, ConfigError> {
+        let mut config = Self::load_with(args, env)?;
+        let mut needs_restart = Vec::new();
+        let r = &mut needs_restart;
+        // Each of these sizes a socket, a kernel map or the kernel program's constants, or (the
+        // interval) the shape of every window already kept.
+        keep("listen", &mut config.listen, self.listen, r);
+        keep("interval", &mut config.interval, self.interval, r);
+        keep("max_cgroups", &mut config.max_cgroups, self.max_cgroups, r);
+        keep("per_task", &mut config.per_task, self.per_task, r);
+        keep("max_tasks", &mut config.max_tasks, self.max_tasks, r);
+        keep("ceiling", &mut config.ceiling, self.ceiling, r);
+        keep("clock", &mut config.clock, self.clock, r);
+
+        // The new file was valid on its own, but a kept value (the running interval) may not fit
+        // a new one (the window).
+        let mut problems = check::check(&config);
+        if !problems.is_empty() {
+            let note = format!(" (running values kept until restart: {})", needs_restart.join(", "));
+            for p in &mut problems {
+                p.message.push_str(&note);
+            }
+            return Err(ConfigError::Invalid { problems });
+        }
+        Ok(Reload { config, needs_restart })
+    }
+
+    /// Classic histogram bounds in seconds, ascending (`+Inf` not included).
+    #[cfg(test)]
+    pub fn classic_bounds(&self) -> Vec<f64> {
+        self.classic_buckets.iter().map(|&i| buckets::native_bound(i)).collect()
+    }
+
+    /// Per-cgroup histogram bounds in seconds, ascending (`+Inf` not included).
+    #[cfg(test)]
+    pub fn cgroup_bounds(&self) -> Vec<f64> {
+        self.cgroup_buckets.iter().map(|&m| buckets::CGROUP.bound(i32::from(m))).collect()
+    }
+
+    /// How many drain intervals one window spans.
+    pub fn intervals_per_window(&self) -> u32 {
+        let n = self.window.as_nanos() / self.interval.as_nanos().max(1);
+        // check.rs bounds the window to MAX_WINDOW and the interval from below, so n is small.
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+}
+
+/// Puts the running value back; notes `name` if the sources now ask for another.
+fn keep<T: PartialEq>(name: &'static str, new: &mut T, running: T, needs_restart: &mut Vec<&'static str>) {
+    if *new != running {
+        needs_restart.push(name);
+        *new = running;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! Flags, environment and file in, one merged `RunArgs` out (each field from the highest source
+//! that sets it), plus the problems found in the environment.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args as _, FromArgMatches as _};
+
+use super::{ConfigError, Env, Problem};
+use crate::cli::RunArgs;
+
+/// Every variable is this prefix plus the flag's name in upper snake case.
+const ENV_PREFIX: &str = "RUNQLAT_";
+
+/// `args` over the environment over the `--config` file (named by a flag or `RUNQLAT_CONFIG`).
+/// Returns the merged settings, the file read (if any) and the environment's problems; a file
+/// that cannot be read or parsed is an error of its own, since nothing in it can be trusted.
+pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<PathBuf>, Vec<Problem>), ConfigError> {
+    let mut problems = Vec::new();
+    let merged = args.clone().or(from_env(env, &mut problems));
+    let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+    let file = parse_file(&text, &path)?;
+    Ok((merged.or(file), Some(path), problems))
+}
+
+/// The variable that sets the flag `--long`.
+pub(super) fn env_name(long: &str) -> String {
+    format!("{ENV_PREFIX}{}", long.replace('-', "_").to_uppercase())
+}
+
+/// Parses each `RUNQLAT_*` variable as if it were given as its flag, so variables and flags share
+/// one parser per setting and nothing here needs to change when a setting is added. Empty
+/// variables count as unset, as for clap's own `env`.
+fn from_env(env: Env<'_>, problems: &mut Vec<Problem>) -> RunArgs {
+    let command = RunArgs::augment_args(clap::Command::new("run"));
+    let mut merged = RunArgs::default();
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        let name = env_name(long);
+        let Some(value) = env(&name).filter(|v| !v.is_empty()) else { continue };
+        let parsed = command
+            .clone()
+            .try_get_matches_from(["run".to_owned(), format!("--{long}={value}")])
+            .and_then(|matches| RunArgs::from_arg_matches(&matches));
+        match parsed {
+            Ok(one) => merged = merged.or(one),
+            Err(e) => problems.push(Problem::new(arg.get_id().as_str(), format!("{name}: {}", first_line(&e)))),
+        }
+    }
+    merged
+}
+
+/// clap's message without its "error: " prefix and usage hints.
+fn first_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid value");
+    line.trim_start_matches("error: ").to_owned()
+}
+
+/// The file's settings; errors become one line naming the file, the line and its text.
+pub(super) fn parse_file(text: &str, path: &Path) -> Result<RunArgs, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: squash(&e, text) })
+}
+
+/// toml renders errors over several lines with a caret; keep the line number, the offending line
+/// (which names the key) and the message.
+fn squash(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let Some(before) = e.span().and_then(|span| text.get(..span.start)) else { return message };
+    let number = before.matches('\n').count() + 1;
+    let line = text.lines().nth(number - 1).unwrap_or_default().trim();
+    let line: String = if line.chars().count() > 60 {
+        line.chars().take(59).chain(std::iter::once('…')).collect()
+    } else {
+        line.to_owned()
+    };
+    format!("line {number} (`{line}`): {message}")
+}
+
+impl RunArgs {
+    /// Each field from `self` if set there, else from `lower`.
+    fn or(self, lower: RunArgs) -> RunArgs {
+        RunArgs {
+            config: self.config.or(lower.config),
+            listen: self.listen.or(lower.listen),
+            interval: self.interval.or(lower.interval),
+            window: self.window.or(lower.window),
+            top_cgroups: self.top_cgroups.or(lower.top_cgroups),
+            max_cgroups: self.max_cgroups.or(lower.max_cgroups),
+            classic_buckets: self.classic_buckets.or(lower.classic_buckets),
+            cgroup_buckets: self.cgroup_buckets.or(lower.cgroup_buckets),
+            per_task: self.per_task.or(lower.per_task),
+            max_tasks: self.max_tasks.or(lower.max_tasks),
+            ceiling: self.ceiling.or(lower.ceiling),
+            clock: self.clock.or(lower.clock),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn env_names_follow_the_flags() {
+        assert_eq!(env_name("top-cgroups"), "RUNQLAT_TOP_CGROUPS");
+        assert_eq!(env_name("config"), "RUNQLAT_CONFIG");
+    }
+
+    #[test]
+    fn env_values_use_the_flag_parsers() {
+        let env = fake(&[
+            ("RUNQLAT_LISTEN", ":1234"),
+            ("RUNQLAT_PER_TASK", "yes"),
+            ("RUNQLAT_CLASSIC_BUCKETS", "0.5,1"),
+            ("RUNQLAT_CLOCK", "run-queue"),
+            ("RUNQLAT_CONFIG", "/etc/x.toml"),
+            ("RUNQLAT_WINDOW", ""),
+        ]);
+        let mut problems = Vec::new();
+        let args = from_env(&env, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(args.listen, Some("0.0.0.0:1234".parse().unwrap()));
+        assert_eq!(args.per_task, Some(true));
+        assert_eq!(args.classic_buckets, Some(vec![0.5, 1.0]));
+        assert_eq!(args.clock, Some(crate::cli::ClockArg::RunQueue));
+        assert_eq!(args.config, Some(PathBuf::from("/etc/x.toml")));
+        assert_eq!(args.window, None, "empty means unset");
+    }
+
+    #[test]
+    fn bad_env_values_name_field_and_variable() {
+        let env = fake(&[("RUNQLAT_INTERVAL", "soon"), ("RUNQLAT_TOP_CGROUPS", "many")]);
+        let mut problems = Vec::new();
+        from_env(&env, &mut problems);
+        let text: Vec<String> = problems.iter().map(Problem::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text[0].starts_with("interval: RUNQLAT_INTERVAL: ") && text[0].contains("'soon'"), "{text:?}");
+        assert!(text[1].starts_with("top_cgroups: RUNQLAT_TOP_CGROUPS: ") && text[1].contains("'many'"), "{text:?}");
+        assert!(text.iter().all(|t| !t.contains('\n')));
+    }
+
+    #[test]
+    fn file_errors_are_one_line_with_line_number_and_key() {
+        let path = Path::new("/etc/latency-daemon.toml");
+        let e = parse_file("interval = \"1s\"\nbogus = 3\n", path).unwrap_err().to_string();
+        assert!(
+            e.starts_with("config file /etc/latency-daemon.toml: line 2 (`bogus = 3`): unknown field `bogus`"),
+            "{e}"
+        );
+        let e = parse_file("top_cgroups = \"20\"\n", path).unwrap_err().to_string();
+        assert!(e.contains("line 1 (`top_cgroups = \"20\"`)"), "{e}");
+        let e = parse_file("interval = \"soon\"\n", path).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("'soon'"), "{e}");
+        let e = parse_file("window = [\n", path).unwrap_err().to_string();
+        assert!(e.contains("line "), "{e}");
+        for e in ["config = \"/x\"", "clock = \"sundial\"", "listen = \"nowhere\""] {
+            let e = parse_file(e, path).unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn or_prefers_self() {
+        let high = RunArgs { top_cgroups: Some(1), ..RunArgs::default() };
+        let low = RunArgs { top_cgroups: Some(2), max_tasks: Some(3), ..RunArgs::default() };
+        let merged = high.or(low);
+        assert_eq!((merged.top_cgroups, merged.max_tasks), (Some(1), Some(3)));
+    }
+}

@@ -1,0 +1,160 @@
+//! One accepted socket in; served by hyper until the client leaves, a limit ends it, or shutdown —
+//! or, when every slot is taken, a fixed 503 and a close.
+
+use std::convert::Infallible;
+use std::future::ready;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::Watcher;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::respond::respond;
+use super::stats::{HttpStats, Outcome};
+use super::{Handler, Limits};
+
+/// What every connection task needs, shared rather than cloned per connection.
+pub(super) struct Shared {
+    pub handler: Arc<dyn Handler>,
+    pub stats: Arc<HttpStats>,
+    pub limits: Limits,
+}
+
+/// When the connection last produced a response, so the watchdog can tell idle from busy.
+#[derive(Debug, Default)]
+struct Progress {
+    replies: AtomicU64,
+    /// Milliseconds after the connection started; only meaningful when `replies > 0`.
+    last_reply_ms: AtomicU64,
+}
+
+pub(super) async fn serve(stream: TcpStream, shared: Arc<Shared>, watcher: Watcher, _slot: OwnedSemaphorePermit) {
+    let _open = shared.stats.open_connection();
+    // Each response is written in one piece; Nagle would only hold its tail back for an ACK.
+    let _ = stream.set_nodelay(true);
+    let started = Instant::now();
+    let progress = Arc::new(Progress::default());
+
+    let service = {
+        let (shared, progress) = (Arc::clone(&shared), Arc::clone(&progress));
+        service_fn(move |req: hyper::Request<Incoming>| {
+            let (response, outcome) = respond(&req, &*shared.handler, shared.limits.max_body_bytes);
+            shared.stats.record(outcome);
+            let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            progress.last_reply_ms.store(ms, Ordering::Relaxed);
+            progress.replies.fetch_add(1, Ordering::Relaxed);
+            ready(Ok::<_, Infallible>(response))
+        })
+    };
+    let limits = &shared.limits;
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        // Checked by hyper on every read of a partial head, so the buffer never grows far past it; hyper
+        // answers 431 itself and closes.
+        .max_header_size(limits.max_header_bytes)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut connection = pin!(watcher.watch(connection));
+
+    // hyper bounds each wait for a head (including idle keep-alive gaps) by header_read_timeout; this
+    // bounds everything else — a slow body, a client that never reads its response — by request_timeout
+    // since the last response (or the start).
+    loop {
+        let since_start = Duration::from_millis(progress.last_reply_ms.load(Ordering::Relaxed));
+        let deadline = started + since_start + limits.request_timeout;
+        tokio::select! {
+            result = &mut connection => {
+                if let Err(e) = result {
+                    record_failure(&shared.stats, &e, progress.replies.load(Ordering::Relaxed));
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                let moved = Duration::from_millis(progress.last_reply_ms.load(Ordering::Relaxed)) != since_start;
+                if moved {
+                    continue;
+                }
+                if progress.replies.load(Ordering::Relaxed) == 0 {
+                    shared.stats.record(Outcome::Timeout);
+                }
+                // Dropping the connection closes the socket.
+                return;
+            }
+        }
+    }
+}
+
+/// Counts what hyper ended the connection for. A header timeout after at least one reply is an idle
+/// keep-alive connection being reaped, which is normal and not counted; client resets are not counted.
+fn record_failure(stats: &HttpStats, error: &hyper::Error, replies: u64) {
+    if error.is_parse_too_large() {
+        stats.record(Outcome::TooLarge);
+    } else if error.is_parse() {
+        stats.record(Outcome::Malformed);
+    } else if error.is_timeout() && replies == 0 {
+        stats.record(Outcome::Timeout);
+    }
+}
+
+/// Fixed so that turning a client away costs no parsing and no allocation.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: text/plain; charset=utf-8\r\n\
+content-length: 15\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+\r\n\
+server is busy\n";
+
+/// How long, and how much of the client's request, a turned-away socket is drained before closing.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 16 * 1024;
+
+/// Sends the 503, then drains what the client already sent: closing a socket with unread input makes
+/// the kernel send RST, and a client that receives RST may lose the 503 before it reads it.
+pub(super) async fn turn_away(mut stream: TcpStream, _slot: OwnedSemaphorePermit) {
+    let linger = async {
+        stream.write_all(BUSY).await?;
+        stream.shutdown().await?;
+        let mut sink = [0_u8; 1024];
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<(), io::Error>(())
+    };
+    // Either way the socket closes here; the client has already been counted as turned away.
+    let _ = tokio::time::timeout(LINGER, linger).await;
+}
+
+/// When even the lingering slots are taken: one non-blocking write (a fresh socket's send buffer is
+/// empty, so it fits) and close at once, at the risk of the RST described above.
+pub(super) fn turn_away_now(stream: TcpStream) {
+    let _ = stream.try_write(BUSY);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_response_length_matches_its_body() {
+        let text = std::str::from_utf8(BUSY).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length = head.lines().find_map(|l| l.strip_prefix("content-length: ")).unwrap();
+        assert_eq!(length.parse::<usize>().unwrap(), body.len());
+    }
+}

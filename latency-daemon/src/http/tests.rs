@@ -1,0 +1,336 @@
+//! `serve` over real loopback sockets: raw requests in, bytes on the wire and counters out.
+
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::stats::HttpStatsSnapshot;
+use super::*;
+
+/// "/" → a fixed page, "/panic" → panics, "/slow" → blocks 300 ms, anything else → 404.
+struct Fixture;
+
+impl Handler for Fixture {
+    fn handle(&self, req: &Request<'_>) -> Reply {
+        match req.path {
+            "/" => Reply::new(StatusCode::OK, "text/plain; charset=utf-8", "hello\n"),
+            "/panic" => panic!("fixture panics on purpose"),
+            "/slow" => {
+                std::thread::sleep(Duration::from_millis(300));
+                Reply::new(StatusCode::OK, "text/plain", "slow\n")
+            }
+            _ => Reply::new(StatusCode::NOT_FOUND, "text/plain", "no such page\n"),
+        }
+    }
+}
+
+/// Every network step in these tests is bounded by this, so a bug fails a test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+struct Server {
+    addr: SocketAddr,
+    stats: Arc<HttpStats>,
+    stop: oneshot::Sender<()>,
+    done: JoinHandle<Result<(), HttpError>>,
+}
+
+async fn start(limits: Limits) -> Server {
+    let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stats = Arc::new(HttpStats::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+    };
+    let done = tokio::spawn(serve(listener, Arc::new(Fixture), limits, Arc::clone(&stats), shutdown));
+    Server { addr, stats, stop, done }
+}
+
+impl Server {
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.addr).await.unwrap()
+    }
+
+    /// Asks for shutdown and returns how long `serve` took to return.
+    async fn stop(self) -> Duration {
+        let asked = Instant::now();
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(PATIENCE, self.done).await.unwrap().unwrap().unwrap();
+        asked.elapsed()
+    }
+
+    /// Counters are bumped on the server's tasks, possibly just after the client saw the effect.
+    async fn wait_for(&self, what: &str, check: impl Fn(&HttpStatsSnapshot) -> bool) {
+        let deadline = Instant::now() + PATIENCE;
+        while !check(&self.stats.snapshot()) {
+            assert!(Instant::now() < deadline, "{what}: stats stayed {:?}", self.stats.snapshot());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response: the head, then exactly Content-Length body bytes (none after HEAD).
+async fn read_response(stream: &mut TcpStream, head_request: bool) -> Response {
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0_u8; 4096];
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "connection closed mid-head after {:?}", String::from_utf8_lossy(&buf));
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).unwrap().to_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(": ")).map(|(n, v)| (n.to_owned(), v.to_owned())).collect();
+    let mut response = Response { status, headers, body: buf[head_end..].to_vec() };
+    let length: usize = response.header("content-length").expect("content-length").parse().unwrap();
+    let want = if head_request { 0 } else { length };
+    while response.body.len() < want {
+        let mut chunk = [0_u8; 4096];
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "connection closed mid-body");
+        response.body.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(response.body.len(), want, "bytes beyond the announced body");
+    response
+}
+
+async fn exchange(stream: &mut TcpStream, request: &str) -> Response {
+    stream.write_all(request.as_bytes()).await.unwrap();
+    read_response(stream, request.starts_with("HEAD ")).await
+}
+
+/// How long until the server closes the connection (EOF or reset), reading and discarding anything sent.
+async fn time_to_close(stream: &mut TcpStream) -> Duration {
+    let started = Instant::now();
+    let mut sink = [0_u8; 4096];
+    loop {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut sink)).await.expect("server kept the connection open") {
+            Ok(0) | Err(_) => return started.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+const GET: &str = "GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+
+#[tokio::test]
+async fn get_returns_the_handler_body_with_framing_headers() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    let response = exchange(&mut stream, GET).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body, b"hello\n");
+    assert_eq!(response.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(response.header("content-length"), Some("6"));
+    assert_eq!(response.header("server"), None);
+    // Keep-alive: a second request on the same connection.
+    assert_eq!(exchange(&mut stream, GET).await.status, 200);
+    server.wait_for("two ok", |s| s.ok == 2).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn handler_404_passes_through() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    let response = exchange(&mut stream, "GET /missing?x=1 HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(response.status, 404);
+    assert_eq!(response.body, b"no such page\n");
+    server.wait_for("one not_found", |s| s.not_found == 1).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn head_sends_get_headers_without_a_body() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    let response = exchange(&mut stream, "HEAD / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-length"), Some("6"));
+    assert_eq!(response.header("content-type"), Some("text/plain; charset=utf-8"));
+    // Had any body bytes followed the HEAD response, this GET's response would start with them.
+    let response = exchange(&mut stream, GET).await;
+    assert_eq!((response.status, response.body.as_slice()), (200, b"hello\n".as_slice()));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn post_is_405_with_allow() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    let response = exchange(&mut stream, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n").await;
+    assert_eq!(response.status, 405);
+    assert_eq!(response.header("allow"), Some("GET, HEAD"));
+    assert!(response.header("content-type").is_some());
+    server.wait_for("one bad_method, no handler call", |s| s.bad_method == 1 && s.ok == 0).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_body_is_413_and_closes() {
+    let server = start(Limits::default()).await;
+    for request in [
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello",
+        "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    ] {
+        let mut stream = server.connect().await;
+        let response = exchange(&mut stream, request).await;
+        assert_eq!(response.status, 413, "{request:?}");
+        assert!(response.header("content-type").is_some());
+        time_to_close(&mut stream).await;
+    }
+    server.wait_for("two too large", |s| s.rejected_too_large == 2 && s.ok == 0).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_oversized_head_is_431_and_closes() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    let big = "a".repeat(20 * 1024);
+    let request = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {big}\r\n\r\n");
+    // The server may stop reading (and close) before all of it is written; that is fine.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let response = read_response(&mut stream, false).await;
+    assert_eq!(response.status, 431);
+    assert_eq!(response.header("content-length"), Some("0"));
+    time_to_close(&mut stream).await;
+    server.wait_for("one too large", |s| s.rejected_too_large == 1).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_head_is_cut_off_at_header_read_timeout() {
+    let limits = Limits { header_read_timeout: Duration::from_millis(300), ..Limits::default() };
+    let server = start(limits).await;
+    let mut stream = server.connect().await;
+    stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    let closed_after = time_to_close(&mut stream).await;
+    let expected = Duration::from_millis(250)..Duration::from_millis(1500);
+    assert!(expected.contains(&closed_after), "closed after {closed_after:?}");
+    server.wait_for("one timeout", |s| s.rejected_timeout == 1).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_at_request_timeout() {
+    // header_read_timeout is long here, so only request_timeout can close the connection.
+    let limits = Limits { request_timeout: Duration::from_millis(300), ..Limits::default() };
+    let server = start(limits).await;
+    let mut stream = server.connect().await;
+    assert_eq!(exchange(&mut stream, GET).await.status, 200);
+    let closed_after = time_to_close(&mut stream).await;
+    let expected = Duration::from_millis(250)..Duration::from_millis(1500);
+    assert!(expected.contains(&closed_after), "closed after {closed_after:?}");
+    // A connection that never sent anything is closed too, and counted as a timeout.
+    let mut silent = server.connect().await;
+    time_to_close(&mut silent).await;
+    server.wait_for("one timeout (the silent one)", |s| s.rejected_timeout == 1).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn when_full_a_new_connection_gets_503_at_once() {
+    let limits = Limits { max_connections: 2, ..Limits::default() };
+    let server = start(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = server.connect().await;
+        assert_eq!(exchange(&mut stream, GET).await.status, 200);
+        held.push(stream);
+    }
+    server.wait_for("two open", |s| s.connections == 2).await;
+
+    let asked = Instant::now();
+    let mut third = server.connect().await;
+    let response = exchange(&mut third, GET).await;
+    assert_eq!(response.status, 503);
+    assert_eq!(response.header("retry-after"), Some("1"));
+    assert!(response.header("content-type").is_some());
+    time_to_close(&mut third).await;
+    assert!(asked.elapsed() < Duration::from_millis(500), "took {:?}", asked.elapsed());
+    server.wait_for("one busy", |s| s.rejected_busy == 1).await;
+
+    // A freed slot is usable again.
+    drop(held.pop());
+    server.wait_for("one open", |s| s.connections == 1).await;
+    let mut fourth = server.connect().await;
+    assert_eq!(exchange(&mut fourth, GET).await.status, 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_handler_panic_is_500_and_the_connection_goes_on() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    let response = exchange(&mut stream, "GET /panic HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(response.status, 500);
+    assert!(response.header("content-type").is_some());
+    assert_eq!(exchange(&mut stream, GET).await.status, 200);
+    server.wait_for("one panic, one ok", |s| s.panicked == 1 && s.ok == 1).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_returns_promptly_and_closes_idle_connections() {
+    let server = start(Limits::default()).await;
+    let addr = server.addr;
+    let mut idle = server.connect().await;
+    assert_eq!(exchange(&mut idle, GET).await.status, 200);
+    let took = server.stop().await;
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    time_to_close(&mut idle).await;
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_an_in_flight_request_finish() {
+    let server = start(Limits::default()).await;
+    let mut stream = server.connect().await;
+    stream.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    // Let the request reach the handler, which then blocks for 300 ms.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopping = tokio::spawn(server.stop());
+    let response = read_response(&mut stream, false).await;
+    assert_eq!((response.status, response.body.as_slice()), (200, b"slow\n".as_slice()));
+    let took = stopping.await.unwrap();
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
+
+#[tokio::test]
+async fn bind_errors_name_the_address() {
+    let first = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+    let addr = first.local_addr().unwrap();
+    let error = bind(addr).await.unwrap_err();
+    assert_eq!(error.to_string(), format!("cannot listen on {addr}: address in use"));
+}
+
+#[tokio::test]
+async fn invalid_limits_are_refused() {
+    let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+    let limits = Limits { max_connections: 0, ..Limits::default() };
+    let stats = Arc::new(HttpStats::default());
+    let error = serve(listener, Arc::new(Fixture), limits, stats, async {}).await.unwrap_err();
+    assert_eq!(error.to_string(), "HTTP limit max_connections must be at least 1");
+}

@@ -1,0 +1,314 @@
+//! `latency-daemon run` with real components: a real Prometheus scraping it (classic buckets as
+//! text, native histograms as protobuf), promtool on real scrapes, cgroups this test creates,
+//! and the lifecycle (SIGHUP with a broken file, SIGTERM within 2 s, bad configuration).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::{
+    DAEMON, Guarded, assert_nothing_attached,
+    daemon::{Daemon, sample},
+    prometheus::Prometheus,
+    web,
+    workload::{Kind, Park, cpus, phase, set_thread_name},
+};
+
+/// Scrapes /metrics every 100 ms in the background, keeping (drains, wakeup count, preempt count)
+/// of every distinct exposition, so a Prometheus sample can be matched to what we served.
+fn record_expositions(addr: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(u64, u64, u64)>> {
+    std::thread::spawn(move || {
+        let mut seen: Vec<(u64, u64, u64)> = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(r) = web::get(&addr, "/metrics", &[]) {
+                let t = r.text();
+                let drains = sample(&t, "runqlat_drains_total").unwrap_or(0.0) as u64;
+                let w = sample(&t, "runqlat_delay_seconds_count{reason=\"wakeup\"}").unwrap_or(-1.0) as u64;
+                let p = sample(&t, "runqlat_delay_seconds_count{reason=\"preempt\"}").unwrap_or(-1.0) as u64;
+                if seen.last().map(|s| s.0) != Some(drains) {
+                    seen.push((drains, w, p));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        seen
+    })
+}
+
+#[test]
+fn prometheus_reads_exact_classic_and_native_histograms() {
+    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let recorder = record_expositions(daemon.addr.clone(), stop.clone());
+    let prom = Prometheus::start(&daemon.addr);
+
+    // 4×CPUs spinners for 10 s: run-queue delays of several ms.
+    let mut park = Park::default();
+    phase(&mut park, "prom", Kind::Spin, 4 * cpus(), 10.0);
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    let ours = recorder.join().unwrap();
+    drop(park);
+
+    let health = prom.target_health();
+    assert!(!health.contains("\"down\"") && health.matches("\"up\"").count() == 2, "scrapes failing: {health}");
+
+    let classic = prom
+        .scalar("histogram_quantile(0.99, sum by (le) (rate(runqlat_delay_seconds_bucket{job=\"classic\"}[8s])))")
+        .expect("classic p99");
+    let native = prom.scalar("histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"native\"}[8s])))").expect("native p99");
+    eprintln!("p99 over 8 s: classic {classic} s, native {native} s");
+    assert!(classic.is_finite() && classic > 0.0, "classic p99 {classic}");
+    assert!(native.is_finite() && native > 0.0, "native p99 {native}");
+    // Classic buckets are powers of two: agreeing within one bucket is a factor of two at most.
+    assert!((native / classic).log2().abs() <= 1.0, "native p99 {native} vs classic {classic}");
+
+    // Exact totals: the drain count of Prometheus's latest sample says which exposition it got;
+    // we saw the same one, and its counts must be the same to the delay.
+    for job in ["classic", "native"] {
+        let drains = prom.scalar(&format!("runqlat_drains_total{{job=\"{job}\"}}")).unwrap() as u64;
+        let total = if job == "classic" {
+            prom.scalar("sum(runqlat_delay_seconds_count{job=\"classic\"})").unwrap()
+        } else {
+            prom.scalar("sum(histogram_count(runqlat_delay_seconds{job=\"native\"}))").unwrap()
+        } as u64;
+        let (_, w, p) = ours
+            .iter()
+            .find(|(d, _, _)| *d == drains)
+            .unwrap_or_else(|| panic!("{job}: drain {drains} not among the {} we saw", ours.len()));
+        assert_eq!(total, w + p, "{job}: Prometheus holds {total} delays at drain {drains}, we served {}", w + p);
+    }
+
+    // Counters never went back in any scrape.
+    for counter in ["runqlat_delay_seconds_count", "runqlat_context_switches_total", "runqlat_cpu_idle_seconds_total"] {
+        let resets = prom.scalar(&format!("sum(resets({counter}{{job=\"classic\"}}[1m]))")).unwrap();
+        assert_eq!(resets, 0.0, "{counter} decreased");
+    }
+    // The window gauges: the exact max bounds the estimated p99.9.
+    let max = prom.scalar("max(runqlat_delay_window_max_seconds{job=\"classic\",reason=\"preempt\"})").unwrap();
+    let p999 =
+        prom.scalar("max(runqlat_delay_window_seconds{job=\"classic\",reason=\"preempt\",q=\"0.999\"})").unwrap_or(0.0);
+    assert!(max > 0.001 && p999 <= max, "window max {max}, p99.9 {p999}");
+
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+}
+
+/// `promtool check metrics` prints nothing for real scrapes — also when a cgroup and a thread
+/// carry hostile names, which must come through escaped in the exposition and intact in JSON.
+#[test]
+fn real_scrapes_pass_promtool_with_hostile_names() {
+    let cg = TestCgroup::new("we\"ird\\name with space");
+    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s"]);
+    let spinners: Vec<Guarded> = (0..3).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"])).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let hostile = std::thread::spawn(move || {
+        set_thread_name(b"a\"b\\c\nd\xff\xfe");
+        // Wake every millisecond until the sender goes, so the thread has delays to report.
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_millis(1)) {}
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let text = daemon.metrics();
+    drop(spinners);
+    drop(tx);
+    hostile.join().unwrap();
+
+    let escaped = format!("cgroup=\"{}\"", cg.path.replace('\\', "\\\\").replace('"', "\\\""));
+    assert!(text.contains(&escaped), "no series for {escaped}:\n{}", grep(&text, "cgroup="));
+    let out = promtool_check(&text);
+    assert!(out.is_empty(), "promtool check metrics:\n{out}");
+
+    let json = daemon.get("/api/v1/snapshot");
+    assert_eq!(json.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&json.body).expect("snapshot JSON");
+    assert!(v["histograms"]["preempt"]["count"].as_u64().unwrap() > 0);
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+}
+
+/// A delay counts for the cgroup of the task that waited, not of the task that ran before it
+/// (`bpf_get_current_cgroup_id()` at sched_switch would give the latter). A nice-19 1 ms sleeper
+/// in cgroup A shares one CPU with a nice −10 hog in cgroup B: A waits for B's slices (long
+/// delays), B waits only while A runs for microseconds.
+#[test]
+fn a_delay_lands_in_the_cgroup_of_the_task_that_waited() {
+    let a = TestCgroup::new("waiter");
+    let b = TestCgroup::new("hog");
+    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s"]);
+    let cpu = (cpus() - 1).to_string();
+    let _hog = b.spawn(&["taskset", "-c", &cpu, "nice", "-n", "-10", "sh", "-c", "while :; do :; done"]);
+    let _waiter =
+        a.spawn(&["taskset", "-c", &cpu, "nice", "-n", "19", "perl", "-e", "select(undef,undef,undef,0.001) while 1"]);
+    std::thread::sleep(Duration::from_secs(6));
+    let text = daemon.metrics();
+    let series = |cg: &TestCgroup, what: &str| {
+        let key = format!("runqlat_cgroup_delay_seconds_{what}{{cgroup=\"{}\"}}", cg.path);
+        sample(&text, &key).unwrap_or_else(|| panic!("no {key}:\n{}", grep(&text, "runqlat_cgroup")))
+    };
+    let (a_count, a_sum) = (series(&a, "count"), series(&a, "sum"));
+    let (b_count, b_sum) = (series(&b, "count"), series(&b, "sum"));
+    eprintln!("waiter: {a_count} delays, {a_sum} s; hog: {b_count} delays, {b_sum} s");
+    // Weight 15 against 9548: the sleeper gets the CPU rarely, and each time after a long wait.
+    assert!(a_count >= 5.0, "the sleeper waited only {a_count} times");
+    assert!(a_sum > 5.0 * b_sum, "waiter's delay {a_sum} s is not ≫ the hog's {b_sum} s: attributed to the wrong cgroup?");
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+}
+
+#[test]
+fn sighup_with_a_broken_file_keeps_serving_and_sigterm_detaches_fast() {
+    let dir = std::env::temp_dir().join(format!("runqlat-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("latency-daemon.toml");
+    std::fs::write(&file, "window = \"2s\"\n").unwrap();
+    let daemon = Daemon::start(&["--config", file.to_str().unwrap(), "--interval", "1s"]);
+    let landing = daemon.get("/").text();
+    assert!(landing.contains("\"window\": \"2s\""), "{landing}");
+
+    std::fs::write(&file, "window = [not toml\n").unwrap();
+    daemon.proc.signal(libc::SIGHUP);
+    wait_for_log(&daemon, "reload failed");
+    assert_eq!(daemon.get("/healthz").status, 200, "unhealthy after a bad reload");
+    assert!(daemon.get("/").text().contains("\"window\": \"2s\""), "the old configuration was not kept");
+
+    std::fs::write(&file, "window = \"3s\"\nmax_cgroups = 2048\n").unwrap();
+    daemon.proc.signal(libc::SIGHUP);
+    wait_for_log(&daemon, "reloaded");
+    let landing = daemon.get("/").text();
+    assert!(landing.contains("\"window\": \"3s\""), "window not reloaded: {landing}");
+    assert!(daemon.log().iter().any(|l| l.contains("max_cgroups") && l.contains("restart")), "{:?}", daemon.log());
+
+    let took = daemon.stop();
+    assert!(took < Duration::from_secs(2), "SIGTERM took {took:?}");
+    assert_nothing_attached();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_configuration_is_one_line_and_exit_2_before_attaching() {
+    let run = |args: &[&str]| Command::new(DAEMON).arg("run").args(args).output().unwrap();
+    for (args, field) in [
+        (&["--window", "1500ms"][..], "window"),
+        (&["--listen", "nowhere"][..], "listen"),
+        (&["--top-cgroups", "0", "--interval", "10ms"][..], "top_cgroups"),
+        (&["--classic-buckets", "0.001"][..], "classic_buckets"),
+        (&["--config", "/nonexistent/latency-daemon.toml"][..], "/nonexistent/latency-daemon.toml"),
+    ] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(field), "{args:?}: {err} does not name {field}");
+    }
+    // Several problems are reported together.
+    let err = String::from_utf8_lossy(&run(&["--top-cgroups", "0", "--interval", "10ms"]).stderr).into_owned();
+    assert!(err.contains("interval"), "{err}");
+    // A port in use is the machine saying no: exit 1, the address named, nothing attached.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run(&["--listen", &addr]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&addr), "{err}");
+    assert_nothing_attached();
+}
+
+fn wait_for_log(daemon: &Daemon, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.log().iter().any(|l| l.contains(needle)) {
+        assert!(Instant::now() < deadline, "no {needle:?} in the log: {:?}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn grep(text: &str, needle: &str) -> String {
+    text.lines().filter(|l| l.contains(needle)).collect::<Vec<_>>().join("\n")
+}
+
+fn promtool_check(text: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (cargo xtask setup installs prometheus)");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() && s.is_empty() {
+        s = format!("exit {}", out.status);
+    }
+    s
+}
+
+/// A cgroup v2 directory of this test, removed (after its processes are killed) when dropped.
+struct TestCgroup {
+    dir: std::path::PathBuf,
+    /// Its path as the daemon labels it: relative to the cgroup2 mount, starting with '/'.
+    path: String,
+    members: Mutex<Vec<u32>>,
+}
+
+impl TestCgroup {
+    fn new(name: &str) -> TestCgroup {
+        let mount = cgroup2_mount();
+        let top = format!("runqlat-test-{}-{name}", std::process::id());
+        let dir = mount.join(&top);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        TestCgroup { dir, path: format!("/{top}"), members: Mutex::new(Vec::new()) }
+    }
+
+    /// Start `argv` inside this cgroup (the shell moves itself in, then execs).
+    fn spawn(&self, argv: &[&str]) -> Guarded {
+        let procs = self.dir.join("cgroup.procs");
+        let script = format!("echo $$ > '{}' && exec \"$@\"", procs.display().to_string().replace('\'', "'\\''"));
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .args(argv)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.members.lock().unwrap().push(child.id());
+        Guarded { child, what: "cgroup workload" }
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Kill anything still inside (the Guarded handles kill their own; this catches strays).
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                // SAFETY: kill(2) on processes this test put in its own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn cgroup2_mount() -> std::path::PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            right.starts_with("cgroup2 ").then(|| left.split_whitespace().nth(4).map(std::path::PathBuf::from))?
+        })
+        .expect("a cgroup2 mount")
+}
