@@ -51,7 +51,12 @@ fn add(total: &mut CgroupHist, delta: &CgroupHist) {
 impl CgroupSeries {
     /// Fold one window's deltas in. `name` turns an id into its path (None: unknown, folded
     /// into "other"); `top` is N.
-    pub fn add_window(&mut self, deltas: &[(u64, CgroupHist)], mut name: impl FnMut(u64) -> Option<String>, top: usize) {
+    pub fn add_window(
+        &mut self,
+        deltas: &[(u64, CgroupHist)],
+        mut name: impl FnMut(u64) -> Option<String>,
+        top: usize,
+    ) {
         self.windows += 1;
         let mut named: Vec<(String, &CgroupHist)> = Vec::with_capacity(deltas.len());
         for (id, delta) in deltas {

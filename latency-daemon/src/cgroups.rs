@@ -166,7 +166,6 @@ impl CgroupNames {
         self.known.len()
     }
 
-
     fn rescan_due(&self) -> bool {
         const IDLE_PER_BUSY: u32 = 9;
         self.walked

@@ -24,6 +24,26 @@ pub enum Command {
     Check,
     /// Run until stopped, serving Prometheus metrics; SIGHUP re-reads the --config file.
     Run(RunArgs),
+    /// Time the user-space pipeline (sum per-CPU values, close a window, encode) on synthetic
+    /// maps of any CPU count; used by `cargo xtask bench`.
+    #[command(hide = true)]
+    BenchExport(BenchExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchExportArgs {
+    /// CPU counts to simulate.
+    #[arg(long, value_delimiter = ',', default_value = "2,64,256")]
+    pub cpus: Vec<usize>,
+    /// Cgroups with delays in every window.
+    #[arg(long, default_value_t = 200)]
+    pub cgroups: usize,
+    /// Timed repetitions per CPU count (the median is reported).
+    #[arg(long, default_value_t = 101)]
+    pub iterations: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

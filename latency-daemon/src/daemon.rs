@@ -104,15 +104,10 @@ pub async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
 
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(
-        listener,
-        routes.clone(),
-        http::Limits::default(),
-        routes.http_stats(),
-        async move {
+    let server =
+        tokio::spawn(http::serve(listener, routes.clone(), http::Limits::default(), routes.http_stats(), async move {
             let _ = http_stopped.await;
-        },
-    ));
+        }));
 
     let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt()).map_err(RunError::Signal)?;

@@ -70,13 +70,7 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
     let mut histograms = [Histogram::ZERO; Reason::COUNT];
     for reason in Reason::ALL {
         let per_cpu = hists.get(&(reason as u32), 0).map_err(map_err(map))?;
-        let total = &mut histograms[reason as usize];
-        for h in per_cpu.iter() {
-            total.sum_ns += h.sum_ns;
-            for (t, c) in total.buckets.iter_mut().zip(h.buckets.iter()) {
-                *t += c;
-            }
-        }
+        histograms[reason as usize] = sum_histograms(&per_cpu);
     }
 
     let mut tasks = Vec::new();
@@ -98,19 +92,37 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
             PerCpuHashMap::try_from(probe.map(map)?).map_err(map_err(map))?;
         for entry in table.iter() {
             let (id, per_cpu) = entry.map_err(map_err(map))?;
-            let mut total = CgroupHist::ZERO;
-            for h in per_cpu.iter() {
-                total.sum_ns += h.sum_ns;
-                for (t, c) in total.buckets.iter_mut().zip(h.buckets.iter()) {
-                    *t += c;
-                }
-            }
-            cgroups.push((id, total));
+            cgroups.push((id, sum_cgroup(&per_cpu)));
         }
         cgroups.sort_unstable_by_key(|(id, _)| *id);
     }
 
     Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups })
+}
+
+/// One reason's histogram summed over CPUs: the only part of a drain whose cost depends on the
+/// machine (CPUs × buckets); none of it depends on how many events happened.
+pub fn sum_histograms(per_cpu: &[Histogram]) -> Histogram {
+    let mut total = Histogram::ZERO;
+    for h in per_cpu {
+        total.sum_ns += h.sum_ns;
+        for (t, c) in total.buckets.iter_mut().zip(h.buckets.iter()) {
+            *t += c;
+        }
+    }
+    total
+}
+
+/// One cgroup's coarse histogram summed over CPUs.
+pub fn sum_cgroup(per_cpu: &[CgroupHist]) -> CgroupHist {
+    let mut total = CgroupHist::ZERO;
+    for h in per_cpu {
+        total.sum_ns += h.sum_ns;
+        for (t, c) in total.buckets.iter_mut().zip(h.buckets.iter()) {
+            *t += c;
+        }
+    }
+    total
 }
 
 /// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it: (reason, cpu,
@@ -156,7 +168,8 @@ mod tests {
 
     #[test]
     fn maxima_keep_only_this_windows_records() {
-        let slot = vec![(Reason::Wakeup, 0, rec(4, 10)), (Reason::Wakeup, 1, rec(2, 99)), (Reason::Preempt, 0, rec(4, 0))];
+        let slot =
+            vec![(Reason::Wakeup, 0, rec(4, 10)), (Reason::Wakeup, 1, rec(2, 99)), (Reason::Preempt, 0, rec(4, 0))];
         let m = maxima(&slot, 4);
         assert_eq!(m.len(), 1);
         assert_eq!((m[0].0, m[0].1.cpu, m[0].1.max.delay_ns), (Reason::Wakeup, 0, 10));

@@ -88,7 +88,8 @@ fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Er
         Clock::Monotonic => "monotonic",
         Clock::RunQueue => "run_queue",
     };
-    info.encode_family(&[("version", e.version), ("kernel", e.kernel.as_str()), ("clock", clock)])?.encode_gauge(&1i64)?;
+    info.encode_family(&[("version", e.version), ("kernel", e.kernel.as_str()), ("clock", clock)])?
+        .encode_gauge(&1i64)?;
 
     if let Some(s) = &e.snapshot {
         delay_histograms(e, s, enc)?;
@@ -231,7 +232,9 @@ fn cpu_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> Re
     for (cpu, c) in s.cpus.iter().enumerate() {
         let cpu = cpu.to_string();
         for (kind, v) in [("voluntary", c.voluntary), ("involuntary", c.involuntary)] {
-            family.encode_family(&[("cpu", cpu.as_str()), ("kind", kind)])?.encode_counter::<NoLabelSet, _, f64>(&v, None)?;
+            family
+                .encode_family(&[("cpu", cpu.as_str()), ("kind", kind)])?
+                .encode_counter::<NoLabelSet, _, f64>(&v, None)?;
         }
     }
     let mut family = enc.encode_descriptor(
@@ -268,7 +271,9 @@ fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> R
         let n: u64 = s.cpus.iter().map(|c| c.lost[what as usize]).sum();
         family.encode_family(&[("map", what.map())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
     }
-    family.encode_family(&[("map", "window_max")])?.encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
+    family
+        .encode_family(&[("map", "window_max")])?
+        .encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
     let mut family = enc.encode_descriptor(
         "runqlat_discarded",
         "Delays measured but not recorded because they were not believable: future_stamp (stamp \
@@ -316,7 +321,12 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
     };
     counter(enc, "runqlat_drains", "Drains of the kernel maps since start.", e.drains)?;
     counter(enc, "runqlat_drain_errors", "Drains that failed (the previous values stay published).", e.drain_errors)?;
-    counter(enc, "runqlat_cgroups_pruned", "Kernel per-cgroup entries deleted because the cgroup was removed.", e.cgroups_pruned)?;
+    counter(
+        enc,
+        "runqlat_cgroups_pruned",
+        "Kernel per-cgroup entries deleted because the cgroup was removed.",
+        e.cgroups_pruned,
+    )?;
     enc.encode_descriptor(
         "runqlat_last_drain_timestamp_seconds",
         "Unix time of the last successful drain; alert when it stops moving.",
@@ -325,9 +335,19 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
     )?
     .encode_gauge(&e.last_drain_unix)?;
     if let Some(p) = ProcStat::read() {
-        counter_f64(enc, "process_cpu_seconds", "User and system CPU time of the monitor's own process.", p.cpu_seconds)?;
-        enc.encode_descriptor("process_resident_memory_bytes", "Resident memory of the monitor's process.", None, MetricType::Gauge)?
-            .encode_gauge(&(p.resident_bytes as f64))?;
+        counter_f64(
+            enc,
+            "process_cpu_seconds",
+            "User and system CPU time of the monitor's own process.",
+            p.cpu_seconds,
+        )?;
+        enc.encode_descriptor(
+            "process_resident_memory_bytes",
+            "Resident memory of the monitor's process.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(p.resident_bytes as f64))?;
         if let Some(boot) = procstat::boot_time_unix() {
             enc.encode_descriptor(
                 "process_start_time_seconds",

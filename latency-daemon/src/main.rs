@@ -2,6 +2,7 @@
 //! (0 ok, 1 the machine or kernel said no, 2 bad input).
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod bench_export;
 mod btf;
 mod caps;
 mod cgroup_series;
@@ -52,6 +53,18 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e.to_string()),
             }
+        }
+        Command::BenchExport(args) => {
+            let rows = bench_export::run(&args);
+            if args.json {
+                match serde_json::to_string_pretty(&rows) {
+                    Ok(j) => println!("{j}"),
+                    Err(e) => return fail(&e.to_string()),
+                }
+            } else {
+                print!("{}", bench_export::table(&rows));
+            }
+            ExitCode::SUCCESS
         }
         Command::Run(args) => {
             // Every configuration problem is bad input: one line, exit 2, nothing attached.

@@ -186,7 +186,9 @@ impl Handler for Routes {
             "/" => Reply::new(StatusCode::OK, "text/html; charset=utf-8", self.landing()),
             "/metrics" => match self.metrics(format_param(req.query).unwrap_or_else(|| negotiate(req.accept))) {
                 Ok((content_type, body)) => Reply::new(StatusCode::OK, content_type, body),
-                Err(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n"),
+                Err(_) => {
+                    Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n")
+                }
             },
             "/healthz" => {
                 let (ok, why) = self.health();
@@ -198,7 +200,11 @@ impl Handler for Routes {
                 match &e.window {
                     Some(w) => match serde_json::to_vec_pretty(&w.report) {
                         Ok(body) => Reply::new(StatusCode::OK, "application/json", body),
-                        Err(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n"),
+                        Err(_) => Reply::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "text/plain; charset=utf-8",
+                            "encoding failed\n",
+                        ),
                     },
                     None => Reply::new(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -240,7 +246,12 @@ impl Collector for HttpCollector {
             family.encode_family(&[("outcome", outcome)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
         }
         encoder
-            .encode_descriptor("runqlat_http_connections", "HTTP connections being served now.", None, MetricType::Gauge)?
+            .encode_descriptor(
+                "runqlat_http_connections",
+                "HTTP connections being served now.",
+                None,
+                MetricType::Gauge,
+            )?
             .encode_gauge(&s.connections)
     }
 }

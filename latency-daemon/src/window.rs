@@ -119,7 +119,10 @@ mod tests {
         }
         let mut m = WindowMax::ZERO;
         m.delay_ns = 7_000_000;
-        let maxima = vec![(Reason::Preempt, CpuMax { cpu: 0, max: m }), (Reason::Preempt, CpuMax { cpu: 1, max: WindowMax { delay_ns: 5_000, ..m } })];
+        let maxima = vec![
+            (Reason::Preempt, CpuMax { cpu: 0, max: m }),
+            (Reason::Preempt, CpuMax { cpu: 1, max: WindowMax { delay_ns: 5_000, ..m } }),
+        ];
         let w = Window::close(&start, &end, &maxima, &meta());
         assert_eq!(w.max_ns, [0, 7_000_000]);
         assert_eq!(w.quantiles[Reason::Wakeup as usize], Quantiles::default());

@@ -64,7 +64,9 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
     let classic = prom
         .scalar("histogram_quantile(0.99, sum by (le) (rate(runqlat_delay_seconds_bucket{job=\"classic\"}[8s])))")
         .expect("classic p99");
-    let native = prom.scalar("histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"native\"}[8s])))").expect("native p99");
+    let native = prom
+        .scalar("histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"native\"}[8s])))")
+        .expect("native p99");
     eprintln!("p99 over 8 s: classic {classic} s, native {native} s");
     assert!(classic.is_finite() && classic > 0.0, "classic p99 {classic}");
     assert!(native.is_finite() && native > 0.0, "native p99 {native}");
@@ -158,7 +160,10 @@ fn a_delay_lands_in_the_cgroup_of_the_task_that_waited() {
     eprintln!("waiter: {a_count} delays, {a_sum} s; hog: {b_count} delays, {b_sum} s");
     // Weight 15 against 9548: the sleeper gets the CPU rarely, and each time after a long wait.
     assert!(a_count >= 5.0, "the sleeper waited only {a_count} times");
-    assert!(a_sum > 5.0 * b_sum, "waiter's delay {a_sum} s is not ≫ the hog's {b_sum} s: attributed to the wrong cgroup?");
+    assert!(
+        a_sum > 5.0 * b_sum,
+        "waiter's delay {a_sum} s is not ≫ the hog's {b_sum} s: attributed to the wrong cgroup?"
+    );
     assert!(daemon.stop() < Duration::from_secs(2));
     assert_nothing_attached();
 }
@@ -190,6 +195,34 @@ fn sighup_with_a_broken_file_keeps_serving_and_sigterm_detaches_fast() {
     assert!(took < Duration::from_secs(2), "SIGTERM took {took:?}");
     assert_nothing_attached();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What deploy/systemd/latency-daemon.service grants: an unprivileged user with CAP_BPF and
+/// CAP_PERFMON only.
+#[test]
+fn runs_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
+    let caps = "-all,+bpf,+perfmon";
+    let daemon = Daemon::start_under(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            &format!("--inh-caps={caps}"),
+            &format!("--ambient-caps={caps}"),
+            &format!("--bounding-set={caps}"),
+            "--",
+        ],
+        &["--interval", "1s", "--window", "2s"],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let text = daemon.metrics();
+    let delays = sample(&text, "runqlat_delay_seconds_count{reason=\"wakeup\"}").unwrap();
+    assert!(delays > 0.0, "no delays measured as nobody");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.proc.child.id())).unwrap();
+    assert!(status.lines().any(|l| l.starts_with("Uid:") && l.contains("65534")), "{status}");
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
 }
 
 #[test]

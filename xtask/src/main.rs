@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: prepares this machine and builds, runs and tests the workspace.
 //! In: a subcommand and its arguments; out: the work done, progress on stdout, an exit code.
+mod bench;
 mod build;
 mod cmd;
 mod run;
@@ -23,10 +24,12 @@ enum Command {
     Setup,
     /// Setup, then build latency-daemon (and through it the kernel program).
     Build(build::Args),
-    /// Setup, release build, then run the daemon with ARGS (default: `record`).
+    /// Setup, release build, then run the daemon with ARGS (default: `run`, the service).
     Run(run::Args),
     /// Setup, then the whole test suite (needs root and a real kernel).
     Test(test::Args),
+    /// Setup, release build, then measure what the monitor costs (writes bench-report/).
+    Bench(bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
+        Command::Bench(args) => bench::run(&args),
     }
 }
 

@@ -129,7 +129,11 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
     } else if c.ceiling.as_nanos() > u128::from(top) {
         problems.push(Problem::new(
             "ceiling",
-            format!("{} is above the largest bucket bound, {:.0} s", humantime::format_duration(c.ceiling), top as f64 / 1e9),
+            format!(
+                "{} is above the largest bucket bound, {:.0} s",
+                humantime::format_duration(c.ceiling),
+                top as f64 / 1e9
+            ),
         ));
     }
     problems
@@ -187,7 +191,10 @@ mod tests {
             (Config { classic_buckets: vec![], ..d.clone() }, "classic_buckets: needs at least one bound"),
             (Config { cgroup_buckets: vec![], ..d.clone() }, "cgroup_buckets: needs at least one bound"),
             (Config { ceiling: Duration::ZERO, ..d.clone() }, "ceiling: must be greater than zero"),
-            (Config { ceiling: Duration::from_secs(3600), ..d.clone() }, "ceiling: 1h is above the largest bucket bound, 3444 s"),
+            (
+                Config { ceiling: Duration::from_secs(3600), ..d.clone() },
+                "ceiling: 1h is above the largest bucket bound, 3444 s",
+            ),
         ];
         for (config, expected) in cases {
             assert_eq!(problems(&config), expected);

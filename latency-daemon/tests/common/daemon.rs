@@ -18,8 +18,21 @@ pub struct Daemon {
 impl Daemon {
     /// Start with `args` (besides --listen) and wait until /healthz says it drains.
     pub fn start(args: &[&str]) -> Daemon {
+        Daemon::start_under(&[], args)
+    }
+
+    /// The same, the daemon started through `wrapper` (e.g. setpriv with its arguments).
+    pub fn start_under(wrapper: &[&str], args: &[&str]) -> Daemon {
         let addr = format!("127.0.0.1:{}", web::free_port());
-        let mut child = Command::new(DAEMON)
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(DAEMON);
+                c
+            }
+            None => Command::new(DAEMON),
+        };
+        let mut child = command
             .arg("run")
             .arg("--listen")
             .arg(&addr)
@@ -79,5 +92,7 @@ impl Daemon {
 /// One sample's value from Prometheus text: the line starting with `series` (name and labels
 /// exactly as printed).
 pub fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' '))).and_then(|v| v.trim().parse().ok())
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
 }

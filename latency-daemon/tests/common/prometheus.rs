@@ -74,7 +74,11 @@ impl Prometheus {
         let r = web::get(&self.addr, "/api/v1/targets", &[]).unwrap();
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         let targets = v["data"]["activeTargets"].as_array().cloned().unwrap_or_default();
-        targets.iter().map(|t| format!("{} {} {}", t["health"], t["labels"]["job"], t["lastError"])).collect::<Vec<_>>().join("; ")
+        targets
+            .iter()
+            .map(|t| format!("{} {} {}", t["health"], t["labels"]["job"], t["lastError"]))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 

@@ -1,0 +1,182 @@
+//! `cargo xtask bench`: what the monitor costs in user space. In: a release build of the
+//! daemon. Out: a table on stdout and bench-report/drain.{md,json}.
+//!
+//! 1. The user-space pipeline on synthetic maps of 2, 64 and 256 CPUs (`bench-export`).
+//! 2. The real maps on this machine: the daemon's own drain-duration histogram while the
+//!    machine is idle and during a scheduler storm (`perf bench sched pipe`), to show that a
+//!    drain costs the same whatever the event rate.
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{build, cmd, setup, workspace_root};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Seconds of each phase (idle, storm) on the real maps.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    setup::ensure(setup::Report::ChangesOnly)?;
+    let daemon = build::daemon(true)?;
+
+    println!("bench: user-space pipeline on synthetic maps (medians of 101 runs)…");
+    let table = cmd::stdout(Command::new(&daemon).arg("bench-export"))?;
+    let json = cmd::stdout(Command::new(&daemon).args(["bench-export", "--json"]))?;
+    print!("{table}");
+
+    println!("bench: real maps, {} s idle then {} s of `perf bench sched pipe`…", args.secs, args.secs);
+    let real = real_maps(&daemon, Duration::from_secs(args.secs))?;
+    let real_table = format!(
+        "{:>8} {:>10} {:>14} {:>16}\n{:>8} {:>10} {:>14.1} {:>16.0}\n{:>8} {:>10} {:>14.1} {:>16.0}\n",
+        "phase",
+        "drains",
+        "drain avg µs",
+        "switches/s",
+        "idle",
+        real.idle.drains,
+        real.idle.avg_us(),
+        real.idle.switches_per_s,
+        "storm",
+        real.storm.drains,
+        real.storm.avg_us(),
+        real.storm.switches_per_s
+    );
+    print!("{real_table}");
+
+    let dir = workspace_root().join("bench-report");
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let md = format!(
+        "# Drain and encode cost\n\n## User-space pipeline, synthetic maps\n\n```\n{table}```\n\n\
+         ## Real maps on this machine ({} CPUs)\n\n```\n{real_table}```\n",
+        thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    std::fs::write(dir.join("drain.md"), md)?;
+    let real_json = format!(
+        "{{\"idle\":{{\"drains\":{},\"drain_avg_us\":{:.3},\"switches_per_s\":{:.1}}},\
+         \"storm\":{{\"drains\":{},\"drain_avg_us\":{:.3},\"switches_per_s\":{:.1}}}}}",
+        real.idle.drains,
+        real.idle.avg_us(),
+        real.idle.switches_per_s,
+        real.storm.drains,
+        real.storm.avg_us(),
+        real.storm.switches_per_s
+    );
+    std::fs::write(dir.join("drain.json"), format!("{{\"synthetic\":{json},\"real\":{real_json}}}\n"))?;
+    println!("bench: wrote {}", dir.join("drain.md").display());
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct Phase {
+    drains: u64,
+    drain_seconds: f64,
+    switches_per_s: f64,
+}
+
+impl Phase {
+    fn avg_us(&self) -> f64 {
+        if self.drains == 0 { 0.0 } else { self.drain_seconds / self.drains as f64 * 1e6 }
+    }
+}
+
+struct Real {
+    idle: Phase,
+    storm: Phase,
+}
+
+/// Kills the child when dropped, pass or fail.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn real_maps(daemon: &std::path::Path, secs: Duration) -> anyhow::Result<Real> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr = format!("127.0.0.1:{port}");
+    let _daemon = Reap(
+        Command::new(daemon)
+            .args(["run", "--listen", &addr, "--interval", "1s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start latency-daemon run")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !get(&addr, "/healthz").is_ok_and(|b| b.starts_with("ok")) {
+        if Instant::now() > deadline {
+            bail!("latency-daemon did not become healthy");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    let a = Sample::take(&addr)?;
+    thread::sleep(secs);
+    let b = Sample::take(&addr)?;
+    let storm = Reap(
+        Command::new("sh")
+            .arg("-c")
+            .arg("while :; do perf bench sched pipe -l 1000000 >/dev/null 2>&1; done")
+            .spawn()
+            .context("start perf bench sched pipe")?,
+    );
+    thread::sleep(Duration::from_secs(1));
+    let c = Sample::take(&addr)?;
+    thread::sleep(secs);
+    let d = Sample::take(&addr)?;
+    drop(storm);
+    // The shell loop's current perf child outlives the shell; stop it too.
+    let _ = Command::new("pkill").args(["-f", "perf bench sched pipe"]).status();
+    Ok(Real { idle: b.since(&a), storm: d.since(&c) })
+}
+
+struct Sample {
+    at: Instant,
+    drains: u64,
+    drain_seconds: f64,
+    switches: f64,
+}
+
+impl Sample {
+    fn take(addr: &str) -> anyhow::Result<Sample> {
+        let text = get(addr, "/metrics")?;
+        let value = |name: &str| -> f64 {
+            text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+        };
+        Ok(Sample {
+            at: Instant::now(),
+            drains: value("runqlat_drain_duration_seconds_count") as u64,
+            drain_seconds: value("runqlat_drain_duration_seconds_sum"),
+            switches: value("runqlat_context_switches_total"),
+        })
+    }
+
+    fn since(&self, earlier: &Sample) -> Phase {
+        let secs = self.at.duration_since(earlier.at).as_secs_f64().max(1e-9);
+        Phase {
+            drains: self.drains.saturating_sub(earlier.drains),
+            drain_seconds: self.drain_seconds - earlier.drain_seconds,
+            switches_per_s: (self.switches - earlier.switches) / secs,
+        }
+    }
+}
+
+fn get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    Ok(raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
