@@ -49,39 +49,31 @@ impl Task {
         self.load::<u32>(knobs::task_state())
     }
 
+    /// The kernel object a pointer field at `offset` points to, or `None` if it is NULL. Loads
+    /// through it are checked by the verifier against BTF and are fault-safe.
+    #[inline(always)]
+    fn follow(self, offset: u32) -> Option<Task> {
+        let p = self.load::<*const u8>(offset);
+        if p.is_null() { None } else { Some(Task(p)) }
+    }
+
     /// `task->se.cfs_rq->rq->clock`: the clock of the run queue this task is on, or 0 if a
-    /// pointer on the way is NULL. Loads through the two pointers are checked by the verifier
-    /// (BTF-typed) and fault-safe.
+    /// pointer on the way is NULL.
     #[inline(always)]
     pub fn rq_clock(self) -> u64 {
-        let cfs_rq = self.load::<*const u8>(knobs::task_se_cfs_rq());
-        if cfs_rq.is_null() {
-            return 0;
-        }
-        let rq = Task(cfs_rq).load::<*const u8>(knobs::cfs_rq_rq());
-        if rq.is_null() {
-            return 0;
-        }
-        Task(rq).load::<u64>(knobs::rq_clock())
+        self.follow(knobs::task_se_cfs_rq())
+            .and_then(|cfs_rq| cfs_rq.follow(knobs::cfs_rq_rq()))
+            .map_or(0, |rq| rq.load::<u64>(knobs::rq_clock()))
     }
 
     /// `task->cgroups->dfl_cgrp->kn->id`: the task's cgroup v2 id (what
     /// `bpf_get_current_cgroup_id` returns for the current task), or 0 if a pointer is NULL.
     #[inline(always)]
     pub fn cgroup_id(self) -> u64 {
-        let css_set = self.load::<*const u8>(knobs::task_cgroups());
-        if css_set.is_null() {
-            return 0;
-        }
-        let cgroup = Task(css_set).load::<*const u8>(knobs::css_set_dfl_cgrp());
-        if cgroup.is_null() {
-            return 0;
-        }
-        let kn = Task(cgroup).load::<*const u8>(knobs::cgroup_kn());
-        if kn.is_null() {
-            return 0;
-        }
-        Task(kn).load::<u64>(knobs::kernfs_node_id())
+        self.follow(knobs::task_cgroups())
+            .and_then(|css_set| css_set.follow(knobs::css_set_dfl_cgrp()))
+            .and_then(|cgroup| cgroup.follow(knobs::cgroup_kn()))
+            .map_or(0, |kn| kn.load::<u64>(knobs::kernfs_node_id()))
     }
 
     /// `task_struct.comm`, 16 bytes, read as two words (NUL-padded by the kernel).
