@@ -109,7 +109,7 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
 #[test]
 fn real_scrapes_pass_promtool_with_hostile_names() {
     let cg = TestCgroup::new("we\"ird\\name with space");
-    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s"]);
+    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s", "--per-task"]);
     let spinners: Vec<Guarded> = (0..3).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"])).collect();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let hostile = std::thread::spawn(move || {
@@ -132,6 +132,9 @@ fn real_scrapes_pass_promtool_with_hostile_names() {
     assert_eq!(json.status, 200);
     let v: serde_json::Value = serde_json::from_slice(&json.body).expect("snapshot JSON");
     assert!(v["histograms"]["preempt"]["count"].as_u64().unwrap() > 0);
+    // With per-task statistics on, the hostile thread is in the window's tasks, name intact.
+    let comms: Vec<&str> = v["tasks"].as_array().unwrap().iter().filter_map(|t| t["comm"].as_str()).collect();
+    assert!(comms.contains(&"a\"b\\c\nd\u{fffd}\u{fffd}"), "hostile thread missing from {comms:?}");
     assert!(daemon.stop() < Duration::from_secs(2));
     assert_nothing_attached();
 }
