@@ -39,6 +39,13 @@ pub struct Knobs {
     pub css_set_dfl_cgrp: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
+    /// Delays at or above this get an attributed `Incident` (runs meanwhile, queue depth); 0
+    /// turns attribution off, and with it the run ring and queue-depth writes.
+    pub attribute_ns: u64,
+    /// 1 when `rq_nr_running` (and the `task_se_cfs_rq`/`cfs_rq_rq` chain) can be read.
+    pub depth_known: u32,
+    /// Offset of `rq.nr_running`.
+    pub rq_nr_running: u32,
 }
 
 impl Knobs {
@@ -62,6 +69,9 @@ impl Knobs {
         css_set_dfl_cgrp: 0,
         cgroup_kn: 0,
         kernfs_node_id: 0,
+        attribute_ns: 0,
+        depth_known: 0,
+        rq_nr_running: 0,
     };
 }
 
@@ -83,7 +93,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 80);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 96);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

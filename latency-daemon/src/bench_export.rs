@@ -54,12 +54,11 @@ impl Rng {
     }
 }
 
+/// Per reason the per-CPU histograms, the per-CPU counters, and per cgroup its per-CPU values.
+type Maps = (Vec<Vec<Histogram>>, Vec<CpuStats>, Vec<(u64, Vec<CgroupHist>)>);
+
 /// Per-CPU maps as a busy machine would hold them: every regular bucket non-empty.
-fn synthetic(
-    cpus: usize,
-    cgroups: usize,
-    rng: &mut Rng,
-) -> (Vec<Vec<Histogram>>, Vec<CpuStats>, Vec<(u64, Vec<CgroupHist>)>) {
+fn synthetic(cpus: usize, cgroups: usize, rng: &mut Rng) -> Maps {
     let hist = |rng: &mut Rng| {
         let mut h = Histogram::ZERO;
         for b in h.buckets.iter_mut().take(OVERFLOW_BUCKET) {

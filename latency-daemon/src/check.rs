@@ -58,6 +58,7 @@ pub fn check() -> bool {
             // Every optional feature on, so the verifier checks all of the program.
             cgroups: true,
             max_cgroups: 16,
+            attribute_ns: 1,
         };
         match Probe::load(&options) {
             Ok(probe) => {

@@ -17,6 +17,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once at start; boxing buys nothing")]
 pub enum Command {
     /// Measure for a while, then print histograms, a per-task table and per-CPU figures.
     Record(RecordArgs),
@@ -146,6 +147,54 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "CLOCK")]
     #[serde(deserialize_with = "crate::config::format::de_clock")]
     pub clock: Option<ClockArg>,
+
+    /// Alert when a run-queue delay exceeds this (e.g. 20ms); the file can also set it per reason
+    /// (alert_reason_max_delay) and per cgroup (alert_cgroup_max_delay) [default: off]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "crate::config::format::de_duration")]
+    pub alert_max_delay: Option<Duration>,
+
+    /// File only: thresholds per reason, over alert_max_delay, e.g. { wakeup = "20ms", preempt = "5ms" }
+    #[arg(skip)]
+    pub alert_reason_max_delay: Option<std::collections::BTreeMap<String, String>>,
+
+    /// File only: thresholds per cgroup v2 path, over the others, e.g. { "/system.slice" = "50ms" }
+    #[arg(skip)]
+    pub alert_cgroup_max_delay: Option<std::collections::BTreeMap<String, String>>,
+
+    /// Consecutive windows (each --window long) with a delay over the threshold before an alert
+    /// fires, 1 to 100 [default: 1]
+    #[arg(long, value_name = "N")]
+    pub alert_for: Option<u32>,
+
+    /// Consecutive windows without one before a firing alert resolves, 1 to 100 [default: 2]
+    #[arg(long, value_name = "N")]
+    pub alert_resolve_after: Option<u32>,
+
+    /// After an alert resolves, it cannot fire again for this long; 0s turns this off [default: 1m]
+    #[arg(long, value_name = "DURATION", value_parser = crate::config::format::parse_duration_or_zero)]
+    #[serde(deserialize_with = "crate::config::format::de_duration_or_zero")]
+    pub alert_cooldown: Option<Duration>,
+
+    /// Alertmanager to send alerts to, as http://HOST:PORT (plain http); repeatable or comma-separated
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    #[serde(deserialize_with = "crate::config::format::de_urls")]
+    pub alertmanager_url: Option<Vec<String>>,
+
+    /// URL to POST each alert's firing and resolution to as JSON (plain http); repeatable or
+    /// comma-separated
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    #[serde(deserialize_with = "crate::config::format::de_urls")]
+    pub alert_webhook: Option<Vec<String>>,
+
+    /// How often active alerts are sent to Alertmanager again, at least 100ms [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "crate::config::format::de_duration")]
+    pub alert_resend: Option<Duration>,
+
+    /// The alerts' `severity` label [default: warning]
+    #[arg(long, value_name = "TEXT")]
+    pub alert_severity: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -11,6 +11,7 @@ use latency_common::{Reason, WindowMax};
 use tokio::{signal::unix::SignalKind, sync::watch};
 
 use crate::{
+    alert::{Attribution, Engine, Transition},
     caps::Caps,
     cgroup_series::CgroupSeries,
     cgroups::CgroupNames,
@@ -19,7 +20,8 @@ use crate::{
     config::Config,
     drain::{self, CpuMax, Extras, Snapshot},
     export::Exposition,
-    http,
+    http, incident,
+    notify::{HttpUrl, Notifier, SinkConfig},
     probe::{Probe, ProbeError, ProbeOptions},
     report::Meta,
     routes::Routes,
@@ -78,6 +80,7 @@ pub async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         clock: config.clock,
         cgroups: names.is_some(),
         max_cgroups: config.max_cgroups,
+        attribute_ns: config.alert.attribute_ns(),
     };
     let probe = Probe::load(&options)?;
     log(&format!(
@@ -99,7 +102,8 @@ pub async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let (published, latest) = watch::channel(Arc::new(first));
     let routes = Arc::new(Routes::new(latest, Arc::new(config.clone())));
     let (commands, inbox) = mpsc::channel();
-    let drainer = Drainer::new(probe, names, config.clone(), published, routes.drain_histogram());
+    let notifier = config.alert.enabled().then(|| Notifier::spawn(sink_config(&config), routes.notify_stats()));
+    let drainer = Drainer::new(probe, names, config.clone(), published, routes.drain_histogram(), notifier.clone());
     let drain_thread =
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
 
@@ -124,6 +128,9 @@ pub async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
                     }
                     current = reload.config;
                     routes.set_config(Arc::new(current.clone()));
+                    if let Some(n) = &notifier {
+                        n.reconfigure(sink_config(&current));
+                    }
                     let _ = commands.send(Command::Reload(Box::new(current.clone())));
                     log("reloaded the configuration");
                 }
@@ -139,6 +146,31 @@ pub async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
     log("stopped");
     Ok(())
+}
+
+/// Where and how alerts are sent.
+fn sink_config(config: &Config) -> SinkConfig {
+    let parse = |urls: &[String]| -> Vec<HttpUrl> {
+        urls.iter()
+            .filter_map(|u| match HttpUrl::parse(u) {
+                Ok(url) => Some(url),
+                Err(e) => {
+                    log(&format!("ignoring alert URL: {e}"));
+                    None
+                }
+            })
+            .collect()
+    };
+    let host = system::hostname();
+    SinkConfig {
+        alertmanagers: parse(&config.alert.alertmanagers),
+        webhooks: parse(&config.alert.webhooks),
+        resend: config.alert.resend,
+        generator_url: format!("http://{host}:{}/", config.listen.port()),
+        instance: host,
+        severity: config.alert.severity.clone(),
+        log: true,
+    }
 }
 
 /// One line on stderr, prefixed so it can be told apart in a journal.
@@ -158,6 +190,8 @@ struct Drainer {
     window_start: Option<Snapshot>,
     drains_in_window: u32,
     series: CgroupSeries,
+    alerts: Engine,
+    notifier: Option<Notifier>,
     /// What we last read from each WINDOW_MAX slot (by epoch parity), to spot late writes.
     last_read: [Vec<(Reason, u32, WindowMax)>; 2],
     exposition: Exposition,
@@ -170,6 +204,7 @@ impl Drainer {
         config: Config,
         published: watch::Sender<Arc<Exposition>>,
         duration: prometheus_client::metrics::histogram::Histogram,
+        notifier: Option<Notifier>,
     ) -> Drainer {
         let exposition = (**published.borrow()).clone();
         let meta =
@@ -187,6 +222,8 @@ impl Drainer {
             window_start: Some(attached),
             drains_in_window: 0,
             series: CgroupSeries::default(),
+            alerts: Engine::default(),
+            notifier,
             last_read: [Vec::new(), Vec::new()],
             exposition,
         }
@@ -235,8 +272,10 @@ impl Drainer {
         let start = self.window_start.get_or_insert_with(|| now.clone());
         if self.drains_in_window >= self.config.intervals_per_window() {
             let start = start.clone();
+            let closed = self.epoch;
             let maxima = self.close_epoch()?;
-            let window = Window::close(&start, &now, &maxima, &self.meta);
+            let mut window = Window::close(&start, &now, &maxima, &self.meta);
+            self.attribute(&mut window, closed)?;
             self.fold_cgroups(&window);
             self.exposition.window = Some(Arc::new(window));
             self.window_start = Some(now.clone());
@@ -260,6 +299,41 @@ impl Drainer {
         let maxima = drain::maxima(&slot, closed);
         self.last_read[parity] = slot;
         Ok(maxima)
+    }
+
+    /// The window's attributed incidents → its report and the alert engine; transitions go to
+    /// the sinks without waiting for them.
+    fn attribute(&mut self, window: &mut Window, closed: u64) -> Result<(), ProbeError> {
+        if self.config.alert.attribute_ns() == 0 {
+            return Ok(());
+        }
+        let incidents = drain::incidents(&self.probe, closed)?;
+        let wall = self.meta.wall;
+        let names = &mut self.names;
+        let mut attributed: Vec<Attribution> = incidents
+            .iter()
+            .map(|(reason, cpu, inc)| {
+                incident::attribution(*reason, *cpu, inc, wall, |id| {
+                    names.as_mut().and_then(|n| n.path(id).map(str::to_string))
+                })
+            })
+            .collect();
+        attributed.sort_by_key(|a| std::cmp::Reverse(a.delay_ns));
+        let end_unix_ns = wall.unix_ns(window.report.end_ns);
+        for t in self.alerts.evaluate(&self.config.alert.rules(), &attributed, end_unix_ns) {
+            if let Transition::Fired(a) = &t {
+                let slot = if a.key.reason == Reason::Wakeup.name() { 0 } else { 1 };
+                self.exposition.alerts_total[slot] += 1;
+            }
+            if let Some(n) = &self.notifier {
+                n.send(t);
+            }
+        }
+        self.exposition.alerts_active =
+            self.alerts.active().iter().map(|a| (a.key.reason, a.key.cgroup.clone())).collect();
+        self.exposition.alerts_suppressed = self.alerts.suppressed;
+        window.report.attributed = attributed;
+        Ok(())
     }
 
     fn fold_cgroups(&mut self, window: &Window) {

@@ -3,7 +3,7 @@
 use aya::maps::{HashMap, MapError, PerCpuArray, PerCpuHashMap};
 use latency_common::{
     CpuStats, Histogram, Reason, TaskStats, WindowMax,
-    maps::{CgroupHist, names, window_index},
+    maps::{CgroupHist, Incident, names, window_index},
 };
 
 use crate::{
@@ -135,6 +135,23 @@ pub fn window_slot(probe: &Probe, epoch: u64) -> Result<Vec<(Reason, u32, Window
         let per_cpu = slots.get(&window_index(epoch, reason), 0).map_err(map_err(map))?;
         for (cpu, max) in per_cpu.iter().enumerate() {
             out.push((reason, cpu as u32, *max));
+        }
+    }
+    Ok(out)
+}
+
+/// The attributed incidents the kernel kept for window `epoch`: (reason, cpu, incident), one per
+/// CPU and reason that saw a delay at or above the attribution threshold.
+pub fn incidents(probe: &Probe, epoch: u64) -> Result<Vec<(Reason, u32, Incident)>, ProbeError> {
+    let map = names::INCIDENTS;
+    let slots: PerCpuArray<_, Incident> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let mut out = Vec::new();
+    for reason in Reason::ALL {
+        let per_cpu = slots.get(&window_index(epoch, reason), 0).map_err(map_err(map))?;
+        for (cpu, inc) in per_cpu.iter().enumerate() {
+            if inc.epoch == epoch && inc.delay_ns > 0 {
+                out.push((reason, cpu as u32, *inc));
+            }
         }
     }
     Ok(out)

@@ -43,6 +43,12 @@ pub struct Exposition {
     pub late_window_writes: u64,
     /// Cgroup entries deleted from the kernel map because the cgroup was removed.
     pub cgroups_pruned: u64,
+    /// Alerts firing now: (reason, cgroup).
+    pub alerts_active: Vec<(&'static str, String)>,
+    /// Alerts fired since start, per reason [wakeup, preempt].
+    pub alerts_total: [u64; 2],
+    /// Breaches that fell in a cooldown and did not fire.
+    pub alerts_suppressed: u64,
     pub drains: u64,
     pub drain_errors: u64,
     pub last_drain_unix: f64,
@@ -102,6 +108,7 @@ fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Er
     if e.snapshot.is_some() {
         cgroup_histograms(e, enc)?;
     }
+    alert_metrics(e, enc)?;
     self_metrics(e, enc)
 }
 
@@ -313,6 +320,34 @@ fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), 
         )?;
     }
     Ok(())
+}
+
+fn alert_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_alert_active",
+        "1 for each alert the daemon is firing now, by reason and cgroup of the task that waited.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (reason, cgroup) in &e.alerts_active {
+        family.encode_family(&[("reason", *reason), ("cgroup", cgroup.as_str())])?.encode_gauge(&1i64)?;
+    }
+    let mut family = enc.encode_descriptor(
+        "runqlat_alerts",
+        "Alerts fired by the daemon's own rules since start, by reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (reason, n) in [("wakeup", e.alerts_total[0]), ("preempt", e.alerts_total[1])] {
+        family.encode_family(&[("reason", reason)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+    }
+    enc.encode_descriptor(
+        "runqlat_alerts_suppressed",
+        "Threshold breaches that did not fire because the alert was in its cooldown.",
+        None,
+        MetricType::Counter,
+    )?
+    .encode_counter::<NoLabelSet, _, f64>(&e.alerts_suppressed, None)
 }
 
 fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {

@@ -2,6 +2,7 @@
 //! (0 ok, 1 the machine or kernel said no, 2 bad input).
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod alert;
 mod bench_export;
 mod btf;
 mod caps;
@@ -16,6 +17,8 @@ mod distribution;
 mod drain;
 mod export;
 mod http;
+mod incident;
+mod notify;
 mod probe;
 mod procstat;
 mod record;

@@ -33,6 +33,8 @@ pub struct ProbeOptions {
     pub cgroups: bool,
     /// Capacity of the per-cgroup map.
     pub max_cgroups: u32,
+    /// Attribute delays at or above this (runs meanwhile, queue depth); 0: off.
+    pub attribute_ns: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,8 +79,16 @@ impl Probe {
             Clock::RunQueue => Some(btf.rq_clock_layout()?),
         };
         let cgroup = if options.cgroups { Some(btf.cgroup_layout()?) } else { None };
+        // Without these fields the queue depth is reported as unknown; attribution still works.
+        let depth = if options.attribute_ns != 0 { btf.depth_layout().ok() } else { None };
         drop(btf);
-        let knobs = knobs(&layout, rq.as_ref(), cgroup.as_ref(), options);
+        let mut knobs = knobs(&layout, rq.as_ref(), cgroup.as_ref(), options);
+        if let Some(d) = depth {
+            knobs.depth_known = 1;
+            knobs.rq_nr_running = d.rq_nr_running.offset;
+            knobs.task_se_cfs_rq = d.task_se_cfs_rq.offset;
+            knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
+        }
         let stamps = pid_max()?;
         let ebpf = EbpfLoader::new()
             .override_global(KNOBS_SYMBOL, &knobs, true)
@@ -86,6 +96,7 @@ impl Probe {
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
             .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
             .map_max_entries(names::CGROUPS, if options.cgroups { options.max_cgroups } else { 1 })
+            .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
         let mut probe = Probe { ebpf, links: Vec::new(), stamps };
@@ -196,6 +207,9 @@ fn knobs(
         css_set_dfl_cgrp: cgroup.map_or(0, |c| c.css_set_dfl_cgrp.offset),
         cgroup_kn: cgroup.map_or(0, |c| c.cgroup_kn.offset),
         kernfs_node_id: cgroup.map_or(0, |c| c.kernfs_node_id.offset),
+        attribute_ns: options.attribute_ns,
+        depth_known: 0,
+        rq_nr_running: 0,
     }
 }
 

@@ -9,6 +9,7 @@ use crate::{
     cli::RecordArgs,
     clock::{self, WallClock},
     drain::{self, Snapshot},
+    incident,
     probe::{Probe, ProbeError, ProbeOptions},
     render,
     report::{Meta, Report},
@@ -40,8 +41,11 @@ pub async fn record(args: RecordArgs) -> Result<(), RecordError> {
         filter: args.pids.clone(),
         ceiling_ns: u64::try_from(args.ceiling.as_nanos()).unwrap_or(u64::MAX),
         clock: args.clock.into(),
-        cgroups: false,
-        max_cgroups: 1,
+        // On so attributed delays carry the victim's cgroup (record's cost matters less).
+        cgroups: true,
+        max_cgroups: 1024,
+        // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
+        attribute_ns: 1,
     };
     let mut probe = Probe::load(&options)?;
     let start = Snapshot::empty(clock::monotonic_ns(), aya::util::nr_cpus().unwrap_or(1));
@@ -61,8 +65,19 @@ pub async fn record(args: RecordArgs) -> Result<(), RecordError> {
     probe.detach()?;
     let end = drain::snapshot(&probe, drain::Extras { tasks: true, cgroups: false })?;
     let maxima = drain::maxima(&drain::window_slot(&probe, 0)?, 0);
+    let incidents = drain::incidents(&probe, 0)?;
     drop(probe);
-    let report = Report::between(&start, &end, &maxima, &meta);
+    let mut report = Report::between(&start, &end, &maxima, &meta);
+    let mut names = crate::cgroups::CgroupNames::discover().ok();
+    report.attributed = incidents
+        .iter()
+        .map(|(reason, cpu, inc)| {
+            incident::attribution(*reason, *cpu, inc, meta.wall, |id| {
+                names.as_mut().and_then(|n| n.path(id).map(str::to_string))
+            })
+        })
+        .collect();
+    report.attributed.sort_by_key(|a| std::cmp::Reverse(a.delay_ns));
 
     let text = if args.json {
         serde_json::to_string_pretty(&report).map_err(|e| RecordError::Output(e.into()))? + "\n"

@@ -211,6 +211,33 @@ pub fn worst(out: &mut String, report: &Report) {
     }
 }
 
+/// The worst attributed delay: who waited, how deep the queue was, who ran meanwhile.
+pub fn attributed(out: &mut String, report: &Report) {
+    let Some(a) = report.attributed.first() else { return };
+    let depth = a.queue_depth.map_or("an unknown number of".to_string(), |d| d.to_string());
+    let _ = writeln!(
+        out,
+        " {} {} on cpu {}, ended +{:.6} s: {}:{} ({}) waited; {} other tasks runnable when it was queued; cgroup {}",
+        a.reason,
+        fmt_ns(a.delay_ns),
+        a.cpu,
+        a.end_ns.saturating_sub(report.start_ns) as f64 / 1e9,
+        escape_comm(&a.victim_comm),
+        a.victim_tid,
+        a.victim_pid,
+        depth,
+        escape_comm(&a.cgroup),
+    );
+    let ran: Vec<String> =
+        a.culprits.iter().map(|c| format!("{}:{} {}", escape_comm(&c.comm), c.tid, fmt_ns(c.ran_ns))).collect();
+    let _ = writeln!(
+        out,
+        "   ran meanwhile, most recent first: {}{}",
+        if ran.is_empty() { "nothing recorded".to_string() } else { ran.join(", ") },
+        if a.culprits_truncated { ", … (more, not kept)" } else { "" }
+    );
+}
+
 pub fn losses(out: &mut String, report: &Report) {
     let lost: Vec<String> = report.lost.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}: {n}")).collect();
     let discarded: Vec<String> =
@@ -249,6 +276,10 @@ pub fn report(report: &Report, top: usize) -> String {
     if !report.window_max.is_empty() {
         out.push_str("\nWorst delay per CPU and reason\n");
         worst(&mut out, report);
+    }
+    if !report.attributed.is_empty() {
+        out.push_str("\nWorst delay, attributed\n");
+        attributed(&mut out, report);
     }
     out.push_str("\nLosses\n");
     losses(&mut out, report);

@@ -6,6 +6,7 @@ use latency_common::{CpuStats, Discard, Histogram, Lost, Reason, TaskStats, buck
 use serde::Serialize;
 
 use crate::{
+    alert::Attribution,
     clock::WallClock,
     distribution::{count, quantiles_ns, upper_seconds},
     drain::{CpuMax, Snapshot},
@@ -45,6 +46,9 @@ pub struct Report {
     pub window_max: Vec<WindowMaxReport>,
     pub lost: BTreeMap<&'static str, u64>,
     pub discarded: BTreeMap<&'static str, u64>,
+    /// Delays the kernel attributed (the worst per CPU and reason at or above the attribution
+    /// threshold), with the queue depth and who ran meanwhile; largest first.
+    pub attributed: Vec<Attribution>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -201,6 +205,7 @@ impl Report {
             window_max,
             lost,
             discarded,
+            attributed: Vec::new(),
         }
     }
 }

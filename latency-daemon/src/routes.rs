@@ -21,6 +21,7 @@ use crate::{
     config::Config,
     export::{Exposition, ExpositionCollector},
     http::{Handler, HttpStats, Reply, Request, StatusCode},
+    notify::NotifyStats,
 };
 
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -69,6 +70,7 @@ pub struct Routes {
     drain: Histogram,
     encode: Histogram,
     http: Arc<HttpStats>,
+    notify: Arc<NotifyStats>,
 }
 
 impl fmt::Debug for Routes {
@@ -100,7 +102,9 @@ impl Routes {
             encode.clone(),
         );
         registry.register_collector(Box::new(HttpCollector(http.clone())));
-        Routes { registry, latest, config: RwLock::new(config), drain, encode, http }
+        let notify = Arc::new(NotifyStats::default());
+        registry.register_collector(Box::new(NotifyCollector(notify.clone())));
+        Routes { registry, latest, config: RwLock::new(config), drain, encode, http, notify }
     }
 
     /// Observed by the drain thread.
@@ -110,6 +114,11 @@ impl Routes {
 
     pub fn http_stats(&self) -> Arc<HttpStats> {
         self.http.clone()
+    }
+
+    /// Counted by the alert sinks.
+    pub fn notify_stats(&self) -> Arc<NotifyStats> {
+        self.notify.clone()
     }
 
     pub fn set_config(&self, config: Arc<Config>) {
@@ -253,6 +262,32 @@ impl Collector for HttpCollector {
                 MetricType::Gauge,
             )?
             .encode_gauge(&s.connections)
+    }
+}
+
+/// The alert sinks' delivery counters as metrics.
+#[derive(Debug)]
+struct NotifyCollector(Arc<NotifyStats>);
+
+impl Collector for NotifyCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let rows = self.0.snapshot();
+        for (name, help, pick) in [
+            ("runqlat_alert_notifications_sent", "Alert notifications delivered, by sink.", 0usize),
+            (
+                "runqlat_alert_notifications_failed",
+                "Alert notifications that failed (refused, timed out, or non-2xx after retries), by sink.",
+                1,
+            ),
+            ("runqlat_alert_notifications_dropped", "Alert notifications dropped because a sink's queue was full.", 2),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (sink, sent, failed, dropped) in &rows {
+                let n = [*sent, *failed, *dropped][pick];
+                family.encode_family(&[("sink", *sink)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -85,3 +85,15 @@ pub fn cgroup_kn() -> u32 {
 pub fn kernfs_node_id() -> u32 {
     knob!(kernfs_node_id)
 }
+#[inline(always)]
+pub fn attribute_ns() -> u64 {
+    knob!(attribute_ns)
+}
+#[inline(always)]
+pub fn depth_known() -> bool {
+    knob!(depth_known) != 0
+}
+#[inline(always)]
+pub fn rq_nr_running() -> u32 {
+    knob!(rq_nr_running)
+}

@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod attribute;
 mod knobs;
 mod maps;
 mod observe;

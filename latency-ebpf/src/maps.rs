@@ -4,7 +4,9 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
-use latency_common::maps::{CgroupHist, Control, CpuStats, Histogram, Reason, TaskStats, WINDOW_SLOTS, WindowMax};
+use latency_common::maps::{
+    CgroupHist, Control, CpuStats, Histogram, Incident, Reason, RunRing, TaskStats, WINDOW_SLOTS, WindowMax,
+};
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
 /// resizes it to `kernel.pid_max` before load (4 Mi here is PID_MAX_LIMIT, the largest possible).
@@ -41,3 +43,16 @@ pub static FILTER: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
 /// cgroups; a full map is counted in `Lost::Cgroups`.
 #[map]
 pub static CGROUPS: PerCpuHashMap<u64, CgroupHist> = PerCpuHashMap::with_max_entries(1, 0);
+
+/// The last runs on each CPU, so an incident can name who ran while its victim waited.
+#[map]
+pub static RUNS: PerCpuArray<RunRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// The worst attributed delay per reason, per CPU and window slot (like `WINDOW_MAX`).
+#[map]
+pub static INCIDENTS: PerCpuArray<Incident> = PerCpuArray::with_max_entries(WINDOW_SLOTS * Reason::COUNT as u32, 0);
+
+/// Run-queue depth at each tid's last enqueue; the daemon sizes it like `STAMPS` when
+/// attribution is on and to 1 entry otherwise.
+#[map]
+pub static DEPTHS: Array<u32> = Array::with_max_entries(1, 0);

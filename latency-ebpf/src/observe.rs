@@ -8,7 +8,7 @@ use latency_common::{
 };
 
 use crate::{
-    knobs,
+    attribute, knobs,
     maps::{CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS, WINDOW_MAX},
     task::Task,
 };
@@ -43,9 +43,13 @@ fn count_lost(what: Lost) {
     }
 }
 
-/// Remember when `tid` entered a run queue and why. A single store.
+/// Remember when `task` (tid `tid`) entered a run queue and why: a single store, plus the
+/// queue depth when attribution is on.
 #[inline(always)]
-pub fn stamp(tid: u32, now: u64, reason: Reason) {
+pub fn stamp(task: Task, tid: u32, now: u64, reason: Reason) {
+    if knobs::attribute_ns() != 0 {
+        attribute::remember_depth(task, tid);
+    }
     match STAMPS.get_ptr_mut(tid) {
         // SAFETY: an element of an array map; a racing writer for the same tid can only be
         // another event of that task, and the last stamp wins either way.
@@ -85,7 +89,8 @@ pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, n
     // Find the cgroup's entry first, so the bucket index below is used by both histograms at
     // one spot and dies right after: the verifier walks the 256 outcomes of the bucket search
     // over a few instructions only, instead of over the rest of the program.
-    let cgroup = if knobs::cgroups() { cgroup_entry(next.cgroup_id()) } else { None };
+    let cgroup_id = if knobs::cgroups() { next.cgroup_id() } else { 0 };
+    let cgroup = if knobs::cgroups() { cgroup_entry(cgroup_id) } else { None };
     let bucket = bucket_of(delay) & (BUCKETS - 1);
     if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
@@ -103,6 +108,10 @@ pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, n
         Some(c) => c.epoch,
         None => 0,
     };
+    let threshold = knobs::attribute_ns();
+    if threshold != 0 && delay >= threshold {
+        attribute::incident(delay, reason, now, epoch, next, next_tid, cgroup_id);
+    }
     if let Some(w) = WINDOW_MAX.get_ptr_mut(window_index(epoch, reason)) {
         // SAFETY: this CPU's slot; user space reads it only after the epoch moved on.
         let w: &mut WindowMax = unsafe { &mut *w };

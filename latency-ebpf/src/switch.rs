@@ -3,7 +3,7 @@
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use latency_common::{CpuStats, Reason};
 
-use crate::{knobs, maps::CPU_STATS, observe, task::Task};
+use crate::{attribute, knobs, maps::CPU_STATS, observe, task::Task};
 
 /// `TASK_RUNNING`: a `prev` in this state was switched out but stays on the run queue.
 const TASK_RUNNING: u32 = 0;
@@ -30,6 +30,9 @@ fn on_switch(ctx: &BtfTracePointContext) {
     cpu.switches += 1;
 
     let prev_tid = prev.tid();
+    if knobs::attribute_ns() != 0 {
+        attribute::remember_run(prev, prev_tid, now);
+    }
     if prev_tid == 0 {
         if cpu.idle_since_ns != 0 && now > cpu.idle_since_ns {
             cpu.idle_ns += now - cpu.idle_since_ns;
@@ -47,7 +50,7 @@ fn on_switch(ctx: &BtfTracePointContext) {
         }
         let kept = observe::keep(prev, prev_tid);
         if queued && kept {
-            observe::stamp(prev_tid, now, Reason::Preempt);
+            observe::stamp(prev, prev_tid, now, Reason::Preempt);
         }
         if knobs::per_task() && kept {
             observe::task_out(prev, prev_tid, now, queued || preempt);

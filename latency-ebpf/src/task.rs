@@ -66,6 +66,15 @@ impl Task {
             .map_or(0, |rq| rq.load::<u64>(knobs::rq_clock()))
     }
 
+    /// `task->se.cfs_rq->rq->nr_running`: tasks runnable on this task's CPU (including itself
+    /// once it is enqueued), or `None` if a pointer on the way is NULL.
+    #[inline(always)]
+    pub fn rq_nr_running(self) -> Option<u32> {
+        self.follow(knobs::task_se_cfs_rq())
+            .and_then(|cfs_rq| cfs_rq.follow(knobs::cfs_rq_rq()))
+            .map(|rq| rq.load::<u32>(knobs::rq_nr_running()))
+    }
+
     /// `task->cgroups->dfl_cgrp->kn->id`: the task's cgroup v2 id (what
     /// `bpf_get_current_cgroup_id` returns for the current task), or 0 if a pointer is NULL.
     #[inline(always)]

@@ -24,7 +24,31 @@ struct Step {
 /// Steps after `cargo test`, in order. Append here: promtool rule tests, the demo's short form,
 /// the bench guard.
 fn extra_steps() -> Vec<Step> {
-    Vec::new()
+    vec![Step {
+        name: "promtool rules",
+        // The fleet's rules must load without a lint warning (`--lint-fatal`: exit 3 on one), and
+        // their unit tests must pass. Both run even if the first fails, so one run shows both.
+        run: Box::new(|| {
+            let commands: [&[&str]; 2] = [
+                &["check", "rules", "--lint=all", "--lint-fatal", "deploy/prometheus/rules.yml"],
+                &["test", "rules", "deploy/prometheus/rules_test.yml"],
+            ];
+            let mut failed = Vec::new();
+            for args in commands {
+                let mut promtool = std::process::Command::new("promtool");
+                promtool.current_dir(workspace_root()).args(args);
+                println!("test: $ {}", cmd::show(&promtool));
+                if let Err(err) = cmd::run(&mut promtool) {
+                    eprintln!("test: {err:#}");
+                    failed.push(cmd::show(&promtool));
+                }
+            }
+            if !failed.is_empty() {
+                bail!("failed: {}", failed.join("; "));
+            }
+            Ok(())
+        }),
+    }]
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -35,7 +35,28 @@ pub struct CgroupLayout {
     pub kernfs_node_id: Member,
 }
 
+/// The chain from a task to the number of runnable tasks on its CPU:
+/// `task->se.cfs_rq->rq->nr_running`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DepthLayout {
+    pub task_se_cfs_rq: Member,
+    pub cfs_rq_rq: Member,
+    pub rq_nr_running: Member,
+}
+
 impl Btf {
+    /// Offsets to read a run queue's depth from a task; an error where this kernel's BTF lacks
+    /// them (no `cfs_rq.rq` without CONFIG_FAIR_GROUP_SCHED), and the depth is then unknown.
+    pub fn depth_layout(&self) -> Result<DepthLayout, BtfError> {
+        let rq = self.rq_clock_layout()?;
+        let nr = self.member("rq", "nr_running")?;
+        Ok(DepthLayout {
+            task_se_cfs_rq: rq.task_se_cfs_rq,
+            cfs_rq_rq: rq.cfs_rq_rq,
+            rq_nr_running: check_size("rq", "nr_running", nr, &[4])?,
+        })
+    }
+
     /// Offsets to reach a task's cgroup v2 id (the kernfs node id of its default-hierarchy
     /// cgroup); three 8-byte pointers and the 8-byte id.
     pub fn cgroup_layout(&self) -> Result<CgroupLayout, BtfError> {

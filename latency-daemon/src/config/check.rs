@@ -6,8 +6,6 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args as _;
-
 use super::Config;
 use super::buckets::{CGROUP, CLASSIC};
 use crate::cli::RunArgs;
@@ -48,6 +46,7 @@ impl fmt::Display for Problem {
 /// config is only meaningful when `problems` stays empty.
 pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &mut Vec<Problem>) -> Config {
     let d = Config::default();
+    let alert = super::alert::resolve(&merged, problems);
     // On a problem, the default stands in: the config is void anyway, and an empty list would
     // add a second, misleading problem.
     let classic_buckets = match merged.classic_buckets.map(|s| CLASSIC.rungs_of("classic_buckets", &s)) {
@@ -79,6 +78,7 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
         max_tasks: merged.max_tasks.unwrap_or(d.max_tasks),
         ceiling: merged.ceiling.unwrap_or(d.ceiling),
         clock: merged.clock.map_or(d.clock, Into::into),
+        alert,
         config_file,
     };
     problems.extend(check(&config));
@@ -136,13 +136,14 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
             ),
         ));
     }
+    problems.extend(super::alert::check(&c.alert, c.ceiling));
     problems
 }
 
-/// Sorts problems into the order of `run --help`, wherever each was found.
+/// Sorts problems into the order of `run --help` (file-only keys where they sit among the
+/// fields), wherever each was found.
 pub(super) fn in_field_order(problems: &mut [Problem]) {
-    let command = RunArgs::augment_args(clap::Command::new("run"));
-    let order: Vec<&str> = command.get_arguments().map(|a| a.get_id().as_str()).collect();
+    let order = super::sources::file_keys();
     problems.sort_by_key(|p| order.iter().position(|&f| f == p.field).unwrap_or(usize::MAX));
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::ValueEnum as _;
 use latency_common::knobs::Clock;
+use latency_common::maps::Reason;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serializer};
 
@@ -19,6 +20,30 @@ pub fn de_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, 
 
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     parsed(d, cli::parse_duration)
+}
+
+/// `alert_cooldown`'s parser: any duration in humantime syntax, zero included ("0s": no cooldown).
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("'{s}': {e}"))
+}
+
+pub fn de_duration_or_zero<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    parsed(d, parse_duration_or_zero)
+}
+
+/// An array of URLs, or one string of comma-separated URLs as the flag and the variable take them.
+/// Their checks are `check`'s, so that every bad URL is reported, from any source, at once.
+pub fn de_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a URL string or an array of them")]
+    enum Urls {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(Some(match Urls::deserialize(d)? {
+        Urls::One(s) => s.split(',').map(str::to_owned).collect(),
+        Urls::Many(v) => v,
+    }))
 }
 
 pub fn de_clock<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ClockArg>, D::Error> {
@@ -58,6 +83,26 @@ pub fn ser_clock<S: Serializer>(clock: &Clock, s: S) -> Result<S::Ok, S::Error> 
     }
 }
 
+/// TOML has no null: an unset optional duration is left out (and so reads back unset).
+pub fn ser_opt_duration<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser_duration(d, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Per-reason thresholds as the file writes them: `{ wakeup = "20ms", preempt = "5ms" }`, unset
+/// reasons left out.
+pub fn ser_per_reason<S: Serializer>(per_reason: &[Option<Duration>; Reason::COUNT], s: S) -> Result<S::Ok, S::Error> {
+    let set = Reason::ALL.iter().zip(per_reason).filter_map(|(r, d)| Some((r.name(), (*d)?)));
+    s.collect_map(set.map(|(name, d)| (name, humantime::format_duration(d).to_string())))
+}
+
+/// Per-cgroup thresholds as the file writes them: `{ "/system.slice" = "50ms" }`.
+pub fn ser_per_cgroup<S: Serializer>(per_cgroup: &[(String, Duration)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(per_cgroup.iter().map(|(path, d)| (path, humantime::format_duration(*d).to_string())))
+}
+
 pub fn ser_classic_buckets<S: Serializer>(indices: &[i32], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(indices.iter().map(|&i| native_bound(i)))
 }
@@ -82,6 +127,16 @@ mod tests {
         assert_eq!(json["classic_buckets"][26], 64.0);
         assert_eq!(json["cgroup_buckets"].as_array().unwrap().len(), 14);
         assert!(json.get("config_file").is_none());
+        // Alerting, under the file's keys; unset thresholds are left out, as the file leaves them.
+        assert_eq!(json["alert_for"], 1);
+        assert_eq!(json["alert_resolve_after"], 2);
+        assert_eq!(json["alert_cooldown"], "1m");
+        assert_eq!(json["alertmanager_url"], serde_json::json!([]));
+        assert_eq!(json["alert_resend"], "30s");
+        assert_eq!(json["alert_severity"], "warning");
+        for unset in ["alert_max_delay", "alert_reason_max_delay", "alert_cgroup_max_delay", "alert"] {
+            assert!(json.get(unset).is_none(), "{unset}");
+        }
         let run_queue = Config { clock: latency_common::knobs::Clock::RunQueue, ..Config::default() };
         assert_eq!(serde_json::to_value(run_queue).unwrap()["clock"], "run-queue");
     }

@@ -6,7 +6,9 @@
 //! at once), its line in `RunArgs::or` (sources.rs) and in `check::resolve`, its default in
 //! [`Config::default`], its check in `check::check`, its key in deploy/latency-daemon.toml (a test
 //! insists), and, if the running pipeline cannot adopt it, its `keep` line in [`Config::reload`].
+//! The `alert_*` settings do the same in alert.rs, behind [`AlertConfig`].
 
+mod alert;
 mod buckets;
 mod check;
 pub(crate) mod format;
@@ -21,6 +23,7 @@ use serde::Serialize;
 
 use crate::cli::RunArgs;
 
+pub use self::alert::AlertConfig;
 pub use self::check::Problem;
 
 /// Default port. Not in Prometheus's default port allocations list (where node_exporter has 9100,
@@ -53,6 +56,9 @@ pub struct Config {
     pub ceiling: Duration,
     #[serde(serialize_with = "format::ser_clock")]
     pub clock: Clock,
+    /// Thresholds, timing and sinks of alerts (shown under their own `alert_*` keys).
+    #[serde(flatten)]
+    pub alert: AlertConfig,
     /// The file the settings were read from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_file: Option<PathBuf>,
@@ -102,6 +108,7 @@ impl Default for Config {
             max_tasks: 32768,
             ceiling: Duration::from_nanos(DEFAULT_CEILING_NS),
             clock: Clock::Monotonic,
+            alert: AlertConfig::default(),
             config_file: None,
         }
     }
@@ -141,6 +148,8 @@ impl Config {
         keep("max_tasks", &mut config.max_tasks, self.max_tasks, r);
         keep("ceiling", &mut config.ceiling, self.ceiling, r);
         keep("clock", &mut config.clock, self.clock, r);
+        // The kernel's attribution threshold: lower alert thresholds wait for a restart.
+        alert::reload(&mut config.alert, &self.alert, r);
 
         // The new file was valid on its own, but a kept value (the running interval) may not fit
         // a new one (the window).

@@ -23,6 +23,36 @@ pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<Pat
     Ok((merged.or(file), Some(path), problems))
 }
 
+/// Every key the file takes, in the order of `RunArgs`'s fields (which is also `run --help`'s):
+/// the flags' names and the file-only tables, as serde's derive lists them for `deny_unknown_fields`.
+pub(super) fn file_keys() -> &'static [&'static str] {
+    /// A deserializer that only asks for the struct's field list.
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Fields<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(serde::de::Error::custom("fields taken"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    // The error is the point: deserialization stops once the list is taken.
+    let _ = <RunArgs as serde::Deserialize>::deserialize(Fields(&mut fields));
+    fields
+}
+
 /// The variable that sets the flag `--long`.
 pub(super) fn env_name(long: &str) -> String {
     format!("{ENV_PREFIX}{}", long.replace('-', "_").to_uppercase())
@@ -93,6 +123,16 @@ impl RunArgs {
             max_tasks: self.max_tasks.or(lower.max_tasks),
             ceiling: self.ceiling.or(lower.ceiling),
             clock: self.clock.or(lower.clock),
+            alert_max_delay: self.alert_max_delay.or(lower.alert_max_delay),
+            alert_reason_max_delay: self.alert_reason_max_delay.or(lower.alert_reason_max_delay),
+            alert_cgroup_max_delay: self.alert_cgroup_max_delay.or(lower.alert_cgroup_max_delay),
+            alert_for: self.alert_for.or(lower.alert_for),
+            alert_resolve_after: self.alert_resolve_after.or(lower.alert_resolve_after),
+            alert_cooldown: self.alert_cooldown.or(lower.alert_cooldown),
+            alertmanager_url: self.alertmanager_url.or(lower.alertmanager_url),
+            alert_webhook: self.alert_webhook.or(lower.alert_webhook),
+            alert_resend: self.alert_resend.or(lower.alert_resend),
+            alert_severity: self.alert_severity.or(lower.alert_severity),
         }
     }
 }
@@ -104,6 +144,21 @@ mod tests {
     fn fake(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn file_keys_are_the_fields_in_order() {
+        let keys = file_keys();
+        assert_eq!(keys.first(), Some(&"listen"), "config is not a file key");
+        assert!(keys.contains(&"alert_cgroup_max_delay"), "file-only keys are listed: {keys:?}");
+        let flags: Vec<String> = RunArgs::augment_args(clap::Command::new("run"))
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|&l| l != "config")
+            .map(|l| l.replace('-', "_"))
+            .collect();
+        let keys_with_flags: Vec<&str> = keys.iter().copied().filter(|k| flags.iter().any(|f| f == k)).collect();
+        assert_eq!(keys_with_flags, flags, "same order as run --help");
     }
 
     #[test]

@@ -71,6 +71,14 @@ fn defaults() {
     assert_eq!(classic, (-20..=6).map(|k| 2f64.powi(k)).collect::<Vec<_>>());
     assert_eq!(c.cgroup_bounds(), (0..14).map(|m| 2f64.powi(-20 + 2 * m)).collect::<Vec<_>>());
     assert_eq!(c.config_file, None);
+    assert_eq!(c.alert, AlertConfig::default());
+    assert!(!c.alert.enabled(), "alerting is off until a threshold is set");
+    assert_eq!(c.alert.attribute_ns(), 0);
+    let a = &c.alert;
+    assert_eq!((a.max_delay, a.per_reason, a.per_cgroup.as_slice()), (None, [None, None], &[][..]));
+    assert_eq!((a.for_windows, a.resolve_after, a.cooldown), (1, 2, Duration::from_secs(60)));
+    assert_eq!((a.alertmanagers.len(), a.webhooks.len()), (0, 0));
+    assert_eq!((a.resend, a.severity.as_str()), (Duration::from_secs(30), "warning"));
 }
 
 #[test]
@@ -122,6 +130,160 @@ fn other_flags_parse() {
     assert_eq!(c.cgroup_bounds(), [0.25]);
     assert_eq!((c.ceiling, c.max_cgroups), (Duration::from_secs(60), 64));
     assert!(!Config::load_with(&flags(&["--per-task=false"]), &no_env).unwrap().per_task);
+}
+
+#[test]
+fn alert_flags_parse() {
+    let args = flags(&[
+        "--alert-max-delay",
+        "20ms",
+        "--alert-for=3",
+        "--alert-resolve-after",
+        "5",
+        "--alert-cooldown",
+        "0s",
+        "--alertmanager-url",
+        "http://a:9093",
+        "--alertmanager-url=http://b:9093,http://c:9093/am",
+        "--alert-webhook",
+        "http://hooks:8080/x",
+        "--alert-webhook",
+        "http://[::1]:9000",
+        "--alert-resend",
+        "100ms",
+        "--alert-severity",
+        "critical",
+    ]);
+    let a = Config::load_with(&args, &no_env).unwrap().alert;
+    assert_eq!(a.max_delay, Some(Duration::from_millis(20)));
+    assert_eq!((a.for_windows, a.resolve_after, a.cooldown), (3, 5, Duration::ZERO));
+    assert_eq!(a.alertmanagers, ["http://a:9093", "http://b:9093", "http://c:9093/am"], "repeated and comma-separated");
+    assert_eq!(a.webhooks, ["http://hooks:8080/x", "http://[::1]:9000"]);
+    assert_eq!((a.resend, a.severity.as_str()), (Duration::from_millis(100), "critical"));
+    assert!(a.enabled());
+    assert_eq!(a.attribute_ns(), 20_000_000);
+
+    // Zero is a cooldown, not a threshold or a resend period.
+    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-max-delay", "0s"]).is_err());
+    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-resend", "0s"]).is_err());
+    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-cooldown", "-1s"]).is_err());
+    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-reason-max-delay", "5ms"]).is_err(), "file only");
+}
+
+#[test]
+fn alert_env() {
+    let vars = env(&[
+        ("RUNQLAT_ALERTMANAGER_URL", "http://a:9093,http://b:9093"),
+        ("RUNQLAT_ALERT_WEBHOOK", "http://hooks/x"),
+        ("RUNQLAT_ALERT_MAX_DELAY", "5ms"),
+        ("RUNQLAT_ALERT_COOLDOWN", "0s"),
+        ("RUNQLAT_ALERT_FOR", "2"),
+        ("RUNQLAT_ALERT_SEVERITY", "page"),
+    ]);
+    let a = Config::load_with(&flags(&["--alertmanager-url", "http://flag:9093"]), &vars).unwrap().alert;
+    assert_eq!(a.alertmanagers, ["http://flag:9093"], "the flag's list replaces the variable's");
+    let a = Config::load_with(&flags(&[]), &vars).unwrap().alert;
+    assert_eq!(a.alertmanagers, ["http://a:9093", "http://b:9093"]);
+    assert_eq!(a.webhooks, ["http://hooks/x"]);
+    assert_eq!((a.max_delay, a.cooldown), (Some(Duration::from_millis(5)), Duration::ZERO));
+    assert_eq!((a.for_windows, a.severity.as_str()), (2, "page"));
+
+    let e = error(&flags(&[]), &env(&[("RUNQLAT_ALERTMANAGER_URL", "http://a:9093,https://b:9093")]));
+    assert_eq!(
+        e,
+        "invalid configuration: alertmanager_url: 'https://b:9093': https is not supported; \
+         use a plain-http Alertmanager or a local relay"
+    );
+}
+
+#[test]
+fn alert_file() {
+    let file = TempFile::new(
+        "alert",
+        r#"
+alert_max_delay = "20ms"
+alert_reason_max_delay = { preempt = "5ms" }
+alertmanager_url = ["http://a:9093", "http://b:9093"]
+alert_webhook = "http://hooks/x,http://hooks/y"
+alert_cooldown = "0s"
+
+[alert_cgroup_max_delay]
+"/system.slice" = "50ms"
+"/kubepods/besteffort" = "100ms"
+"/" = "1s"
+"#,
+    );
+    let c = Config::load_with(&flags(&[&file.flag()]), &no_env).unwrap();
+    let a = &c.alert;
+    assert_eq!(a.max_delay, Some(Duration::from_millis(20)));
+    assert_eq!(a.per_reason, [None, Some(Duration::from_millis(5))], "[wakeup, preempt]");
+    assert_eq!(
+        a.per_cgroup,
+        [
+            ("/".to_owned(), Duration::from_secs(1)),
+            ("/kubepods/besteffort".to_owned(), Duration::from_millis(100)),
+            ("/system.slice".to_owned(), Duration::from_millis(50)),
+        ],
+        "sorted by path"
+    );
+    assert_eq!(a.alertmanagers, ["http://a:9093", "http://b:9093"]);
+    assert_eq!(a.webhooks, ["http://hooks/x", "http://hooks/y"], "a string splits at commas, as the variable");
+    assert_eq!(a.cooldown, Duration::ZERO);
+    assert_eq!(a.attribute_ns(), 5_000_000, "the lowest of all");
+    let rules = a.rules();
+    assert_eq!(rules.threshold("wakeup", "/web"), Some(20_000_000));
+    assert_eq!(rules.threshold("preempt", "/web"), Some(5_000_000));
+    assert_eq!(rules.threshold("preempt", "/system.slice"), Some(50_000_000));
+
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["alert_reason_max_delay"], serde_json::json!({ "preempt": "5ms" }));
+    assert_eq!(json["alert_cgroup_max_delay"]["/kubepods/besteffort"], "100ms");
+    assert_eq!(json["alert_cooldown"], "0s");
+}
+
+#[test]
+fn alert_file_problems_name_their_fields() {
+    let file = TempFile::new(
+        "alert-problems",
+        r#"
+ceiling = "1s"
+alert_max_delay = "2s"
+alert_reason_max_delay = { wakeup = "0s", preempt = "-5ms", migrate = "1ms" }
+alert_cgroup_max_delay = { "system.slice" = "50ms", "/web" = "0ms" }
+alert_for = 0
+alertmanager_url = ["https://am:9093", "http://ok:9093"]
+alert_webhook = ["http://hooks:http"]
+alert_resend = "10ms"
+alert_severity = "bad\u0007"
+"#,
+    );
+    let e = error(&flags(&[&file.flag()]), &no_env);
+    let expected = [
+        "alert_max_delay: 2s is not below ceiling 1s: delays above the ceiling are discarded, so it could never fire",
+        "alert_reason_max_delay: unknown reason 'migrate'; expected wakeup or preempt",
+        "alert_reason_max_delay: preempt: '-5ms': expected number at 0",
+        "alert_reason_max_delay: wakeup: '0s': must be greater than zero",
+        "alert_cgroup_max_delay: '/web': '0ms': must be greater than zero",
+        "alert_cgroup_max_delay: path 'system.slice' must start with '/' (a cgroup v2 path, e.g. /system.slice)",
+        "alert_for: 0 is not in 1..=100",
+        "alertmanager_url: 'https://am:9093': https is not supported; use a plain-http Alertmanager or a local relay",
+        "alert_webhook: 'http://hooks:http': port 'http' is not a number from 1 to 65535",
+        "alert_resend: 10ms is below 100ms",
+        "alert_severity: 'bad\\u{7}' contains control characters",
+    ];
+    assert_eq!(e, format!("invalid configuration: {}", expected.join("; ")));
+
+    // Unparseable values stop at the file, naming the line (and so the key).
+    for (text, want) in [
+        ("alert_max_delay = \"0s\"\n", "line 1 (`alert_max_delay = \"0s\"`): '0s': must be greater than zero"),
+        ("alert_cooldown = \"-1s\"\n", "line 1 (`alert_cooldown = \"-1s\"`): '-1s'"),
+        ("alert_reason_max_delay = { wakeup = 5 }\n", "line 1 (`alert_reason_max_delay = { wakeup = 5 }`)"),
+        ("alertmanager_url = 9093\n", "line 1 (`alertmanager_url = 9093`): a URL string or an array of them"),
+    ] {
+        file.rewrite(text);
+        let e = error(&flags(&[&file.flag()]), &no_env);
+        assert!(e.contains(want), "{text}: {e}");
+    }
 }
 
 #[test]
@@ -205,6 +367,70 @@ fn reload_keeps_restart_only_fields() {
 }
 
 #[test]
+fn reload_adopts_higher_thresholds_and_keeps_lower_ones() {
+    let file =
+        TempFile::new("reload-alert", "alert_max_delay = \"20ms\"\nalert_reason_max_delay = { preempt = \"10ms\" }\n");
+    let args = flags(&[&file.flag()]);
+    let running = Config::load_with(&args, &no_env).unwrap();
+    assert_eq!(running.alert.attribute_ns(), 10_000_000);
+
+    // Higher (or equal) everywhere: the kernel already attributes these delays.
+    file.rewrite(
+        "alert_max_delay = \"30ms\"\nalert_cgroup_max_delay = { \"/batch\" = \"10ms\" }\n\
+         alert_for = 3\nalert_resolve_after = 4\nalert_cooldown = \"5m\"\n\
+         alertmanager_url = [\"http://am:9093\"]\nalert_webhook = [\"http://hook/x\"]\n\
+         alert_resend = \"1m\"\nalert_severity = \"critical\"\n",
+    );
+    let reload = running.reload_with(&args, &no_env).unwrap();
+    assert_eq!(reload.needs_restart, Vec::<&str>::new());
+    let a = &reload.config.alert;
+    assert_eq!(a.max_delay, Some(Duration::from_millis(30)));
+    assert_eq!(a.per_reason, [None, None]);
+    assert_eq!(a.per_cgroup, [("/batch".to_owned(), Duration::from_millis(10))]);
+    assert_eq!((a.for_windows, a.resolve_after, a.cooldown), (3, 4, Duration::from_secs(300)));
+    assert_eq!((a.alertmanagers.join(" "), a.webhooks.join(" ")), ("http://am:9093".into(), "http://hook/x".into()));
+    assert_eq!((a.resend, a.severity.as_str()), (Duration::from_secs(60), "critical"));
+
+    // Lower: every threshold stays as it runs; everything else is adopted.
+    file.rewrite(
+        "alert_max_delay = \"50ms\"\nalert_reason_max_delay = { wakeup = \"5ms\" }\n\
+         alert_severity = \"page\"\nalert_for = 2\n",
+    );
+    let reload = running.reload_with(&args, &no_env).unwrap();
+    assert_eq!(reload.needs_restart, ["alert thresholds"]);
+    let a = &reload.config.alert;
+    assert_eq!((a.max_delay, a.per_reason), (running.alert.max_delay, running.alert.per_reason), "kept");
+    assert_eq!(a.attribute_ns(), running.alert.attribute_ns());
+    assert_eq!((a.severity.as_str(), a.for_windows), ("page", 2), "adopted");
+
+    // Off: adopted at once. Back on from off: the kernel stopped nothing, but a config that
+    // started off never had attribution, so on waits for a restart.
+    file.rewrite("alert_severity = \"page\"\n");
+    let reload = running.reload_with(&args, &no_env).unwrap();
+    assert_eq!(reload.needs_restart, Vec::<&str>::new());
+    assert!(!reload.config.alert.enabled());
+    let started_off = Config::load_with(&flags(&[]), &no_env).unwrap();
+    file.rewrite("alert_max_delay = \"1s\"\n");
+    let reload = started_off.reload_with(&args, &no_env).unwrap();
+    assert_eq!(reload.needs_restart, ["alert thresholds"]);
+    assert!(!reload.config.alert.enabled());
+}
+
+#[test]
+fn reload_checks_thresholds_against_the_running_ceiling() {
+    let file = TempFile::new("reload-ceiling", "ceiling = \"1s\"\nalert_max_delay = \"500ms\"\n");
+    let args = flags(&[&file.flag()]);
+    let running = Config::load_with(&args, &no_env).unwrap();
+    file.rewrite("ceiling = \"1m\"\nalert_max_delay = \"2s\"\n");
+    let e = running.reload_with(&args, &no_env).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "invalid configuration: alert_max_delay: 2s is not below ceiling 1s: delays above the ceiling are \
+         discarded, so it could never fire (running values kept until restart: ceiling)"
+    );
+}
+
+#[test]
 fn reload_rejects_a_window_that_only_fits_the_new_interval() {
     let file = TempFile::new("reload-window", "interval = \"1s\"\n");
     let args = flags(&[&file.flag()]);
@@ -227,15 +453,29 @@ fn example_file_lists_every_setting_at_its_default() {
     assert_eq!(check::resolve(file, None, &mut problems), Config::default());
     assert!(problems.is_empty(), "{problems:?}");
 
-    let keys: Vec<String> = toml::from_str::<toml::Table>(EXAMPLE).unwrap().keys().cloned().collect();
-    let mut settings: Vec<String> = run_command()
-        .get_arguments()
-        .filter_map(|a| a.get_long())
-        .filter(|&l| l != "config")
-        .map(|l| l.replace('-', "_"))
-        .collect();
+    // Settings without a default (alert thresholds) are shown commented out, as `# key = value`.
+    let commented = |line: &str| {
+        let key = line.strip_prefix('#')?.trim_start().split_once('=')?.0.trim();
+        sources::file_keys().contains(&key).then_some(key.to_owned())
+    };
+    let mut keys: Vec<String> = toml::from_str::<toml::Table>(EXAMPLE).unwrap().keys().cloned().collect();
+    keys.extend(EXAMPLE.lines().filter_map(commented));
+    keys.sort();
+    let mut settings: Vec<String> = sources::file_keys().iter().map(|&k| k.to_owned()).collect();
     settings.sort();
-    assert_eq!(keys, settings);
+    assert_eq!(keys, settings, "every key once, set or commented out");
+
+    // The commented-out examples are valid too.
+    let uncommented: String = EXAMPLE
+        .lines()
+        .map(|line| if commented(line).is_some() { line.trim_start_matches(['#', ' ']) } else { line })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let file = sources::parse_file(&uncommented, Path::new("uncommented")).unwrap();
+    let config = check::resolve(file, None, &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(config.alert.enabled() && config.alert.per_reason.iter().all(Option::is_some), "{:?}", config.alert);
+    assert_eq!(config.alert.per_cgroup.len(), 2);
 }
 
 #[test]
@@ -246,6 +486,18 @@ fn serialized_config_reads_back() {
         clock: Clock::RunQueue,
         window: Duration::from_millis(2500),
         interval: Duration::from_millis(500),
+        alert: AlertConfig {
+            max_delay: Some(Duration::from_millis(20)),
+            per_reason: [Some(Duration::from_micros(1500)), None],
+            per_cgroup: vec![("/".into(), Duration::from_secs(1)), ("/a b/c".into(), Duration::from_millis(7))],
+            for_windows: 2,
+            resolve_after: 3,
+            cooldown: Duration::ZERO,
+            alertmanagers: vec!["http://a:9093".into(), "http://[::1]:9093/am".into()],
+            webhooks: vec!["http://hook/x?y=z".into()],
+            resend: Duration::from_millis(1500),
+            severity: "critical".into(),
+        },
         ..Config::default()
     };
     for config in [Config::default(), custom] {
@@ -263,6 +515,8 @@ fn help_shows_the_real_defaults() {
         let Some(long) = arg.get_long().filter(|&l| l != "config") else { continue };
         let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
         let shown = match &defaults[long.replace('-', "_")] {
+            // No default: the setting is off unless given.
+            serde_json::Value::Null => "off".to_owned(),
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Array(_) => continue,
             other => other.to_string(),

@@ -3,6 +3,8 @@
 //! whether a test passes or panics.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod alertmanager;
+pub mod cgroup;
 pub mod daemon;
 pub mod oracle;
 pub mod prometheus;

@@ -1,0 +1,351 @@
+//! The daemon's own alerting with real components: a real Alertmanager receives the alert with
+//! who waited, who ran instead and the queue depth, and sees it resolve; a quiet workload fires
+//! nothing; dead sinks never hurt measurement; the culprit named is the hog that really ran.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpListener,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::{
+    alertmanager::Alertmanager,
+    assert_nothing_attached,
+    cgroup::TestCgroup,
+    daemon::{Daemon, sample},
+    web,
+    workload::{Kind, Park, cpus, gettid, phase, set_thread_name},
+};
+use serde_json::Value;
+
+/// A config file alerting only on delays of tasks in `cgroup`, so the machine's own background
+/// noise cannot fire anything.
+fn cgroup_only_config(cgroup: &str, threshold: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("runqlat-alert-{}-{}", std::process::id(), web::free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("latency-daemon.toml");
+    std::fs::write(&file, format!("[alert_cgroup_max_delay]\n\"{cgroup}\" = \"{threshold}\"\n")).unwrap();
+    let path = file.to_str().unwrap().to_string();
+    (dir, path)
+}
+
+fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
+    let am = Alertmanager::start();
+    let cg = TestCgroup::new("alert");
+    let (dir, file) = cgroup_only_config(&cg.path, "5ms");
+    let daemon = Daemon::start(&[
+        "--config",
+        &file,
+        "--interval",
+        "1s",
+        "--window",
+        "2s",
+        "--alertmanager-url",
+        &am.url(),
+        "--alert-resend",
+        "1s",
+        "--alert-resolve-after",
+        "1",
+    ]);
+    // 4×CPUs spinners in the cgroup: each waits several ms for its turn.
+    let spinners: Vec<_> = (0..4 * cpus()).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"])).collect();
+    let started = Instant::now();
+    let alert = wait_until(Duration::from_secs(12), "the alert in Alertmanager", || am.ours("cgroup", &cg.path).pop());
+    let took = started.elapsed();
+    eprintln!("fired after {took:?}: {alert:#}");
+    // Within two 2 s windows of the load starting (plus a second for the last drain and send).
+    assert!(took < Duration::from_secs(6), "fired only after {took:?}");
+    let a = &alert["annotations"];
+    assert!(alert["labels"]["reason"] == "preempt" || alert["labels"]["reason"] == "wakeup", "{alert}");
+    assert!(alert["labels"]["instance"].as_str().is_some_and(|i| !i.is_empty()), "{alert}");
+    assert!(a["victim"].as_str().unwrap_or_default().contains("sh"), "victim: {a}");
+    assert!(a["culprits"].as_str().unwrap_or_default().contains("sh"), "culprits: {a}");
+    let depth: u32 =
+        a["queue_depth"].as_str().unwrap_or_default().parse().unwrap_or_else(|_| panic!("queue_depth: {a}"));
+    assert!(depth >= 1, "spinners queue behind each other: depth {depth}");
+    let text = daemon.metrics();
+    assert!(
+        text.contains(&format!(
+            "runqlat_alert_active{{reason=\"{}\",cgroup=\"{}\"}} 1",
+            alert["labels"]["reason"].as_str().unwrap(),
+            cg.path
+        )),
+        "{}",
+        text.lines().filter(|l| l.contains("alert")).collect::<Vec<_>>().join("\n")
+    );
+
+    drop(spinners);
+    wait_until(Duration::from_secs(15), "the alert to resolve", || {
+        am.ours("cgroup", &cg.path).is_empty().then_some(())
+    });
+    assert!(daemon.log().iter().any(|l| l.contains("\"event\":\"resolved\"")), "no resolve logged: {:?}", daemon.log());
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
+    let am = Alertmanager::start();
+    let cg = TestCgroup::new("quiet");
+    let (dir, file) = cgroup_only_config(&cg.path, "5ms");
+    let daemon =
+        Daemon::start(&["--config", &file, "--interval", "1s", "--window", "2s", "--alertmanager-url", &am.url()]);
+    let _sleeper = cg.spawn(&["perl", "-e", "select(undef,undef,undef,0.001) while 1"]);
+    std::thread::sleep(Duration::from_secs(30));
+    let text = daemon.metrics();
+    let count = sample(&text, &format!("runqlat_cgroup_delay_seconds_count{{cgroup=\"{}\"}}", cg.path)).unwrap_or(0.0);
+    assert!(count > 1000.0, "the sleeper was not measured ({count} delays)");
+    assert!(am.ours("cgroup", &cg.path).is_empty(), "fired: {:?}", am.alerts());
+    for reason in ["wakeup", "preempt"] {
+        assert_eq!(sample(&text, &format!("runqlat_alerts_total{{reason=\"{reason}\"}}")), Some(0.0), "{reason} fired");
+    }
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An HTTP server that accepts connections and never answers; it holds every socket.
+fn black_hole() -> (String, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = stop.clone();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while !done.load(Ordering::SeqCst) {
+            match listener.accept() {
+                Ok((s, _)) => held.push(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    (addr, stop)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn dead_sinks_never_hurt_measurement() {
+    let (hole, stop_hole) = black_hole();
+    // Nothing listens on this port: every Alertmanager send is refused.
+    let refused = format!("http://127.0.0.1:{}", web::free_port());
+    let daemon = Daemon::start(&[
+        "--interval",
+        "1s",
+        "--window",
+        "1s",
+        // Low enough to breach every window on a loaded machine; no cooldown, resolve at once:
+        // the alert flaps and every flap is a notification.
+        "--alert-max-delay",
+        "200us",
+        "--alert-cooldown",
+        "0s",
+        "--alert-resolve-after",
+        "1",
+        "--alert-resend",
+        "200ms",
+        "--alertmanager-url",
+        &refused,
+        "--alert-webhook",
+        &format!("http://{hole}/hook"),
+    ]);
+    let pid = daemon.proc.child.id();
+    let mut park = Park::default();
+    let load = std::thread::spawn(move || phase(&mut park, "sinkload", Kind::Spin, 2 * cpus(), 34.0));
+    std::thread::sleep(Duration::from_secs(4));
+    let rss_early = rss_kib(pid);
+    let drains_early = sample(&daemon.metrics(), "runqlat_drains_total").unwrap();
+    let watched = Instant::now();
+    let mut slowest = Duration::ZERO;
+    // Long enough for the webhook's four 5 s attempts (and backoff) to run out.
+    for _ in 0..75 {
+        let t = Instant::now();
+        let r = web::get(&daemon.addr, "/metrics", &[]).unwrap();
+        assert_eq!(r.status, 200);
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(web::get(&daemon.addr, "/healthz", &[]).unwrap().status, 200, "unhealthy with dead sinks");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let text = daemon.metrics();
+    let drains_late = sample(&text, "runqlat_drains_total").unwrap();
+    let watched = watched.elapsed().as_secs_f64();
+    let rss_late = rss_kib(pid);
+    load.join().unwrap();
+    stop_hole.store(true, Ordering::SeqCst);
+
+    let failed = |sink: &str| {
+        sample(&text, &format!("runqlat_alert_notifications_failed_total{{sink=\"{sink}\"}}")).unwrap_or(0.0)
+    };
+    let dropped = |sink: &str| {
+        sample(&text, &format!("runqlat_alert_notifications_dropped_total{{sink=\"{sink}\"}}")).unwrap_or(0.0)
+    };
+    let fired: f64 = ["wakeup", "preempt"]
+        .iter()
+        .filter_map(|r| sample(&text, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
+        .sum();
+    eprintln!(
+        "fired {fired}; alertmanager failed {}; webhook failed {} dropped {}; drains {drains_early}→{drains_late}; \
+         rss {rss_early}→{rss_late} KiB; slowest /metrics {slowest:?}",
+        failed("alertmanager"),
+        failed("webhook"),
+        dropped("webhook")
+    );
+    assert!(fired >= 2.0, "the alert did not flap ({fired} fired)");
+    assert!(failed("alertmanager") > 0.0, "refused Alertmanager sends not counted");
+    assert!(failed("webhook") + dropped("webhook") > 0.0, "the black-hole webhook's losses are not counted");
+    // One drain a second, give or take the first and last.
+    assert!(
+        drains_late - drains_early >= watched - 2.0,
+        "draining slowed: {drains_early} → {drains_late} in {watched:.1} s"
+    );
+    assert!(slowest < Duration::from_millis(500), "/metrics took {slowest:?}");
+    assert!(rss_late < rss_early + 8 * 1024, "memory grew from {rss_early} to {rss_late} KiB");
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+}
+
+/// A webhook receiver that answers 200 and keeps every body.
+fn webhook_catcher() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let keep = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read the headers, then Content-Length bytes of body.
+            let body = loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                }
+                if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&raw[..end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if raw.len() >= end + 4 + len {
+                        break Some(raw[end + 4..end + 4 + len].to_vec());
+                    }
+                }
+            };
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            if let Some(b) = body
+                && let Ok(v) = serde_json::from_slice::<Value>(&b)
+            {
+                keep.lock().unwrap().push(v);
+            }
+        }
+    });
+    (addr, bodies)
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t, set through the libc macros' function forms, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn nice(value: i32) {
+    // SAFETY: setpriority on this thread's own tid.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), value) };
+}
+
+/// One named hog is the only other runnable task on a pinned CPU: the alert must name it.
+#[test]
+fn the_alert_names_the_hog_that_ran() {
+    let (catcher, bodies) = webhook_catcher();
+    let daemon = Daemon::start(&[
+        "--interval",
+        "1s",
+        "--window",
+        "2s",
+        "--alert-max-delay",
+        "5ms",
+        "--alert-webhook",
+        &format!("http://{catcher}/hook"),
+    ]);
+    let cpu = cpus() - 1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s1, s2) = (stop.clone(), stop.clone());
+    let hog = std::thread::spawn(move || {
+        set_thread_name(b"runqlat-hog");
+        pin_to(cpu);
+        nice(-10);
+        let mut x = 0u64;
+        while !s1.load(Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    });
+    let victim = std::thread::spawn(move || {
+        set_thread_name(b"runqlat-victim");
+        pin_to(cpu);
+        nice(19);
+        while !s2.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let fired = wait_until(Duration::from_secs(15), "a fired alert for runqlat-victim", || {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|b| b["event"] == "fired" && b["worst"]["victim_comm"] == "runqlat-victim")
+            .cloned()
+    });
+    stop.store(true, Ordering::SeqCst);
+    hog.join().unwrap();
+    victim.join().unwrap();
+    let worst = &fired["worst"];
+    eprintln!("{worst:#}");
+    let culprits = worst["culprits"].as_array().unwrap();
+    assert!(!culprits.is_empty(), "no culprits: {worst}");
+    // Of the runs kept (the last 8 of the wait), the hog's take nearly all the time.
+    let ran = |c: &Value| c["ran_ns"].as_u64().unwrap_or(0);
+    let hog_ns: u64 = culprits.iter().filter(|c| c["comm"] == "runqlat-hog").map(ran).sum();
+    let kept_ns: u64 = culprits.iter().map(ran).sum();
+    assert!(hog_ns * 10 >= kept_ns * 8, "the hog ran {hog_ns} of {kept_ns} ns kept: {worst}");
+    if !worst["culprits_truncated"].as_bool().unwrap() {
+        let delay = worst["delay_ns"].as_u64().unwrap();
+        assert!(kept_ns * 10 >= delay * 9, "the runs kept cover {kept_ns} of a {delay} ns wait: {worst}");
+    }
+    assert_eq!(worst["cpu"].as_u64(), Some(cpu as u64));
+    assert!(daemon.stop() < Duration::from_secs(2));
+    assert_nothing_attached();
+}
