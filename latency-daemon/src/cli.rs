@@ -29,6 +29,10 @@ pub enum Command {
     /// maps of any CPU count; used by `cargo xtask bench`.
     #[command(hide = true)]
     BenchExport(BenchExportArgs),
+    /// Attach the benchmark's floor (an empty program on the same tracepoints) until SIGTERM or
+    /// SIGINT; used by `cargo xtask bench`.
+    #[command(hide = true)]
+    BenchFloor,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +132,12 @@ pub struct RunArgs {
     /// [default: all 14]
     #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
     pub cgroup_buckets: Option<Vec<f64>>,
+
+    /// Keep a histogram per cgroup v2 of the task that waited (a per-CPU hash update per delay)
+    /// [default: true]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = BoolishValueParser::new())]
+    pub per_cgroup: Option<bool>,
 
     /// Keep per-task statistics in the kernel (a hash update per context switch) [default: false]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",

@@ -62,14 +62,18 @@ pub async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     }
     // Bind before attaching: a port in use must not leave a program loaded, even briefly.
     let listener = http::bind(config.listen).await?;
-    let names = match CgroupNames::discover() {
-        Ok(n) => {
-            log(&format!("per-cgroup delays: cgroup2 at {}, {} cgroups", n.mount().display(), n.len()));
-            Some(n)
-        }
-        Err(e) => {
-            log(&format!("per-cgroup delays off: {e}"));
-            None
+    let names = if !config.per_cgroup {
+        None
+    } else {
+        match CgroupNames::discover() {
+            Ok(n) => {
+                log(&format!("per-cgroup delays: cgroup2 at {}, {} cgroups", n.mount().display(), n.len()));
+                Some(n)
+            }
+            Err(e) => {
+                log(&format!("per-cgroup delays off: {e}"));
+                None
+            }
         }
     };
     let options = ProbeOptions {

@@ -69,6 +69,26 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::BenchFloor => {
+            let floor = match probe::load_floor() {
+                Ok(f) => f,
+                Err(e) => return fail(&e.to_string()),
+            };
+            eprintln!("latency-daemon: floor attached");
+            let runtime = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            runtime.block_on(async {
+                use tokio::signal::unix::{SignalKind, signal};
+                if let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+                {
+                    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+                }
+            });
+            drop(floor);
+            ExitCode::SUCCESS
+        }
         Command::Run(args) => {
             // Every configuration problem is bad input: one line, exit 2, nothing attached.
             let config = match config::Config::load(&args) {

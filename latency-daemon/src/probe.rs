@@ -16,6 +16,26 @@ use crate::btf::{Btf, BtfError, CgroupLayout, RqClockLayout, TaskLayout};
 /// The kernel program, built by build.rs (aya-build) for bpfel-unknown-none.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-ebpf"));
 
+/// The benchmark's floor: the same tracepoints, only counting events.
+static FLOOR: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-floor"));
+
+/// Load and attach the floor program; it stays attached as long as the returned handle lives.
+pub fn load_floor() -> Result<Ebpf, ProbeError> {
+    raise_memlock();
+    let mut ebpf = EbpfLoader::new().load(FLOOR).map_err(ProbeError::Load)?;
+    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+    for program in names::PROGRAMS {
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(program)
+            .ok_or(ProbeError::MissingProgram { program })?
+            .try_into()
+            .map_err(|source| ProbeError::ProgramType { program, source })?;
+        prog.load(program, &btf).map_err(|source| ProbeError::Verify { program, source })?;
+        prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
+    }
+    Ok(ebpf)
+}
+
 /// What the caller wants measured; everything here is fixed at load time.
 #[derive(Clone, Debug)]
 pub struct ProbeOptions {

@@ -3,9 +3,11 @@
 mod bench;
 mod build;
 mod cmd;
+mod demo;
 mod run;
 mod setup;
 mod test;
+mod workload;
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,11 @@ enum Command {
     Test(test::Args),
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
     Bench(bench::Args),
+    /// The experiment's loads as named threads: cpu, io, compete, stall (lat3), nice.
+    Workload(workload::Args),
+    /// Release build, then every workload mode watched by `record`, perf sched, runqlat and the
+    /// kernel's run_delay at once; writes demo-report/ (report.md, report.json, delays.svg).
+    Demo(demo::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +46,8 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(&args),
+        Command::Workload(args) => workload::run(&args),
+        Command::Demo(args) => demo::run(&args),
     }
 }
 

@@ -24,7 +24,7 @@ struct Step {
 /// Steps after `cargo test`, in order. Append here: promtool rule tests, the demo's short form,
 /// the bench guard.
 fn extra_steps() -> Vec<Step> {
-    vec![Step {
+    let mut steps = vec![Step {
         name: "promtool rules",
         // The fleet's rules must load without a lint warning (`--lint-fatal`: exit 3 on one), and
         // their unit tests must pass. Both run even if the first fails, so one run shows both.
@@ -48,7 +48,20 @@ fn extra_steps() -> Vec<Step> {
             }
             Ok(())
         }),
-    }]
+    }];
+    steps.push(Step {
+        name: "demo (short form)",
+        // Every workload mode for 2 s against perf sched, runqlat and run_delay; fails when an
+        // agreement figure leaves its tolerance, compete ≫ cpu, io no longer holds, the full demo
+        // would exceed 90 s, or anything stays attached or running.
+        run: Box::new(|| {
+            let mut demo = std::process::Command::new(std::env::current_exe()?);
+            demo.current_dir(workspace_root()).args(crate::demo::SHORT_FORM);
+            println!("test: $ {}", cmd::show(&demo));
+            cmd::run(&mut demo)
+        }),
+    });
+    steps
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

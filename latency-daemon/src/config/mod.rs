@@ -49,6 +49,7 @@ pub struct Config {
     /// Per-cgroup histogram bounds as steps `m` (bound `2^(-20+2m)` s), ascending.
     #[serde(serialize_with = "format::ser_cgroup_buckets")]
     pub cgroup_buckets: Vec<u8>,
+    pub per_cgroup: bool,
     pub per_task: bool,
     pub max_tasks: u32,
     /// Delays above this are discarded (and counted).
@@ -103,6 +104,7 @@ impl Default for Config {
             // Every octave from about 1 µs to 64 s: 27 series, fine enough for SLO thresholds.
             classic_buckets: (-20..=6).map(|octave| 8 * octave).collect(),
             cgroup_buckets: (0..buckets::CGROUP.rungs as u8).collect(),
+            per_cgroup: true,
             per_task: false,
             // The kernel's default pid_max.
             max_tasks: 32768,
@@ -144,6 +146,7 @@ impl Config {
         keep("listen", &mut config.listen, self.listen, r);
         keep("interval", &mut config.interval, self.interval, r);
         keep("max_cgroups", &mut config.max_cgroups, self.max_cgroups, r);
+        keep("per_cgroup", &mut config.per_cgroup, self.per_cgroup, r);
         keep("per_task", &mut config.per_task, self.per_task, r);
         keep("max_tasks", &mut config.max_tasks, self.max_tasks, r);
         keep("ceiling", &mut config.ceiling, self.ceiling, r);

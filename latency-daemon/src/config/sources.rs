@@ -119,6 +119,7 @@ impl RunArgs {
             max_cgroups: self.max_cgroups.or(lower.max_cgroups),
             classic_buckets: self.classic_buckets.or(lower.classic_buckets),
             cgroup_buckets: self.cgroup_buckets.or(lower.cgroup_buckets),
+            per_cgroup: self.per_cgroup.or(lower.per_cgroup),
             per_task: self.per_task.or(lower.per_task),
             max_tasks: self.max_tasks.or(lower.max_tasks),
             ceiling: self.ceiling.or(lower.ceiling),

@@ -1,5 +1,5 @@
-//! `cargo xtask bench`: what the monitor costs in user space. In: a release build of the
-//! daemon. Out: a table on stdout and bench-report/drain.{md,json}.
+//! The user-space cost of draining: in, the release daemon; out, a table and
+//! bench-report/drain.{md,json}.
 //!
 //! 1. The user-space pipeline on synthetic maps of 2, 64 and 256 CPUs (`bench-export`).
 //! 2. The real maps on this machine: the daemon's own drain-duration histogram while the
@@ -15,26 +15,17 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{build, cmd, setup, workspace_root};
+use crate::{cmd, workspace_root};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Seconds of each phase (idle, storm) on the real maps.
-    #[arg(long, default_value_t = 10)]
-    secs: u64,
-}
-
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly)?;
-    let daemon = build::daemon(true)?;
-
+/// Both drain measurements; `secs` is each phase (idle, storm) on the real maps.
+pub fn run(daemon: &std::path::Path, secs: u64) -> anyhow::Result<()> {
     println!("bench: user-space pipeline on synthetic maps (medians of 101 runs)…");
-    let table = cmd::stdout(Command::new(&daemon).arg("bench-export"))?;
-    let json = cmd::stdout(Command::new(&daemon).args(["bench-export", "--json"]))?;
+    let table = cmd::stdout(Command::new(daemon).arg("bench-export"))?;
+    let json = cmd::stdout(Command::new(daemon).args(["bench-export", "--json"]))?;
     print!("{table}");
 
-    println!("bench: real maps, {} s idle then {} s of `perf bench sched pipe`…", args.secs, args.secs);
-    let real = real_maps(&daemon, Duration::from_secs(args.secs))?;
+    println!("bench: real maps, {secs} s idle then {secs} s of `perf bench sched pipe`…");
+    let real = real_maps(daemon, Duration::from_secs(secs))?;
     let real_table = format!(
         "{:>8} {:>10} {:>14} {:>16}\n{:>8} {:>10} {:>14.1} {:>16.0}\n{:>8} {:>10} {:>14.1} {:>16.0}\n",
         "phase",
@@ -94,7 +85,7 @@ struct Real {
 }
 
 /// Kills the child when dropped, pass or fail.
-struct Reap(Child);
+pub(super) struct Reap(pub(super) Child);
 
 impl Drop for Reap {
     fn drop(&mut self) {
@@ -172,7 +163,7 @@ impl Sample {
     }
 }
 
-fn get(addr: &str, path: &str) -> anyhow::Result<String> {
+pub(super) fn get(addr: &str, path: &str) -> anyhow::Result<String> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;

@@ -1,0 +1,130 @@
+//! The daemon's own cost during a scheduler storm: its CPU (% of one core), resident memory,
+//! `/metrics` latency over 1000 scrapes, and the average drain.
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+
+use super::{
+    drain::{Reap, get},
+    overhead::{free_port, spawn_until_line},
+};
+
+#[derive(Debug)]
+pub struct Cost {
+    pub cpu_percent: f64,
+    pub rss_mib: f64,
+    pub peak_rss_mib: f64,
+    pub metrics_p50_ms: f64,
+    pub metrics_p99_ms: f64,
+    pub drain_avg_us: f64,
+    pub switches_per_s: f64,
+}
+
+/// utime + stime of `pid` in seconds.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &stat[stat.rfind(')').context("malformed stat")? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 =
+        f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(ticks as f64 / hz)
+}
+
+fn status_kib(pid: u32, key: &str) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no {key} in /proc/{pid}/status"))
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+pub fn measure(daemon: &Path) -> anyhow::Result<Cost> {
+    println!("bench: the daemon during a storm (10 s, scraped every second), then 1000 scrapes…");
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let mut c = Command::new(daemon);
+    c.args(["run", "--listen", &addr, "--interval", "1s"]);
+    let child = spawn_until_line(c, true, "attached")?;
+    let pid = child.0.id();
+    let _storm = Reap(
+        Command::new("perf")
+            .args(["bench", "sched", "pipe", "-l", "1000000000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start perf bench sched pipe")?,
+    );
+    thread::sleep(Duration::from_secs(2));
+    let before = get(&addr, "/metrics")?;
+    let (cpu0, t0) = (cpu_seconds(pid)?, Instant::now());
+    for _ in 0..10 {
+        thread::sleep(Duration::from_secs(1));
+        get(&addr, "/metrics")?;
+    }
+    let (cpu1, wall) = (cpu_seconds(pid)?, t0.elapsed().as_secs_f64());
+    let after = get(&addr, "/metrics")?;
+    let rss = status_kib(pid, "VmRSS:")?;
+    let mut times = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        let t = Instant::now();
+        get(&addr, "/metrics")?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let peak = status_kib(pid, "VmHWM:")?;
+    let drains = metric(&after, "runqlat_drain_duration_seconds_count")
+        - metric(&before, "runqlat_drain_duration_seconds_count");
+    let drain_s =
+        metric(&after, "runqlat_drain_duration_seconds_sum") - metric(&before, "runqlat_drain_duration_seconds_sum");
+    let switches = metric(&after, "runqlat_context_switches_total") - metric(&before, "runqlat_context_switches_total");
+    drop(child);
+    Ok(Cost {
+        cpu_percent: 100.0 * (cpu1 - cpu0) / wall,
+        rss_mib: rss / 1024.0,
+        peak_rss_mib: peak / 1024.0,
+        metrics_p50_ms: times[times.len() / 2],
+        metrics_p99_ms: times[times.len() * 99 / 100],
+        drain_avg_us: if drains > 0.0 { drain_s / drains * 1e6 } else { f64::NAN },
+        switches_per_s: switches / wall,
+    })
+}
+
+impl Cost {
+    pub fn table(&self) -> String {
+        format!(
+            "daemon CPU {:.2} % of one core at {:.0} switches/s; RSS {:.1} MiB (peak {:.1} MiB); \
+             /metrics p50 {:.2} ms, p99 {:.2} ms (1000 scrapes); drain {:.0} µs on average\n",
+            self.cpu_percent,
+            self.switches_per_s,
+            self.rss_mib,
+            self.peak_rss_mib,
+            self.metrics_p50_ms,
+            self.metrics_p99_ms,
+            self.drain_avg_us
+        )
+    }
+
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"cpu_percent\":{:.3},\"rss_mib\":{:.2},\"peak_rss_mib\":{:.2},\"metrics_p50_ms\":{:.3},\"metrics_p99_ms\":{:.3},\"drain_avg_us\":{:.1},\"switches_per_s\":{:.0}}}",
+            self.cpu_percent,
+            self.rss_mib,
+            self.peak_rss_mib,
+            self.metrics_p50_ms,
+            self.metrics_p99_ms,
+            self.drain_avg_us,
+            self.switches_per_s
+        )
+    }
+}

@@ -1,0 +1,308 @@
+//! Tracers × workloads in, the time each tracer adds per scheduler event out: for each pair,
+//! one run without the tracer and one with it, in alternating order so drift cancels; medians.
+use std::{
+    io::{BufRead as _, BufReader},
+    net::TcpListener,
+    path::Path,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::drain::{Reap, get};
+
+/// A scheduler-heavy command and how to read its elapsed time.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub name: &'static str,
+    argv: Vec<&'static str>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Tracer {
+    /// An empty program on the same three tracepoints.
+    Floor,
+    /// libbpf-tools runqlat.
+    Runqlat,
+    /// `latency-daemon run` with these extra arguments, scraped every second.
+    Ours { name: &'static str, extra: Vec<&'static str> },
+}
+
+impl Tracer {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Tracer::Floor => "floor (empty program)",
+            Tracer::Runqlat => "runqlat",
+            Tracer::Ours { name, .. } => name,
+        }
+    }
+}
+
+pub struct Plan {
+    workloads: Vec<Workload>,
+    tracers: Vec<Tracer>,
+    pairs: usize,
+}
+
+fn pipe_pinned() -> Workload {
+    Workload {
+        name: "pipe, pinned to cpu 1",
+        argv: vec!["taskset", "-c", "1", "perf", "bench", "sched", "pipe", "-l", "100000"],
+    }
+}
+
+fn ours_default() -> Tracer {
+    Tracer::Ours { name: "ours (default)", extra: Vec::new() }
+}
+
+pub fn full_plan(pairs: usize) -> Plan {
+    Plan {
+        workloads: vec![
+            pipe_pinned(),
+            Workload { name: "pipe, unpinned", argv: vec!["perf", "bench", "sched", "pipe", "-l", "100000"] },
+            Workload { name: "hackbench", argv: vec!["hackbench", "-g", "4", "-l", "150"] },
+        ],
+        tracers: vec![
+            Tracer::Floor,
+            Tracer::Runqlat,
+            ours_default(),
+            Tracer::Ours { name: "ours + alerting", extra: vec!["--alert-max-delay", "10ms"] },
+            Tracer::Ours { name: "ours + per-task", extra: vec!["--per-task"] },
+        ],
+        pairs: pairs.max(1),
+    }
+}
+
+pub fn guard_plan(pairs: usize) -> Plan {
+    Plan { workloads: vec![pipe_pinned()], tracers: vec![Tracer::Runqlat, ours_default()], pairs: pairs.max(1) }
+}
+
+/// One workload × tracer: per pair, the added ns per event and the workload's time alone.
+#[derive(Debug)]
+pub struct Row {
+    pub workload: &'static str,
+    pub tracer: &'static str,
+    pub added_ns: Vec<f64>,
+    pub base_s: Vec<f64>,
+    pub events_per_s: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Context switches so far, machine-wide (/proc/stat `ctxt`).
+fn context_switches() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("ctxt "))
+        .and_then(|v| v.trim().parse().ok())
+        .context("no ctxt line in /proc/stat")
+}
+
+/// Run the workload once: (seconds it reports, scheduler events meanwhile). Each switch comes
+/// with a wakeup in these workloads, so events ≈ 2 × switches (perf's pipe op: 2 + 2).
+fn run_workload(w: &Workload) -> anyhow::Result<(f64, u64)> {
+    let before = context_switches()?;
+    let out =
+        Command::new(w.argv[0]).args(&w.argv[1..]).output().with_context(|| format!("run {}", w.argv.join(" ")))?;
+    let switches = context_switches()?.saturating_sub(before);
+    if !out.status.success() {
+        bail!("{} failed: {}", w.argv.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let secs = text
+        .lines()
+        .find_map(|l| {
+            let l = l.trim();
+            // perf: "Total time: 0.845 [sec]"; hackbench: "Time: 1.099".
+            l.strip_prefix("Total time:").or_else(|| l.strip_prefix("Time:"))?.split_whitespace().next()?.parse().ok()
+        })
+        .with_context(|| format!("no time in the output of {}: {text}", w.name))?;
+    Ok((secs, 2 * switches))
+}
+
+/// A tracer attached and running; detached when dropped.
+struct Running {
+    _child: Reap,
+    stop_scraper: Option<Arc<AtomicBool>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.stop_scraper {
+            stop.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+pub(super) fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Spawn `command` and wait until a line of its output (stdout or stderr as chosen) contains
+/// `ready`.
+pub(super) fn spawn_until_line(mut command: Command, from_stderr: bool, ready: &'static str) -> anyhow::Result<Reap> {
+    if from_stderr {
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+    } else {
+        command.stdout(Stdio::piped()).stderr(Stdio::null());
+    }
+    let mut child = command.spawn().context("start a tracer")?;
+    let pipe: Box<dyn std::io::Read + Send> = if from_stderr {
+        Box::new(child.stderr.take().context("stderr")?)
+    } else {
+        Box::new(child.stdout.take().context("stdout")?)
+    };
+    let child = Reap(child);
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if line.contains(ready) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30)).with_context(|| format!("tracer never said {ready:?}"))?;
+    Ok(child)
+}
+
+fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
+    match tracer {
+        Tracer::Floor => {
+            let mut c = Command::new(daemon);
+            c.arg("bench-floor");
+            Ok(Running { _child: spawn_until_line(c, true, "floor attached")?, stop_scraper: None })
+        }
+        Tracer::Runqlat => {
+            // stdbuf: runqlat's "Tracing…" line is block-buffered when its stdout is a pipe.
+            let mut c = Command::new("stdbuf");
+            c.args(["-oL", "runqlat", "100000"]);
+            Ok(Running { _child: spawn_until_line(c, false, "Tracing")?, stop_scraper: None })
+        }
+        Tracer::Ours { extra, .. } => {
+            let addr = format!("127.0.0.1:{}", free_port()?);
+            let mut c = Command::new(daemon);
+            c.args(["run", "--listen", &addr, "--interval", "1s"]).args(extra);
+            let child = spawn_until_line(c, true, "attached")?;
+            // Scraped every second, as a Prometheus would.
+            let stop = Arc::new(AtomicBool::new(false));
+            let done = stop.clone();
+            thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    let _ = get(&addr, "/metrics");
+                    thread::sleep(Duration::from_secs(1));
+                }
+            });
+            Ok(Running { _child: child, stop_scraper: Some(stop) })
+        }
+    }
+}
+
+pub fn measure(daemon: &Path, plan: &Plan) -> anyhow::Result<Vec<Row>> {
+    let total = plan.workloads.len() * plan.tracers.len() * plan.pairs;
+    let mut done = 0;
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for w in &plan.workloads {
+        for t in &plan.tracers {
+            let mut row = Row {
+                workload: w.name,
+                tracer: t.name(),
+                added_ns: Vec::new(),
+                base_s: Vec::new(),
+                events_per_s: Vec::new(),
+            };
+            for pair in 0..plan.pairs {
+                // Alternate which run comes first, so a drifting machine favours neither.
+                let off_first = pair % 2 == 0;
+                let mut off = None;
+                if off_first {
+                    off = Some(run_workload(w)?);
+                }
+                let on = {
+                    let _tracer = start(t, daemon)?;
+                    run_workload(w)?
+                };
+                if !off_first {
+                    off = Some(run_workload(w)?);
+                }
+                let (off_s, events) = off.context("no run without the tracer")?;
+                let added = (on.0 - off_s) * 1e9 / events.max(1) as f64;
+                row.added_ns.push(added);
+                row.base_s.push(off_s);
+                row.events_per_s.push(events as f64 / off_s);
+                done += 1;
+                println!(
+                    "bench: [{done}/{total}] {} · {}: {:+.0} ns/event ({:.0} s so far)",
+                    w.name,
+                    t.name(),
+                    added,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// The median added ns/event of `tracer`, over the median of each workload.
+pub fn median_of(rows: &[Row], tracer: &str) -> f64 {
+    let per_workload: Vec<f64> = rows.iter().filter(|r| r.tracer == tracer).map(|r| median(&r.added_ns)).collect();
+    median(&per_workload)
+}
+
+pub fn table(rows: &[Row]) -> String {
+    let mut out = format!(
+        "{:<22} {:<22} {:>10} {:>17} {:>9} {:>9} {:>12}\n",
+        "workload", "tracer", "ns/event", "min … max", "/runqlat", "/floor", "events/s"
+    );
+    for r in rows {
+        let m = median(&r.added_ns);
+        let same = |name: &str| rows.iter().find(|o| o.workload == r.workload && o.tracer.starts_with(name));
+        let ratio =
+            |name: &str| same(name).map(|o| median(&o.added_ns)).filter(|d| *d > 0.0).map_or(f64::NAN, |d| m / d);
+        let lo = r.added_ns.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.added_ns.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        out.push_str(&format!(
+            "{:<22} {:<22} {:>10.0} {:>8.0} … {:>6.0} {:>9.2} {:>9.2} {:>12.0}\n",
+            r.workload,
+            r.tracer,
+            m,
+            lo,
+            hi,
+            ratio("runqlat"),
+            ratio("floor"),
+            median(&r.events_per_s)
+        ));
+    }
+    out
+}
+
+pub fn json(rows: &[Row]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let list = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(",");
+            format!(
+                "{{\"workload\":\"{}\",\"tracer\":\"{}\",\"median_ns_per_event\":{:.3},\"added_ns_per_event\":[{}],\"base_seconds\":[{}]}}",
+                r.workload,
+                r.tracer,
+                median(&r.added_ns),
+                list(&r.added_ns),
+                list(&r.base_s)
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
