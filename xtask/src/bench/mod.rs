@@ -2,11 +2,13 @@
 //! the daemon and the floor program, perf, hackbench, runqlat. Out: tables on stdout and
 //! bench-report/{bench,drain}.{md,json}.
 //!
+//! - inprog.rs: time inside each tracer's programs per event, from the kernel's BPF stats;
 //! - overhead.rs: added time per scheduler event of each tracer, from interleaved off/on pairs;
 //! - cost.rs: the daemon's own CPU, memory and scrape latency during a storm;
 //! - drain.rs: what a drain and an encode cost, by CPU count.
 mod cost;
 mod drain;
+mod inprog;
 mod overhead;
 
 use std::time::Instant;
@@ -31,12 +33,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let daemon = build::daemon(true)?;
     let started = Instant::now();
     if args.guard {
-        let rows = overhead::measure(&daemon, &overhead::guard_plan(args.pairs.min(7)))?;
-        print!("{}", overhead::table(&rows));
-        let ours = overhead::median_of(&rows, "ours (default)");
-        let runqlat = overhead::median_of(&rows, "runqlat");
+        let tracers = [overhead::Tracer::Floor, overhead::Tracer::Runqlat, overhead::ours_default()];
+        let rows = inprog::measure(&daemon, &tracers, 3)?;
+        print!("{}", inprog::table(&rows));
+        let floor = rows[0].ns_per_event;
+        let (runqlat, ours) = (rows[1].ns_per_event - floor, rows[2].ns_per_event - floor);
         println!(
-            "bench guard: ours {ours:.0} ns/event, runqlat {runqlat:.0} ns/event ({:.1} s)",
+            "bench guard: ours {ours:.0} ns/event, runqlat {runqlat:.0} ns/event beyond the floor ({:.1} s)",
             started.elapsed().as_secs_f64()
         );
         if ours > runqlat {
@@ -44,6 +47,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let inprog_rows = inprog::measure(&daemon, &overhead::all_tracers(), 5)?;
+    let inprog_table = inprog::table(&inprog_rows);
+    print!("{inprog_table}");
     let rows = overhead::measure(&daemon, &overhead::full_plan(args.pairs))?;
     let overhead_table = overhead::table(&rows);
     print!("{overhead_table}");
@@ -55,7 +61,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let md = format!(
         "# What the monitor costs\n\n`cargo xtask bench --pairs {}` on {} CPUs, {:.0} s.\n\n\
-         ## Added time per scheduler event (medians of interleaved off/on pairs)\n\n```\n{overhead_table}```\n\n\
+         ## Time inside the programs per scheduler event (kernel BPF stats, pinned pipe, medians of 5)\n\n\
+         ```\n{inprog_table}```\n\n\
+         ## Added wall time per scheduler event (medians of interleaved off/on pairs)\n\n```\n{overhead_table}```\n\n\
          ## The daemon itself during a storm\n\n```\n{}```\n",
         args.pairs,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -63,7 +71,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         cost.table()
     );
     std::fs::write(dir.join("bench.md"), md)?;
-    let json = format!("{{\"overhead\":{},\"daemon\":{}}}\n", overhead::json(&rows), cost.json());
+    let json = format!(
+        "{{\"in_program\":{},\"overhead\":{},\"daemon\":{}}}\n",
+        inprog::json(&inprog_rows),
+        overhead::json(&rows),
+        cost.json()
+    );
     std::fs::write(dir.join("bench.json"), json)?;
     println!("bench: wrote {} ({:.0} s)", dir.join("bench.md").display(), started.elapsed().as_secs_f64());
     Ok(())

@@ -51,15 +51,31 @@ pub struct Plan {
     pairs: usize,
 }
 
-fn pipe_pinned() -> Workload {
-    Workload {
-        name: "pipe, pinned to cpu 1",
-        argv: vec!["taskset", "-c", "1", "perf", "bench", "sched", "pipe", "-l", "100000"],
-    }
+/// The worst case: both ends of the pipe on one CPU, every op a wakeup and a switch each way.
+pub fn pipe_pinned_argv() -> Vec<&'static str> {
+    vec!["taskset", "-c", "1", "perf", "bench", "sched", "pipe", "-l", "200000"]
 }
 
-fn ours_default() -> Tracer {
+fn pipe_pinned() -> Workload {
+    Workload { name: "pipe, pinned to cpu 1", argv: pipe_pinned_argv() }
+}
+
+pub fn ours_default() -> Tracer {
     Tracer::Ours { name: "ours (default)", extra: Vec::new() }
+}
+
+/// Every tracer the benchmark knows: the floor, runqlat, and ours in each configuration whose
+/// cost is worth knowing.
+pub fn all_tracers() -> Vec<Tracer> {
+    vec![
+        Tracer::Floor,
+        Tracer::Runqlat,
+        ours_default(),
+        Tracer::Ours { name: "ours, no per-cgroup", extra: vec!["--per-cgroup=false"] },
+        Tracer::Ours { name: "ours, run-queue clock", extra: vec!["--clock", "run-queue"] },
+        Tracer::Ours { name: "ours + alerting", extra: vec!["--alert-max-delay", "10ms"] },
+        Tracer::Ours { name: "ours + per-task", extra: vec!["--per-task"] },
+    ]
 }
 
 pub fn full_plan(pairs: usize) -> Plan {
@@ -69,19 +85,9 @@ pub fn full_plan(pairs: usize) -> Plan {
             Workload { name: "pipe, unpinned", argv: vec!["perf", "bench", "sched", "pipe", "-l", "100000"] },
             Workload { name: "hackbench", argv: vec!["hackbench", "-g", "4", "-l", "150"] },
         ],
-        tracers: vec![
-            Tracer::Floor,
-            Tracer::Runqlat,
-            ours_default(),
-            Tracer::Ours { name: "ours + alerting", extra: vec!["--alert-max-delay", "10ms"] },
-            Tracer::Ours { name: "ours + per-task", extra: vec!["--per-task"] },
-        ],
+        tracers: all_tracers(),
         pairs: pairs.max(1),
     }
-}
-
-pub fn guard_plan(pairs: usize) -> Plan {
-    Plan { workloads: vec![pipe_pinned()], tracers: vec![Tracer::Runqlat, ours_default()], pairs: pairs.max(1) }
 }
 
 /// One workload × tracer: per pair, the added ns per event and the workload's time alone.
@@ -132,7 +138,7 @@ fn run_workload(w: &Workload) -> anyhow::Result<(f64, u64)> {
 }
 
 /// A tracer attached and running; detached when dropped.
-struct Running {
+pub(super) struct Running {
     _child: Reap,
     stop_scraper: Option<Arc<AtomicBool>>,
 }
@@ -176,7 +182,7 @@ pub(super) fn spawn_until_line(mut command: Command, from_stderr: bool, ready: &
     Ok(child)
 }
 
-fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
+pub(super) fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
     match tracer {
         Tracer::Floor => {
             let mut c = Command::new(daemon);
@@ -254,12 +260,6 @@ pub fn measure(daemon: &Path, plan: &Plan) -> anyhow::Result<Vec<Row>> {
         }
     }
     Ok(rows)
-}
-
-/// The median added ns/event of `tracer`, over the median of each workload.
-pub fn median_of(rows: &[Row], tracer: &str) -> f64 {
-    let per_workload: Vec<f64> = rows.iter().filter(|r| r.tracer == tracer).map(|r| median(&r.added_ns)).collect();
-    median(&per_workload)
 }
 
 pub fn table(rows: &[Row]) -> String {

@@ -1,0 +1,134 @@
+//! Time spent inside each tracer's BPF programs per scheduler event, from the kernel's own
+//! accounting (`kernel.bpf_stats_enabled`: run_time_ns and run_cnt per program), while pinned
+//! `perf bench sched pipe` runs. Far less noisy than wall-clock pairs; the floor (an empty
+//! program) carries the accounting's own cost and the dispatch, so "− floor" is the tracer's
+//! logic alone.
+use std::{collections::HashSet, path::Path, process::Command};
+
+use anyhow::{Context as _, bail};
+
+use super::overhead::{Tracer, pipe_pinned_argv, start};
+
+/// Sets a sysctl for the guard's life and restores it.
+struct Sysctl {
+    path: &'static str,
+    old: String,
+}
+
+impl Sysctl {
+    fn set(path: &'static str, value: &str) -> anyhow::Result<Sysctl> {
+        let old = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?;
+        std::fs::write(path, value).with_context(|| format!("write {path}"))?;
+        Ok(Sysctl { path, old: old.trim().to_string() })
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path, &self.old);
+    }
+}
+
+/// (id, name, run_time_ns, run_cnt) of every loaded program on one of our tracepoints' names.
+fn programs() -> anyhow::Result<Vec<(u64, String, u64, u64)>> {
+    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("run bpftool")?;
+    if !out.status.success() {
+        bail!("bpftool prog show: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("bpftool JSON")?;
+    Ok(v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| {
+                    let name = p["name"].as_str()?.to_string();
+                    // Kernel names are cut at 15 bytes: sched_wakeup_ne.
+                    name.starts_with("sched_").then(|| {
+                        (
+                            p["id"].as_u64().unwrap_or(0),
+                            name,
+                            p["run_time_ns"].as_u64().unwrap_or(0),
+                            p["run_cnt"].as_u64().unwrap_or(0),
+                        )
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+#[derive(Debug)]
+pub struct InProgram {
+    pub tracer: &'static str,
+    /// Median over runs of Σ run_time_ns / Σ run_cnt of the tracer's programs.
+    pub ns_per_event: f64,
+    pub runs: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `rounds` rounds over all tracers (round-robin, so drift spreads evenly).
+pub fn measure(daemon: &Path, tracers: &[Tracer], rounds: usize) -> anyhow::Result<Vec<InProgram>> {
+    let _stats = Sysctl::set("/proc/sys/kernel/bpf_stats_enabled", "1")?;
+    let mut results: Vec<InProgram> =
+        tracers.iter().map(|t| InProgram { tracer: t.name(), ns_per_event: f64::NAN, runs: Vec::new() }).collect();
+    for round in 0..rounds.max(1) {
+        for (t, result) in tracers.iter().zip(results.iter_mut()) {
+            let before: HashSet<u64> = programs()?.into_iter().map(|p| p.0).collect();
+            let running = start(t, daemon)?;
+            let mine = |ps: Vec<(u64, String, u64, u64)>| -> Vec<(u64, u64, u64)> {
+                ps.into_iter().filter(|p| !before.contains(&p.0)).map(|p| (p.0, p.2, p.3)).collect()
+            };
+            let a = mine(programs()?);
+            let argv = pipe_pinned_argv();
+            let status = Command::new(argv[0]).args(&argv[1..]).output().context("run the workload")?.status;
+            if !status.success() {
+                bail!("the workload failed");
+            }
+            let b = mine(programs()?);
+            drop(running);
+            let (mut time, mut count) = (0u64, 0u64);
+            for (id, t1, c1) in &b {
+                let (t0, c0) = a.iter().find(|p| p.0 == *id).map_or((0, 0), |p| (p.1, p.2));
+                time += t1.saturating_sub(t0);
+                count += c1.saturating_sub(c0);
+            }
+            if count == 0 {
+                bail!("{}: no program of the tracer ran", t.name());
+            }
+            let ns = time as f64 / count as f64;
+            result.runs.push(ns);
+            println!("bench: in-program round {}/{} · {}: {ns:.0} ns/event", round + 1, rounds.max(1), t.name());
+        }
+    }
+    for r in &mut results {
+        r.ns_per_event = median(&r.runs);
+    }
+    Ok(results)
+}
+
+pub fn table(rows: &[InProgram]) -> String {
+    let floor = rows.iter().find(|r| r.tracer.starts_with("floor")).map_or(0.0, |r| r.ns_per_event);
+    let runqlat = rows.iter().find(|r| r.tracer == "runqlat").map(|r| r.ns_per_event - floor);
+    let mut out = format!("{:<24} {:>14} {:>14} {:>10}\n", "tracer", "ns/event", "− floor", "/runqlat");
+    for r in rows {
+        let logic = r.ns_per_event - floor;
+        let ratio = runqlat.filter(|d| *d > 0.0).map_or(f64::NAN, |d| logic / d);
+        out.push_str(&format!("{:<24} {:>14.0} {:>14.0} {:>10.2}\n", r.tracer, r.ns_per_event, logic, ratio));
+    }
+    out
+}
+
+pub fn json(rows: &[InProgram]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let runs = r.runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(",");
+            format!("{{\"tracer\":\"{}\",\"ns_per_event\":{:.1},\"runs\":[{runs}]}}", r.tracer, r.ns_per_event)
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
