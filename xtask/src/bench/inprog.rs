@@ -7,7 +7,7 @@ use std::{collections::HashSet, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
-use super::overhead::{Tracer, pipe_pinned_argv, start};
+use super::overhead::{Tracer, start};
 
 /// Sets a sysctl for the guard's life and restores it.
 struct Sysctl {
@@ -58,6 +58,7 @@ fn programs() -> anyhow::Result<Vec<(u64, String, u64, u64)>> {
 
 #[derive(Debug)]
 pub struct InProgram {
+    pub workload: &'static str,
     pub tracer: &'static str,
     /// Median over runs of Σ run_time_ns / Σ run_cnt of the tracer's programs.
     pub ns_per_event: f64,
@@ -70,11 +71,33 @@ fn median(v: &[f64]) -> f64 {
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// `rounds` rounds over all tracers (round-robin, so drift spreads evenly).
-pub fn measure(daemon: &Path, tracers: &[Tracer], rounds: usize) -> anyhow::Result<Vec<InProgram>> {
+/// For each workload, `rounds` rounds over all tracers (round-robin, so drift spreads evenly).
+pub fn measure(
+    daemon: &Path,
+    workloads: &[(&'static str, Vec<&'static str>)],
+    tracers: &[Tracer],
+    rounds: usize,
+) -> anyhow::Result<Vec<InProgram>> {
     let _stats = Sysctl::set("/proc/sys/kernel/bpf_stats_enabled", "1")?;
-    let mut results: Vec<InProgram> =
-        tracers.iter().map(|t| InProgram { tracer: t.name(), ns_per_event: f64::NAN, runs: Vec::new() }).collect();
+    let mut all = Vec::new();
+    for (workload, argv) in workloads {
+        let mut rows = measure_one(daemon, workload, argv, tracers, rounds)?;
+        all.append(&mut rows);
+    }
+    Ok(all)
+}
+
+fn measure_one(
+    daemon: &Path,
+    workload: &'static str,
+    argv: &[&str],
+    tracers: &[Tracer],
+    rounds: usize,
+) -> anyhow::Result<Vec<InProgram>> {
+    let mut results: Vec<InProgram> = tracers
+        .iter()
+        .map(|t| InProgram { workload, tracer: t.name(), ns_per_event: f64::NAN, runs: Vec::new() })
+        .collect();
     for round in 0..rounds.max(1) {
         for (t, result) in tracers.iter().zip(results.iter_mut()) {
             let before: HashSet<u64> = programs()?.into_iter().map(|p| p.0).collect();
@@ -83,7 +106,6 @@ pub fn measure(daemon: &Path, tracers: &[Tracer], rounds: usize) -> anyhow::Resu
                 ps.into_iter().filter(|p| !before.contains(&p.0)).map(|p| (p.0, p.2, p.3)).collect()
             };
             let a = mine(programs()?);
-            let argv = pipe_pinned_argv();
             let status = Command::new(argv[0]).args(&argv[1..]).output().context("run the workload")?.status;
             if !status.success() {
                 bail!("the workload failed");
@@ -101,7 +123,12 @@ pub fn measure(daemon: &Path, tracers: &[Tracer], rounds: usize) -> anyhow::Resu
             }
             let ns = time as f64 / count as f64;
             result.runs.push(ns);
-            println!("bench: in-program round {}/{} · {}: {ns:.0} ns/event", round + 1, rounds.max(1), t.name());
+            println!(
+                "bench: in-program {workload}, round {}/{} · {}: {ns:.0} ns/event",
+                round + 1,
+                rounds.max(1),
+                t.name()
+            );
         }
     }
     for r in &mut results {
@@ -111,13 +138,18 @@ pub fn measure(daemon: &Path, tracers: &[Tracer], rounds: usize) -> anyhow::Resu
 }
 
 pub fn table(rows: &[InProgram]) -> String {
-    let floor = rows.iter().find(|r| r.tracer.starts_with("floor")).map_or(0.0, |r| r.ns_per_event);
-    let runqlat = rows.iter().find(|r| r.tracer == "runqlat").map(|r| r.ns_per_event - floor);
-    let mut out = format!("{:<24} {:>14} {:>14} {:>10}\n", "tracer", "ns/event", "− floor", "/runqlat");
+    let mut out =
+        format!("{:<22} {:<24} {:>10} {:>10} {:>10}\n", "workload", "tracer", "ns/event", "− floor", "/runqlat");
     for r in rows {
+        let same = |prefix: &str| rows.iter().find(|o| o.workload == r.workload && o.tracer.starts_with(prefix));
+        let floor = same("floor").map_or(0.0, |f| f.ns_per_event);
+        let runqlat = same("runqlat").map(|q| q.ns_per_event - floor);
         let logic = r.ns_per_event - floor;
         let ratio = runqlat.filter(|d| *d > 0.0).map_or(f64::NAN, |d| logic / d);
-        out.push_str(&format!("{:<24} {:>14.0} {:>14.0} {:>10.2}\n", r.tracer, r.ns_per_event, logic, ratio));
+        out.push_str(&format!(
+            "{:<22} {:<24} {:>10.0} {:>10.0} {:>10.2}\n",
+            r.workload, r.tracer, r.ns_per_event, logic, ratio
+        ));
     }
     out
 }
@@ -127,7 +159,10 @@ pub fn json(rows: &[InProgram]) -> String {
         .iter()
         .map(|r| {
             let runs = r.runs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(",");
-            format!("{{\"tracer\":\"{}\",\"ns_per_event\":{:.1},\"runs\":[{runs}]}}", r.tracer, r.ns_per_event)
+            format!(
+                "{{\"workload\":\"{}\",\"tracer\":\"{}\",\"ns_per_event\":{:.1},\"runs\":[{runs}]}}",
+                r.workload, r.tracer, r.ns_per_event
+            )
         })
         .collect();
     format!("[{}]", items.join(","))

@@ -34,7 +34,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     if args.guard {
         let tracers = [overhead::Tracer::Floor, overhead::Tracer::Runqlat, overhead::ours_default()];
-        let rows = inprog::measure(&daemon, &tracers, 3)?;
+        let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
+        let rows = inprog::measure(&daemon, &pinned, &tracers, 3)?;
         print!("{}", inprog::table(&rows));
         let floor = rows[0].ns_per_event;
         let (runqlat, ours) = (rows[1].ns_per_event - floor, rows[2].ns_per_event - floor);
@@ -47,7 +48,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let inprog_rows = inprog::measure(&daemon, &overhead::all_tracers(), 5)?;
+    let inprog_rows = inprog::measure(&daemon, &overhead::workloads(), &overhead::all_tracers(), 5)?;
     let inprog_table = inprog::table(&inprog_rows);
     print!("{inprog_table}");
     let rows = overhead::measure(&daemon, &overhead::full_plan(args.pairs))?;
@@ -61,7 +62,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let md = format!(
         "# What the monitor costs\n\n`cargo xtask bench --pairs {}` on {} CPUs, {:.0} s.\n\n\
-         ## Time inside the programs per scheduler event (kernel BPF stats, pinned pipe, medians of 5)\n\n\
+         ## Time inside the programs per scheduler event (kernel BPF stats, medians of 5)\n\n\
          ```\n{inprog_table}```\n\n\
          ## Added wall time per scheduler event (medians of interleaved off/on pairs)\n\n```\n{overhead_table}```\n\n\
          ## The daemon itself during a storm\n\n```\n{}```\n",

@@ -60,6 +60,20 @@ fn pipe_pinned() -> Workload {
     Workload { name: "pipe, pinned to cpu 1", argv: pipe_pinned_argv() }
 }
 
+fn hackbench() -> Workload {
+    // Pipes and threads: the most switches per second of hackbench's modes.
+    Workload { name: "hackbench", argv: vec!["hackbench", "-p", "-T", "-g", "2", "-l", "2000"] }
+}
+
+/// The workloads, by name and command line.
+pub fn workloads() -> Vec<(&'static str, Vec<&'static str>)> {
+    [pipe_pinned(), pipe_unpinned(), hackbench()].into_iter().map(|w| (w.name, w.argv)).collect()
+}
+
+fn pipe_unpinned() -> Workload {
+    Workload { name: "pipe, unpinned", argv: vec!["perf", "bench", "sched", "pipe", "-l", "200000"] }
+}
+
 pub fn ours_default() -> Tracer {
     Tracer::Ours { name: "ours (default)", extra: Vec::new() }
 }
@@ -79,15 +93,7 @@ pub fn all_tracers() -> Vec<Tracer> {
 }
 
 pub fn full_plan(pairs: usize) -> Plan {
-    Plan {
-        workloads: vec![
-            pipe_pinned(),
-            Workload { name: "pipe, unpinned", argv: vec!["perf", "bench", "sched", "pipe", "-l", "100000"] },
-            Workload { name: "hackbench", argv: vec!["hackbench", "-g", "4", "-l", "150"] },
-        ],
-        tracers: all_tracers(),
-        pairs: pairs.max(1),
-    }
+    Plan { workloads: vec![pipe_pinned(), pipe_unpinned(), hackbench()], tracers: all_tracers(), pairs: pairs.max(1) }
 }
 
 /// One workload × tracer: per pair, the added ns per event and the workload's time alone.
