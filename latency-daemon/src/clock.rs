@@ -5,6 +5,11 @@ pub fn monotonic_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC)
 }
 
+/// CPU time of the calling thread in ns.
+pub fn thread_cpu_ns() -> u64 {
+    read(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
 /// CLOCK_REALTIME in ns since the Unix epoch.
 pub fn realtime_ns() -> u64 {
     read(libc::CLOCK_REALTIME)
