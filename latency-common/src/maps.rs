@@ -88,7 +88,7 @@ impl Discard {
     }
 }
 
-/// Something the kernel could not keep because a map had no room for it.
+/// Something the kernel could not keep: a map had no room for it, or the kernel never showed it.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lost {
@@ -99,18 +99,23 @@ pub enum Lost {
     /// The per-cgroup map was full: a delay was not added to its cgroup's histogram (it is
     /// still in the per-CPU histograms).
     Cgroups = 2,
+    /// Context switches the kernel raised no `sched_switch` for: seen as a break in a CPU's
+    /// chain of switches (a `prev` that is not the previous `next`). The delay and run time
+    /// around each are unknown to every tracer; the kernel's own accounting still has them.
+    Switches = 3,
 }
 
 impl Lost {
-    pub const COUNT: usize = 3;
-    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks, Lost::Cgroups];
+    pub const COUNT: usize = 4;
+    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks, Lost::Cgroups, Lost::Switches];
 
-    /// The map the loss belongs to, as a label value.
+    /// What was lost, as a label value: the map that had no room, or `switches`.
     pub const fn map(self) -> &'static str {
         match self {
             Lost::Stamps => "stamps",
             Lost::Tasks => "tasks",
             Lost::Cgroups => "cgroups",
+            Lost::Switches => "switches",
         }
     }
 }
@@ -272,6 +277,8 @@ pub struct CpuStats {
     pub idle_ns: u64,
     /// When the idle task last switched in, or 0 if it is not running (or not seen yet).
     pub idle_since_ns: u64,
+    /// 1 + the tid of the last `next` on this CPU (0: none seen yet), to find [`Lost::Switches`].
+    pub last_next: u64,
     pub discarded: [u64; Discard::COUNT],
     pub lost: [u64; Lost::COUNT],
 }
@@ -353,7 +360,9 @@ pub struct TaskStats {
     pub delay_max_at_ns: u64,
     /// The [`Reason`] of the maximum delay, as `u32`.
     pub delay_max_reason: u32,
-    pub _pad: u32,
+    /// Switches in or out of this task the kernel raised no tracepoint for ([`Lost::Switches`]):
+    /// its run time and delays miss what happened around them.
+    pub untraced: u32,
 }
 
 impl TaskStats {
@@ -370,14 +379,14 @@ impl TaskStats {
         delay_max_ns: 0,
         delay_max_at_ns: 0,
         delay_max_reason: 0,
-        _pad: 0,
+        untraced: 0,
     };
 }
 
 // Layouts are shared with the kernel program byte for byte: pin their sizes so an accidental
 // field change shows up here, not as garbage in user space.
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
-const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (5 + Discard::COUNT + Lost::COUNT));
+const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (6 + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 128);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);

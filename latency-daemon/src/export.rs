@@ -51,6 +51,8 @@ pub struct Exposition {
     pub alerts_suppressed: u64,
     pub drains: u64,
     pub drain_errors: u64,
+    /// CPU time the drain thread spent draining (excludes waiting for a CPU).
+    pub drain_cpu_seconds: f64,
     pub last_drain_unix: f64,
 }
 
@@ -274,13 +276,22 @@ fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> R
         None,
         MetricType::Counter,
     )?;
-    for what in Lost::ALL {
+    for what in Lost::ALL.into_iter().filter(|w| *w != Lost::Switches) {
         let n: u64 = s.cpus.iter().map(|c| c.lost[what as usize]).sum();
         family.encode_family(&[("map", what.map())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
     }
     family
         .encode_family(&[("map", "window_max")])?
         .encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
+    let untraced: u64 = s.cpus.iter().map(|c| c.lost[Lost::Switches as usize]).sum();
+    enc.encode_descriptor(
+        "runqlat_untraced_switches",
+        "Context switches the kernel raised no sched_switch tracepoint for (a break in a CPU's chain of \
+         prev/next): no tracer sees them, and the delays around them are missing from every histogram.",
+        None,
+        MetricType::Counter,
+    )?
+    .encode_counter::<NoLabelSet, _, f64>(&untraced, None)?;
     let mut family = enc.encode_descriptor(
         "runqlat_discarded",
         "Delays measured but not recorded because they were not believable: future_stamp (stamp \
@@ -356,6 +367,12 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
     };
     counter(enc, "runqlat_drains", "Drains of the kernel maps since start.", e.drains)?;
     counter(enc, "runqlat_drain_errors", "Drains that failed (the previous values stay published).", e.drain_errors)?;
+    counter_f64(
+        enc,
+        "runqlat_drain_cpu_seconds",
+        "CPU time spent draining (unlike runqlat_drain_duration_seconds, without waiting for a CPU).",
+        e.drain_cpu_seconds,
+    )?;
     counter(
         enc,
         "runqlat_cgroups_pruned",

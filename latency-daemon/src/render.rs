@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use latency_common::{
-    Reason,
+    Lost, Reason,
     buckets::{BUCKETS, OVERFLOW_BUCKET, ZERO_BUCKET, native_index},
 };
 
@@ -239,12 +239,25 @@ pub fn attributed(out: &mut String, report: &Report) {
 }
 
 pub fn losses(out: &mut String, report: &Report) {
-    let lost: Vec<String> = report.lost.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}: {n}")).collect();
+    let untraced = report.lost.get(Lost::Switches.map()).copied().unwrap_or(0);
+    let lost: Vec<String> = report
+        .lost
+        .iter()
+        .filter(|(k, n)| **n > 0 && **k != Lost::Switches.map())
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
     let discarded: Vec<String> =
         report.discarded.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k}: {n}")).collect();
-    if lost.is_empty() && discarded.is_empty() {
+    if lost.is_empty() && discarded.is_empty() && untraced == 0 {
         let _ = writeln!(out, " nothing lost, nothing discarded");
         return;
+    }
+    if untraced > 0 {
+        let _ = writeln!(
+            out,
+            " switches the kernel raised no sched_switch for: {untraced} (no tracer sees them; the delays and run \
+             time around them are missing, tasks' `untraced` column says whose)"
+        );
     }
     if !lost.is_empty() {
         let _ = writeln!(out, " lost (a map was full): {}", lost.join(", "));

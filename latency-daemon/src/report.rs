@@ -110,6 +110,9 @@ pub struct TaskReport {
     /// CLOCK_MONOTONIC ns when the maximum delay ended (0 if none).
     pub delay_max_at_ns: u64,
     pub delay_max_reason: Option<&'static str>,
+    /// Switches of this task the kernel raised no tracepoint for: its run time and delays
+    /// miss what happened around them (see `lost.switches`).
+    pub untraced: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -305,6 +308,7 @@ fn tasks(earlier: &Snapshot, later: &Snapshot) -> Vec<TaskReport> {
                 delay_max_ns: if new_max { l.delay_max_ns } else { 0 },
                 delay_max_at_ns: if new_max { l.delay_max_at_ns } else { 0 },
                 delay_max_reason: if new_max { Reason::from_u32(l.delay_max_reason).map(Reason::name) } else { None },
+                untraced: u64::from(l.untraced.saturating_sub(e.untraced)),
             }
         })
         .collect()

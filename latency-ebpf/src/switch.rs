@@ -1,7 +1,7 @@
 //! `sched_switch` → re-stamp a `prev` that stays runnable (reason `preempt`), count the switch,
 //! account idle time, and take `next`'s stamp: that is the delay.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use latency_common::{CpuStats, Reason};
+use latency_common::{CpuStats, Lost, Reason};
 
 use crate::{attribute, knobs, maps::CPU_STATS, observe, task::Task};
 
@@ -30,6 +30,20 @@ fn on_switch(ctx: &BtfTracePointContext) {
     cpu.switches += 1;
 
     let prev_tid = prev.tid();
+    // Each switch's prev is the previous switch's next, unless the kernel switched without
+    // raising the tracepoint (seen on some kernels): count it, never guess what was lost.
+    let last_next = cpu.last_next;
+    let untraced = last_next != 0 && last_next != prev_tid as u64 + 1;
+    if untraced {
+        cpu.lost[Lost::Switches as usize] += 1;
+        // An idle period open or starting around the unseen switch has an unknown bound.
+        cpu.idle_since_ns = 0;
+        if knobs::per_task() {
+            observe::untraced_out((last_next - 1) as u32);
+        }
+    }
+    let next_tid = next.tid();
+    cpu.last_next = next_tid as u64 + 1;
     if knobs::attribute_ns() != 0 {
         attribute::remember_run(prev, prev_tid, now);
     }
@@ -51,13 +65,16 @@ fn on_switch(ctx: &BtfTracePointContext) {
         let kept = observe::keep(prev, prev_tid);
         if queued && kept {
             observe::stamp(prev, prev_tid, now, Reason::Preempt);
+        } else if untraced {
+            // Its stamp was never taken: without this, a second unseen switch could turn it into
+            // a delay that includes run time.
+            observe::forget(prev_tid);
         }
         if knobs::per_task() && kept {
-            observe::task_out(prev, prev_tid, now, queued || preempt);
+            observe::task_out(prev, prev_tid, now, queued || preempt, untraced);
         }
     }
 
-    let next_tid = next.tid();
     if next_tid == 0 {
         cpu.idle_since_ns = now;
         return;

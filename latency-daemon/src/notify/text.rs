@@ -79,6 +79,10 @@ pub fn summary(alert: &Alert) -> String {
         printable(&a.victim_comm),
         a.victim_tid
     );
+    if idle_only(a) {
+        let _ = write!(s, "only the idle task, {}: {IDLE_HINT}", duration(a.delay_ns));
+        return s;
+    }
     match a.culprits.iter().max_by_key(|c| c.ran_ns) {
         None if a.culprits_truncated => s.push_str("more tasks than were kept"),
         None => s.push_str("nothing recorded"),
@@ -95,6 +99,15 @@ pub fn summary(alert: &Alert) -> String {
         }
     }
     s
+}
+
+/// What a wait behind nothing but the idle task means.
+const IDLE_HINT: &str = "the CPU sat idle instead of running the woken task (a slow exit from a deep idle state, \
+     or a virtual CPU the hypervisor did not run: check steal time)";
+
+/// Whether nothing but the CPU's idle task (tid 0) ran while the victim waited.
+fn idle_only(a: &Attribution) -> bool {
+    !a.culprits.is_empty() && !a.culprits_truncated && a.culprits.iter().all(|c| c.tid == 0)
 }
 
 /// Everything the alert knows, one fact a line.
@@ -128,6 +141,9 @@ pub fn description(alert: &Alert) -> String {
         }
         if a.culprits_truncated {
             let _ = writeln!(s, "  (and more, not kept)");
+        }
+        if idle_only(a) {
+            let _ = writeln!(s, "So {IDLE_HINT}.");
         }
     }
     if let Some(at) = alert.resolved_unix_ns {
@@ -214,6 +230,19 @@ pub(super) mod tests {
         let s = summary(&a);
         assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
         assert!(s.contains(r"evil\n\u{1b}[31mname"), "{s}");
+    }
+
+    #[test]
+    fn a_wait_behind_only_the_idle_task_says_the_cpu_sat_idle() {
+        let mut a = alert();
+        a.worst.culprits_truncated = false;
+        a.worst.culprits = vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 12_345_678 }];
+        let s = summary(&a);
+        assert!(s.ends_with(&format!("ran meanwhile: only the idle task, 12.3 ms: {IDLE_HINT}")), "{s}");
+        assert!(description(&a).contains("So the CPU sat idle"), "{}", description(&a));
+        // One real task beside the idle one: that task is named, no idle hint.
+        a.worst.culprits.push(Culprit { tid: 7, pid: 7, comm: "hog".into(), ran_ns: 1 });
+        assert!(!summary(&a).contains("idle task") && !description(&a).contains("sat idle"));
     }
 
     #[test]

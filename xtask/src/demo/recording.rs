@@ -37,6 +37,9 @@ pub struct Bucket {
     pub count: u64,
 }
 
+/// `record`'s name for switches the kernel did not trace (`lost.switches`).
+const UNTRACED: &str = "switches";
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct Task {
     pub tid: u32,
@@ -51,6 +54,9 @@ pub struct Task {
     pub delay_max_ns: u64,
     pub delay_max_at_ns: u64,
     pub delay_max_reason: Option<String>,
+    /// Switches of this task the kernel raised no tracepoint for.
+    #[serde(default)]
+    pub untraced: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -93,9 +99,15 @@ impl Recording {
         self.tasks.iter().find(|t| t.tid == tid)
     }
 
-    /// Delays lost to full maps or discarded as unbelievable (all should be 0).
+    /// Delays lost to full maps or discarded as unbelievable (all should be 0). Switches the
+    /// kernel never showed are not ours to lose: see [`Recording::untraced`].
     pub fn losses(&self) -> u64 {
-        self.lost.values().chain(self.discarded.values()).sum()
+        self.lost.iter().filter(|(k, _)| *k != UNTRACED).map(|(_, n)| n).chain(self.discarded.values()).sum()
+    }
+
+    /// Context switches the kernel raised no sched_switch for, machine-wide.
+    pub fn untraced(&self) -> u64 {
+        self.lost.get(UNTRACED).copied().unwrap_or(0)
     }
 
     /// Both reasons' buckets, merged by bound.

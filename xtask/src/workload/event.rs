@@ -33,6 +33,12 @@ pub struct Done {
     pub weight: Option<u64>,
     /// Completed 1 ms sleeps (`io`), 0 otherwise.
     pub sleeps: u64,
+    /// The longest of those sleeps, wall time from calling usleep to its return (0 if none).
+    #[serde(default)]
+    pub longest_sleep_ns: u64,
+    /// `se.nr_migrations` from /proc/thread-self/sched, if the kernel shows it.
+    #[serde(default)]
+    pub migrations: Option<u64>,
     /// CLOCK_THREAD_CPUTIME_ID at the end.
     pub cpu_ns: u64,
     /// `run_delay` from /proc/thread-self/schedstat (0 unless kernel.task_delayacct=1).
@@ -95,6 +101,8 @@ mod tests {
                 nice: 10,
                 weight: Some(110),
                 sleeps: 0,
+                longest_sleep_ns: 0,
+                migrations: Some(3),
                 cpu_ns: 5,
                 run_delay_ns: 6,
                 largest_gap_ns: None,

@@ -81,14 +81,18 @@ fn work(spec: Spec, secs: f64, events: &Sender<Event>, open: &AtomicBool) {
     let _ = events.send(Event::Started { name: spec.name.clone(), tid, group: spec.group.clone(), nice });
     let until = now_ns(libc::CLOCK_MONOTONIC) + (secs * 1e9) as u64;
     let mut sleeps = 0;
+    let mut longest_sleep_ns = 0;
     let mut largest = None;
     match spec.body {
         Body::Spin => spin(until),
         Body::Sleep1ms => {
-            while now_ns(libc::CLOCK_MONOTONIC) < until {
+            let mut now = now_ns(libc::CLOCK_MONOTONIC);
+            while now < until {
                 // SAFETY: plain usleep, as the experiment's io mode does.
                 unsafe { libc::usleep(1000) };
-                sleeps += 1;
+                let after = now_ns(libc::CLOCK_MONOTONIC);
+                longest_sleep_ns = longest_sleep_ns.max(after - now);
+                (now, sleeps) = (after, sleeps + 1);
             }
         }
         Body::ClockLoop => largest = Some(clock_loop(until, &spec.name, tid, events)),
@@ -100,6 +104,8 @@ fn work(spec: Spec, secs: f64, events: &Sender<Event>, open: &AtomicBool) {
         nice,
         weight: own_weight(),
         sleeps,
+        longest_sleep_ns,
+        migrations: own_migrations(),
         cpu_ns: now_ns(libc::CLOCK_THREAD_CPUTIME_ID),
         // Last act: after this the thread only blocks, so no later delay can be missed here.
         run_delay_ns: own_run_delay(),
@@ -190,6 +196,12 @@ fn current_nice(tid: u32) -> i32 {
 fn own_run_delay() -> u64 {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
     text.split_whitespace().nth(1).and_then(|f| f.parse().ok()).unwrap_or(0)
+}
+
+/// How often the kernel moved this thread between CPUs (`se.nr_migrations`).
+fn own_migrations() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/sched").ok()?;
+    super::weights::parse_sched_field(&text, "se.nr_migrations")
 }
 
 /// This thread's load weight as the kernel holds it.

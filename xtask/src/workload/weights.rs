@@ -20,10 +20,15 @@ pub fn weight(nice: i32) -> u64 {
 /// `se.load.weight` from /proc/<tid>/sched, unscaled: 64-bit kernels show it with 10 extra bits
 /// of resolution (`scale_load`), and no unscaled weight is 1024 × another table entry.
 pub fn parse_sched_weight(sched: &str) -> Option<u64> {
-    let line = sched.lines().find(|l| l.trim_start().starts_with("se.load.weight"))?;
-    let raw: u64 = line.rsplit(':').next()?.trim().parse().ok()?;
+    let raw = parse_sched_field(sched, "se.load.weight")?;
     let scaled = raw.is_multiple_of(1024) && SCHED_PRIO_TO_WEIGHT.contains(&(raw / 1024));
     Some(if scaled { raw / 1024 } else { raw })
+}
+
+/// An integer field of /proc/<tid>/sched (`name   :   value`).
+pub fn parse_sched_field(sched: &str, name: &str) -> Option<u64> {
+    let line = sched.lines().find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))?;
+    line.rsplit(':').next()?.trim().parse().ok()
 }
 
 #[cfg(test)]
