@@ -154,6 +154,43 @@ pub fn table(rows: &[InProgram]) -> String {
     out
 }
 
+/// Each switchable feature's measured effect: its configuration minus the default, per workload
+/// (ns per scheduler event inside the programs). The choices that cannot be switched off (array
+/// stamps, per-CPU maps, one clock read, direct loads) are in the default row as a whole,
+/// against runqlat's (hash map of start times, a probe read per field).
+pub fn effects(rows: &[InProgram]) -> String {
+    let steps: [(&str, &str, f64); 4] = [
+        ("ours, no per-cgroup", "per-cgroup histograms (on by default)", -1.0),
+        ("ours, run-queue clock", "rq->clock instead of bpf_ktime_get_ns", 1.0),
+        ("ours + alerting", "alerting attribution (threshold set)", 1.0),
+        ("ours + per-task", "per-task statistics (record)", 1.0),
+    ];
+    let mut out = format!("{:<22} {:<40} {:>12}\n", "workload", "change against the default", "ns/event");
+    let workloads: Vec<&str> = rows.iter().fold(Vec::new(), |mut v, r| {
+        if !v.contains(&r.workload) {
+            v.push(r.workload);
+        }
+        v
+    });
+    for w in workloads {
+        let of = |tracer: &str| rows.iter().find(|r| r.workload == w && r.tracer == tracer).map(|r| r.ns_per_event);
+        let Some(default) = of("ours (default)") else { continue };
+        if let (Some(floor), Some(runqlat)) = (of("floor (empty program)"), of("runqlat")) {
+            out.push_str(&format!(
+                "{w:<22} {:<40} {:>+12.0}\n",
+                "all default choices vs runqlat's logic",
+                (default - floor) - (runqlat - floor)
+            ));
+        }
+        for (tracer, what, sign) in steps {
+            if let Some(v) = of(tracer) {
+                out.push_str(&format!("{w:<22} {what:<40} {:>+12.0}\n", sign * (v - default)));
+            }
+        }
+    }
+    out
+}
+
 pub fn json(rows: &[InProgram]) -> String {
     let items: Vec<String> = rows
         .iter()

@@ -26,6 +26,10 @@ pub struct Args {
     /// only if ours costs more than runqlat (a gross regression), writes no report.
     #[arg(long)]
     guard: bool,
+    /// Only the daemon's own cost and the drain figures (a few minutes), printed and written to
+    /// bench-report/daemon.md; the full report needs the whole run.
+    #[arg(long, conflicts_with = "guard")]
+    daemon_only: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -48,9 +52,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if args.daemon_only {
+        let cost = cost::measure(&daemon)?;
+        print!("{}", cost.table());
+        drain::run(&daemon, 10)?;
+        let dir = workspace_root().join("bench-report");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("daemon.md"), format!("# The daemon during a storm\n\n```\n{}```\n", cost.table()))?;
+        return Ok(());
+    }
     let inprog_rows = inprog::measure(&daemon, &overhead::workloads(), &overhead::all_tracers(), 5)?;
     let inprog_table = inprog::table(&inprog_rows);
     print!("{inprog_table}");
+    let effects = inprog::effects(&inprog_rows);
+    print!("{effects}");
     let rows = overhead::measure(&daemon, &overhead::full_plan(args.pairs))?;
     let overhead_table = overhead::table(&rows);
     print!("{overhead_table}");
@@ -64,6 +79,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "# What the monitor costs\n\n`cargo xtask bench --pairs {}` on {} CPUs, {:.0} s.\n\n\
          ## Time inside the programs per scheduler event (kernel BPF stats, medians of 5)\n\n\
          ```\n{inprog_table}```\n\n\
+         ## What each switchable choice costs (the rows above, minus the default)\n\n\
+         ```\n{effects}```\n\n\
          ## Added wall time per scheduler event (medians of interleaved off/on pairs)\n\n```\n{overhead_table}```\n\n\
          ## The daemon itself during a storm\n\n```\n{}```\n",
         args.pairs,
