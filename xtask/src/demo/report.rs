@@ -518,7 +518,8 @@ fn tolerances(out: &mut String, report: &Report) {
          table shows every difference.\n\
          - **perf sched latency** (`-p`, per tid): compared for threads with ≥ {PERF_MIN_DELAYS} delays in both views, \
          within 5 % + 5 µs (perf prints ms with 3 decimals and stamps the same tracepoints a few µs apart from our \
-         program). {}\n\
+         program); where perf rebuilt fewer delays than we saw, a delay it missed may be the maximum, so ours may \
+         then only be larger. {}\n\
          - **runqlat**: total delays within 1 % + 5 (the two attach ~0.1 s apart while the workload's main thread \
          waits on a pipe). Per slot, runqlat's count must lie in our (min–max) range with each delay allowed {} µs \
          either way: programs on one tracepoint run one after the other (in the order they attached: perf, our \
