@@ -390,7 +390,13 @@ fn stall(m: &Measured, tick_ns: u64, checks: &mut Vec<Check>) -> Option<Stall> {
     let our_max_at_ns = ours.map_or(0, |t| t.delay_max_at_ns);
     let our_max_reason = ours.and_then(|t| t.delay_max_reason.clone());
     let tolerance_ns = (largest_gap_ns / 10).max(tick_ns);
-    let matched = our_max_reason.as_deref() == Some("preempt") && largest_gap_ns.abs_diff(our_max_ns) <= tolerance_ns;
+    // A gap is longer than the wait when the hypervisor did not run our vCPU meanwhile: the
+    // thread was "running" as far as the kernel knows. Steal over the mode bounds that.
+    let longer_ns = largest_gap_ns.saturating_sub(our_max_ns);
+    let shorter_ns = our_max_ns.saturating_sub(largest_gap_ns);
+    let matched = our_max_reason.as_deref() == Some("preempt")
+        && shorter_ns <= tolerance_ns
+        && longer_ns <= tolerance_ns + m.steal_ns;
     // If the kernel switched the loop thread without a tracepoint, the largest gap may be a wait
     // no tracer saw. Then it must be in what the kernel's run_delay holds beyond our sum.
     let untraced = ours.map_or(0, |t| t.untraced);
@@ -401,11 +407,13 @@ fn stall(m: &Measured, tick_ns: u64, checks: &mut Vec<Check>) -> Option<Stall> {
         item: "stall",
         subject: STALL_LOOP.to_owned(),
         detail: format!(
-            "largest loop gap {:.3} ms, our max {} delay {:.3} ms, tolerance ±{:.3} ms (10 % or one tick){}",
+            "largest loop gap {:.3} ms, our max {} delay {:.3} ms, tolerance ±{:.3} ms (10 % or one tick), the gap \
+             longer by up to the hypervisor's steal during the mode too ({:.0} ms){}",
             largest_gap_ns as f64 / 1e6,
             our_max_reason.as_deref().unwrap_or("?"),
             our_max_ns as f64 / 1e6,
             tolerance_ns as f64 / 1e6,
+            m.steal_ns as f64 / 1e6,
             if untraced > 0 {
                 format!(
                     "; {untraced} untraced switch(es) of the loop thread, run_delay holds {:.3} ms beyond our sum{}",

@@ -529,7 +529,9 @@ fn tolerances(out: &mut String, report: &Report) {
          here, which moves some of the sleepers' 4–16 µs delays across a slot bound. At most 1 % + 5 delays may \
          remain outside that range.\n\
          - **stall**: the loop's largest gap vs our largest delay of that thread, within 10 % or one tick ({:.0} ms at \
-         HZ={}, from {}): a gap also holds interrupt time on that CPU, which is not run-queue delay.",
+         HZ={}, from {}): a gap also holds interrupt time on that CPU, which is not run-queue delay; and the gap may \
+         be longer by up to the hypervisor's steal during the mode (a stolen vCPU leaves its thread \"running\" \
+         without progress, and no scheduler event shows it).",
         allowance_used(report),
         perf_idle_finding(report),
         super::histogram::STAMP_SLACK_NS / 1000,
