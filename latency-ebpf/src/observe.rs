@@ -200,9 +200,9 @@ pub fn task_out(prev: Task, tid: u32, now: u64, involuntary: bool, untraced_in: 
     }
 }
 
-/// `tid` left a CPU without a `sched_switch`: mark its entry, if it has one, and close its
-/// running period stays open: its next traced switch-in replaces it, or its next traced
-/// switch-out is itself untraced-in and adds nothing (see `task_out`).
+/// `tid` left a CPU without a `sched_switch`: mark its entry, if it has one. Its running period
+/// stays open: its next traced switch-in replaces it, or its next traced switch-out is itself
+/// untraced-in and adds nothing (see `task_out`).
 #[inline(always)]
 pub fn untraced_out(tid: u32) {
     if tid == 0 {

@@ -131,8 +131,6 @@ pub struct Summary {
     pub recorded_ns: u64,
     pub workload_ns: u64,
     pub steal_ns: u64,
-    /// Switches the kernel raised no tracepoint for during the mode, machine-wide.
-    pub untraced: u64,
     pub rows: Vec<ThreadRow>,
     /// The whole workload process (its main thread too), ours re-binned beside runqlat's.
     pub histogram: Vec<SlotRow>,
@@ -180,7 +178,6 @@ pub fn summarize(m: &Measured, tick_ns: u64) -> Summary {
         recorded_ns: m.ours.duration_ns,
         workload_ns: m.workload_ns,
         steal_ns: m.steal_ns,
-        untraced: m.ours.untraced(),
         rows,
         histogram,
         histogram_unexplained,
@@ -199,13 +196,13 @@ fn thread_row(m: &Measured, d: &Done, checks: &mut Vec<Check>) -> ThreadRow {
     let empty = Task::default();
     let t = m.ours.task(d.tid).unwrap_or(&empty);
     let rq = m.ours_rq.task(d.tid).unwrap_or(&empty);
-    let asleep = Asleep {
+    let unseen = Unseen {
         migrations: d.migrations.unwrap_or(0),
         longest_sleep_ns: d.longest_sleep_ns,
         untraced: t.untraced.max(rq.untraced),
         largest_delay_ns: t.delay_max_ns.max(rq.delay_max_ns),
     };
-    let gap = run_delay_gap(rq.delay_sum_ns, rq.delay_count, d.run_delay_ns, asleep);
+    let gap = run_delay_gap(rq.delay_sum_ns, rq.delay_count, d.run_delay_ns, unseen);
     let (diff, tolerance) = (gap.diff_ns, gap.tolerance_ns);
     checks.push(Check {
         item: "run_delay",
@@ -217,10 +214,10 @@ fn thread_row(m: &Measured, d: &Done, checks: &mut Vec<Check>) -> ThreadRow {
             rq.delay_sum_ns,
             d.run_delay_ns,
             gap.allowance_ns,
-            asleep.migrations,
-            asleep.longest_sleep_ns,
-            asleep.untraced,
-            asleep.largest_delay_ns,
+            unseen.migrations,
+            unseen.longest_sleep_ns,
+            unseen.untraced,
+            unseen.largest_delay_ns,
             if rq.delay_count == 0 { " (not in our recording)" } else { "" }
         ),
         ok: rq.delay_count > 0 && diff.unsigned_abs() <= tolerance,
@@ -249,7 +246,7 @@ fn thread_row(m: &Measured, d: &Done, checks: &mut Vec<Check>) -> ThreadRow {
         run_delay_diff_ns: diff,
         run_delay_tolerance_ns: tolerance,
         run_delay_allowance_ns: gap.allowance_ns,
-        untraced: asleep.untraced,
+        untraced: unseen.untraced,
         migrations: d.migrations,
         longest_sleep_ns: d.longest_sleep_ns,
         perf,
@@ -258,7 +255,7 @@ fn thread_row(m: &Measured, d: &Done, checks: &mut Vec<Check>) -> ThreadRow {
 
 /// What lets the kernel's `run_delay` hold waiting that no tracepoint shows.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Asleep {
+pub struct Unseen {
     /// `se.nr_migrations`: every move between CPUs, asleep or not.
     pub migrations: u64,
     /// The thread's longest sleep (0 for a thread that never sleeps on purpose).
@@ -288,15 +285,15 @@ pub struct RunDelayGap {
 /// largest delay we saw. So when the kernel counts more than we do the allowance is 1 ms (for
 /// the rare blocking of a spinner) + migrations × longest sleep + untraced switches × largest
 /// delay; when we count more, only the 1 ms.
-pub fn run_delay_gap(ours_ns: u64, delays: u64, kernel_ns: u64, asleep: Asleep) -> RunDelayGap {
+pub fn run_delay_gap(ours_ns: u64, delays: u64, kernel_ns: u64, unseen: Unseen) -> RunDelayGap {
     let diff_ns = ours_ns as i64 - kernel_ns as i64;
-    let unseen = if diff_ns < 0 {
-        let slept = asleep.migrations.saturating_mul(asleep.longest_sleep_ns);
-        slept.saturating_add(asleep.untraced.saturating_mul(asleep.largest_delay_ns))
+    let hidden_ns = if diff_ns < 0 {
+        let slept = unseen.migrations.saturating_mul(unseen.longest_sleep_ns);
+        slept.saturating_add(unseen.untraced.saturating_mul(unseen.largest_delay_ns))
     } else {
         0
     };
-    let allowance_ns = 1_000_000u64.saturating_add(unseen);
+    let allowance_ns = 1_000_000u64.saturating_add(hidden_ns);
     let tolerance_ns = (kernel_ns / 50 + 2_000 * delays).saturating_add(allowance_ns);
     RunDelayGap { diff_ns, tolerance_ns, allowance_ns }
 }
@@ -511,7 +508,7 @@ mod tests {
 
     #[test]
     fn run_delay_tolerance_is_2_percent_2us_per_delay_and_1ms() {
-        let none = Asleep::default();
+        let none = Unseen::default();
         let gap = run_delay_gap(1_000_000_000, 100, 1_000_000_000, none);
         assert_eq!((gap.diff_ns, gap.tolerance_ns), (0, 20_000_000 + 200_000 + 1_000_000));
         let gap = run_delay_gap(0, 0, 1_000_000, none);
@@ -520,13 +517,13 @@ mod tests {
 
     #[test]
     fn sleeps_after_migrations_widen_only_the_kernel_side() {
-        let io = Asleep { migrations: 4, longest_sleep_ns: 1_100_000, ..Asleep::default() };
+        let io = Unseen { migrations: 4, longest_sleep_ns: 1_100_000, ..Unseen::default() };
         // The kernel counting 4.8 ms more than us over 1500 delays: inside, with 4 migrations…
         let gap = run_delay_gap(6_100_000, 1_500, 10_900_000, io);
         assert_eq!(gap.allowance_ns, 1_000_000 + 4_400_000);
         assert!(gap.diff_ns.unsigned_abs() <= gap.tolerance_ns);
         // …outside without them,
-        let gap = run_delay_gap(6_100_000, 1_500, 10_900_000, Asleep { migrations: 0, ..io });
+        let gap = run_delay_gap(6_100_000, 1_500, 10_900_000, Unseen { migrations: 0, ..io });
         assert!(gap.diff_ns.unsigned_abs() > gap.tolerance_ns);
         // and us counting more is never excused by sleeps.
         let gap = run_delay_gap(10_900_000, 1_500, 6_100_000, io);
@@ -536,7 +533,7 @@ mod tests {
 
     #[test]
     fn an_untraced_switch_may_hide_one_delay_as_large_as_the_largest_seen() {
-        let spinner = Asleep { untraced: 1, largest_delay_ns: 20_000_000, ..Asleep::default() };
+        let spinner = Unseen { untraced: 1, largest_delay_ns: 20_000_000, ..Unseen::default() };
         // compete/0 as seen: the kernel 12 ms above us over 130 delays, one untraced switch.
         let gap = run_delay_gap(1_495_000_000, 130, 1_507_000_000, spinner);
         assert_eq!(gap.allowance_ns, 21_000_000);

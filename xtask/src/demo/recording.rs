@@ -100,14 +100,9 @@ impl Recording {
     }
 
     /// Delays lost to full maps or discarded as unbelievable (all should be 0). Switches the
-    /// kernel never showed are not ours to lose: see [`Recording::untraced`].
+    /// kernel never showed are not ours to lose (`lost.switches`; see `Task::untraced`).
     pub fn losses(&self) -> u64 {
         self.lost.iter().filter(|(k, _)| *k != UNTRACED).map(|(_, n)| n).chain(self.discarded.values()).sum()
-    }
-
-    /// Context switches the kernel raised no sched_switch for, machine-wide.
-    pub fn untraced(&self) -> u64 {
-        self.lost.get(UNTRACED).copied().unwrap_or(0)
     }
 
     /// Both reasons' buckets, merged by bound.
