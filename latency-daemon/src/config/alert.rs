@@ -9,9 +9,9 @@ use latency_common::maps::Reason;
 use serde::Serialize;
 
 use super::Problem;
+use super::args::{self, RunArgs};
 use super::format;
 use crate::alert::Rules;
-use crate::cli::{self, RunArgs};
 
 const FOR_WINDOWS: RangeInclusive<u32> = 1..=100;
 const RESOLVE_AFTER: RangeInclusive<u32> = 1..=100;
@@ -138,7 +138,7 @@ pub(super) fn resolve(merged: &RunArgs, problems: &mut Vec<Problem>) -> AlertCon
             problems.push(Problem::new(field, message));
             continue;
         };
-        match cli::parse_duration(text) {
+        match args::parse_duration(text) {
             Ok(t) => per_reason[reason as usize] = Some(t),
             Err(e) => problems.push(Problem::new(field, format!("{key}: {e}"))),
         }
@@ -146,7 +146,7 @@ pub(super) fn resolve(merged: &RunArgs, problems: &mut Vec<Problem>) -> AlertCon
     // A BTreeMap: already sorted by path, and TOML forbids a key twice.
     let mut per_cgroup = Vec::new();
     for (path, text) in merged.alert_cgroup_max_delay.iter().flatten() {
-        match cli::parse_duration(text) {
+        match args::parse_duration(text) {
             Ok(t) => per_cgroup.push((path.clone(), t)),
             Err(e) => problems.push(Problem::new("alert_cgroup_max_delay", format!("{}: {e}", quote(path)))),
         }
@@ -353,7 +353,7 @@ mod tests {
             }
         );
         assert_eq!(Reason::Preempt as usize, 1, "per_reason is indexed by Reason");
-        assert_eq!(a.rules().threshold("preempt", "/c"), Some(5 * MS));
+        assert_eq!(a.rules().threshold(latency_common::Reason::Preempt, "/c"), Some(5 * MS));
         // The minimum over every kind of threshold, wherever it is.
         assert_eq!(a.attribute_ns(), 2_500_000);
         for (one, lowest) in [

@@ -1,0 +1,684 @@
+//! cgroup v2 ids, as the kernel program records them (`task->cgroups->dfl_cgrp->kn->id`, the value of
+//! `bpf_get_current_cgroup_id()`), → cgroup paths relative to the cgroup2 mount ("/" is the root).
+//!
+//! The id is the cgroup's kernfs node id. On 64-bit kernels kernfs hands it out as the inode number of
+//! the cgroup's directory, both in `stat` and in the `d_ino` that `getdents` returns, so indexing needs
+//! no `stat` per cgroup. On 32-bit kernels the inode number is only the low half of the id, so there we
+//! ask `name_to_handle_at(2)` (a cgroup2 file handle is the 8-byte id: the kernel's own definition).
+//!
+//! Cost: a known id is a `HashMap` hit. A miss walks the whole tree: five syscalls per cgroup (openat,
+//! glibc's fstat, getdents64 ×2, close). Measured on kernel 6.18 in a 2-vCPU Firecracker VM, where a
+//! syscall costs 5–10 µs: 1 011 cgroups take 24–40 ms (medians of 11 walks, several runs; `walk_cost`
+//! prints it), this machine's own tree (just the root) 20–35 µs. So walks are rate-limited: not before
+//! `min_rescan` has passed since the last one ended, nor before nine times its duration (at most 10% of
+//! a CPU however large the tree). A walk of `DEFAULT_MAX_DIRS` cgroups would take 2.5–4 s here, so a
+//! daemon facing a large tree should resolve ids off any latency-sensitive task.
+
+use std::{
+    collections::HashMap,
+    ffi::OsStr,
+    fs, io,
+    os::unix::ffi::{OsStrExt as _, OsStringExt as _},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+const MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// One walk a second is cheap (see the module header) yet bounds the cost of ids we will never
+/// find, e.g. of a cgroup that was created and removed between two scans.
+pub const DEFAULT_MIN_RESCAN: Duration = Duration::from_secs(1);
+
+/// Far above real hosts (a busy Kubernetes node has a few thousand cgroups), so only a pathological tree
+/// hits it; see the module header for what a walk this long costs.
+pub const DEFAULT_MAX_DIRS: usize = 100_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup2 file system is mounted (see {}); per-cgroup delays need cgroup v2", .mountinfo.display())]
+    NoCgroup2 { mountinfo: PathBuf },
+    #[error("cannot read {}: {source}", .path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// The outcome of one walk of the cgroup2 tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walk {
+    /// Cgroup directories indexed, the root included.
+    pub dirs: usize,
+    /// Directories that vanished or could not be read mid-walk (normal while containers come and go).
+    pub skipped: usize,
+    /// The walk stopped at `max_dirs`; deeper or later cgroups stay unknown.
+    pub truncated: bool,
+    pub took: Duration,
+}
+
+#[derive(Debug)]
+struct Known {
+    /// For people and labels: '/'-separated, names verbatim unless they are not UTF-8 (see `push_name`).
+    path: String,
+    /// For the file system: the exact bytes, so `prune` can check the directory is still this cgroup.
+    dir: PathBuf,
+}
+
+/// A cache id → path over one cgroup2 mount.
+#[derive(Debug)]
+pub struct CgroupNames {
+    mount: PathBuf,
+    known: HashMap<u64, Known>,
+    min_rescan: Duration,
+    max_dirs: usize,
+    /// When the last walk ended and how long it took (failed ones too, so they are rate-limited as well).
+    walked: Option<(Instant, Duration)>,
+    last_walk: Option<Walk>,
+}
+
+impl CgroupNames {
+    /// Find the cgroup2 mount in /proc/self/mountinfo and index it.
+    pub fn discover() -> Result<CgroupNames, CgroupError> {
+        let mountinfo = PathBuf::from(MOUNTINFO);
+        let text = fs::read(&mountinfo).map_err(|source| CgroupError::Io { path: mountinfo.clone(), source })?;
+        let mount = cgroup2_mount(&text).ok_or(CgroupError::NoCgroup2 { mountinfo })?;
+        let mut names = CgroupNames::at(mount);
+        names.rescan()?;
+        Ok(names)
+    }
+
+    /// Names relative to `mount`, which may also be any cgroup directory below a cgroup2 mount. Nothing is
+    /// read until the first miss.
+    pub fn at(mount: PathBuf) -> CgroupNames {
+        CgroupNames {
+            mount,
+            known: HashMap::new(),
+            min_rescan: DEFAULT_MIN_RESCAN,
+            max_dirs: DEFAULT_MAX_DIRS,
+            walked: None,
+            last_walk: None,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn with_min_rescan(mut self, min_rescan: Duration) -> CgroupNames {
+        self.min_rescan = min_rescan;
+        self
+    }
+
+    #[cfg(test)]
+    pub fn with_max_dirs(mut self, max_dirs: usize) -> CgroupNames {
+        self.max_dirs = max_dirs;
+        self
+    }
+
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
+    /// Path for an id; on a miss, rescan the tree (at most once per `min_rescan`, so an unknown id can't
+    /// make us walk the tree on every call; see the module header), then None if still unknown. A failed
+    /// rescan keeps what we knew; call `rescan` to see the error.
+    pub fn path(&mut self, id: u64) -> Option<&str> {
+        // Two lookups on a hit: returning the first lookup's borrow early would keep `self` borrowed
+        // across the rescan (the borrow checker's "conditional return" limit).
+        if !self.known.contains_key(&id) && self.rescan_due() {
+            let _ = self.rescan();
+        }
+        self.known.get(&id).map(|k| k.path.as_str())
+    }
+
+    /// Walk the tree now, adding what is new. Cgroups that are gone stay until `prune`, so their ids are
+    /// still reported to the daemon for deletion from the kernel map.
+    pub fn rescan(&mut self) -> Result<Walk, CgroupError> {
+        let started = Instant::now();
+        let walk = walk(&self.mount, self.max_dirs, &mut self.known);
+        self.walked = Some((Instant::now(), started.elapsed()));
+        let walk = walk?;
+        self.last_walk = Some(walk);
+        Ok(walk)
+    }
+
+    /// The most recent successful walk, if any.
+    #[cfg(test)]
+    pub fn last_walk(&self) -> Option<Walk> {
+        self.last_walk
+    }
+
+    /// Forget ids whose directories are gone (cgroup removed), returning them, so the daemon can delete
+    /// their kernel map entries. One `stat` per known cgroup.
+    pub fn prune(&mut self) -> Vec<u64> {
+        let mut gone = Vec::new();
+        self.known.retain(|&id, known| {
+            // cgroup2 refuses renames (EPERM: only v1 has a kernfs rename op), so a path names one cgroup
+            // for its whole life; a different id at the same path is a new cgroup that reused the name.
+            // Any error but ENOENT (EACCES, say) proves nothing, so the entry stays.
+            let alive = match id_at(&known.dir) {
+                Ok(now) => now == id,
+                Err(e) => e.kind() != io::ErrorKind::NotFound,
+            };
+            if !alive {
+                gone.push(id);
+            }
+            alive
+        });
+        gone
+    }
+
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+
+    fn rescan_due(&self) -> bool {
+        const IDLE_PER_BUSY: u32 = 9;
+        self.walked
+            .is_none_or(|(ended, took)| ended.elapsed() >= self.min_rescan.max(took.saturating_mul(IDLE_PER_BUSY)))
+    }
+}
+
+/// Depth-first over directories (every directory in cgroupfs is a cgroup; there are no symlinks), with an
+/// explicit stack because cgroup depth is unbounded by default (`cgroup.max.depth` = max).
+fn walk(mount: &Path, max_dirs: usize, known: &mut HashMap<u64, Known>) -> Result<Walk, CgroupError> {
+    let started = Instant::now();
+    let io_err = |source| CgroupError::Io { path: mount.to_path_buf(), source };
+    let root_id = id_at(mount).map_err(io_err)?;
+    // Read the root before recording anything so an unreadable mount is an error, not an empty tree.
+    let root_entries = fs::read_dir(mount).map_err(io_err)?;
+    known.entry(root_id).or_insert_with(|| Known { path: "/".to_string(), dir: mount.to_path_buf() });
+
+    let mut walk = Walk { dirs: 1, skipped: 0, truncated: false, took: Duration::ZERO };
+    // Directories still to read, opened one at a time: a stack of open handles could run out of file
+    // descriptors on a wide tree.
+    let mut pending: Vec<(PathBuf, String)> = Vec::new();
+    // The root's children get "" + "/" + name.
+    let mut next = Some((root_entries, String::new()));
+    'walk: while let Some((entries, parent)) = next.take() {
+        for entry in entries {
+            let Ok(entry) = entry else {
+                // The directory went away under us; std ends the iteration after an error.
+                walk.skipped += 1;
+                break;
+            };
+            // d_type from getdents; kernfs always fills it, so this costs no syscall.
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => {}
+                Ok(_) => continue,
+                Err(_) => {
+                    walk.skipped += 1;
+                    continue;
+                }
+            }
+            if walk.dirs >= max_dirs {
+                walk.truncated = true;
+                break 'walk;
+            }
+            let Ok(id) = entry_id(&entry) else {
+                walk.skipped += 1;
+                continue;
+            };
+            let mut path = parent.clone();
+            path.push('/');
+            push_name(&mut path, &entry.file_name());
+            let dir = entry.path();
+            walk.dirs += 1;
+            pending.push((dir.clone(), path.clone()));
+            known.insert(id, Known { path, dir });
+        }
+        while let Some((dir, path)) = pending.pop() {
+            match fs::read_dir(&dir) {
+                Ok(entries) => {
+                    next = Some((entries, path));
+                    break;
+                }
+                // Removed since we listed it; `prune` will drop it.
+                Err(_) => walk.skipped += 1,
+            }
+        }
+    }
+    walk.took = started.elapsed();
+    Ok(walk)
+}
+
+#[cfg(target_pointer_width = "64")]
+fn entry_id(entry: &fs::DirEntry) -> io::Result<u64> {
+    use std::os::unix::fs::DirEntryExt as _;
+    Ok(entry.ino())
+}
+
+#[cfg(not(target_pointer_width = "64"))]
+fn entry_id(entry: &fs::DirEntry) -> io::Result<u64> {
+    handle_id(&entry.path())
+}
+
+/// The cgroup id of the directory at `path` (see the module header for why the inode number is it).
+#[cfg(target_pointer_width = "64")]
+fn id_at(path: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::symlink_metadata(path).map(|m| m.ino())
+}
+
+#[cfg(not(target_pointer_width = "64"))]
+fn id_at(path: &Path) -> io::Result<u64> {
+    handle_id(path)
+}
+
+/// The cgroup id from the directory's file handle: kernfs encodes a handle as its 8-byte node id with
+/// type FILEID_KERNFS (include/linux/exportfs.h).
+#[cfg(any(test, not(target_pointer_width = "64")))]
+fn handle_id(path: &Path) -> io::Result<u64> {
+    const FILEID_KERNFS: libc::c_int = 0xfe;
+    /// `struct file_handle` with room for exactly the 8 bytes a kernfs handle needs.
+    #[repr(C)]
+    struct Handle {
+        bytes: libc::c_uint,
+        kind: libc::c_int,
+        id: [u8; 8],
+    }
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let mut handle = Handle { bytes: 8, kind: 0, id: [0; 8] };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `c_path` is NUL-terminated; `handle` is a `file_handle` header followed by the 8 bytes its
+    // `bytes` field announces, and the kernel writes no more than that (it fails with EOVERFLOW instead).
+    let rc =
+        unsafe { libc::name_to_handle_at(libc::AT_FDCWD, c_path.as_ptr(), (&raw mut handle).cast(), &mut mount_id, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if handle.kind != FILEID_KERNFS || handle.bytes != 8 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a cgroup (kernfs) file handle"));
+    }
+    Ok(u64::from_ne_bytes(handle.id))
+}
+
+/// Append one cgroup name. UTF-8 names, the usual case, go in verbatim: quotes, backslashes and spaces
+/// included (escaping for a label format is the exporter's job; the kernel rejects '\n' in names). Other
+/// names get `\` → `\\` and each invalid byte → `\xNN`, which keeps distinct non-UTF-8 names distinct
+/// (U+FFFD would merge them). The one collision left is a UTF-8 name that spells out such an escape, e.g.
+/// the six characters `\xff\xfe` next to the bytes ff fe: no `String` can separate every byte string
+/// while keeping UTF-8 names verbatim.
+fn push_name(out: &mut String, name: &OsStr) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = name.as_bytes();
+    if let Ok(name) = std::str::from_utf8(bytes) {
+        out.push_str(name);
+        return;
+    }
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        for &b in chunk.invalid() {
+            out.push_str("\\x");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}
+
+/// The mount point of the cgroup2 file system in a mountinfo text (proc(5)): the first whose root is the
+/// hierarchy's root, else the first at all (a bind mount of a subtree still names what is under it).
+fn cgroup2_mount(mountinfo: &[u8]) -> Option<PathBuf> {
+    let mut subtree = None;
+    for line in mountinfo.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        // Optional fields end at a lone "-"; the file system type follows it.
+        let Some(dash) = fields.iter().position(|f| *f == b"-") else { continue };
+        if fields.get(dash + 1) != Some(&&b"cgroup2"[..]) || dash < 5 {
+            continue;
+        }
+        let mount_point = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(fields[4])));
+        if fields[3] == b"/" {
+            return Some(mount_point);
+        }
+        subtree.get_or_insert(mount_point);
+    }
+    subtree
+}
+
+/// mountinfo writes space, tab, newline and backslash in paths as `\ooo`.
+fn unescape_octal(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal =
+            field.get(i + 1..i + 4).filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |acc, c| acc.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        ffi::OsString,
+        os::unix::ffi::OsStringExt as _,
+        process::{Child, Command},
+    };
+
+    use super::*;
+
+    /// The cgroup2 mount when this test can create cgroups (root), else None after saying why: these tests
+    /// need the real kernel, and pretending to pass without it would hide that.
+    fn writable_mount() -> Option<PathBuf> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: creating cgroups needs root");
+            return None;
+        }
+        match CgroupNames::discover() {
+            Ok(names) => Some(names.mount().to_path_buf()),
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                None
+            }
+        }
+    }
+
+    /// Test cgroups under <mount>/runqlat-test-<pid>-<tag>, removed in Drop deepest first (reverse creation
+    /// order) even when an assertion fails.
+    struct TestTree {
+        base: PathBuf,
+        created: Vec<PathBuf>,
+    }
+
+    impl TestTree {
+        fn new(mount: &Path, tag: &str) -> TestTree {
+            let base = mount.join(format!("runqlat-test-{}-{tag}", std::process::id()));
+            let mut tree = TestTree { base: base.clone(), created: Vec::new() };
+            tree.mkdir_at(base);
+            tree
+        }
+
+        /// Create `base/rel` (parents first, as given) and return its path.
+        fn mkdir(&mut self, rel: impl AsRef<Path>) -> PathBuf {
+            let dir = self.base.join(rel);
+            self.mkdir_at(dir.clone());
+            dir
+        }
+
+        fn mkdir_at(&mut self, dir: PathBuf) {
+            fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+            self.created.push(dir);
+        }
+    }
+
+    impl Drop for TestTree {
+        fn drop(&mut self) {
+            for dir in self.created.iter().rev() {
+                // A cgroup whose last task just exited can report EBUSY for a moment.
+                for _ in 0..50 {
+                    match fs::remove_dir(dir) {
+                        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                            std::thread::sleep(Duration::from_millis(10))
+                        }
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                            eprintln!("cannot remove test cgroup {}: {e}", dir.display());
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills and reaps the child even when an assertion fails, before the cgroups are removed.
+    struct Reaped(Child);
+
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn ino(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt as _;
+        fs::symlink_metadata(path).unwrap().ino()
+    }
+
+    fn relative(tree: &TestTree, rel: &str) -> String {
+        format!("/{}/{rel}", tree.base.file_name().unwrap().to_str().unwrap())
+    }
+
+    #[test]
+    fn root_resolves_to_slash() {
+        let Some(_) = writable_mount() else { return };
+        let mut names = CgroupNames::discover().unwrap();
+        let mount = names.mount().to_path_buf();
+        let id = handle_id(&mount).unwrap();
+        assert_eq!(id, ino(&mount), "cgroup2 root: file handle id vs inode");
+        assert_eq!(names.path(id), Some("/"));
+        let walk = names.last_walk().unwrap();
+        eprintln!("{}: {} cgroups in {:?}, {} skipped", mount.display(), walk.dirs, walk.took, walk.skipped);
+        assert!(!walk.truncated);
+    }
+
+    #[test]
+    fn nested_ids_resolve_and_equal_inodes() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "nested");
+        let a = tree.mkdir("a");
+        let b = tree.mkdir("a/b");
+        let mut names = CgroupNames::discover().unwrap();
+        for (dir, rel) in [(&a, "a"), (&b, "a/b")] {
+            let id = handle_id(dir).unwrap();
+            assert_eq!(id, ino(dir), "{}: file handle id vs inode", dir.display());
+            assert_eq!(names.path(id), Some(relative(&tree, rel).as_str()));
+        }
+    }
+
+    #[test]
+    fn a_new_cgroup_is_found_on_a_later_miss() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "rescan");
+        let a = tree.mkdir("a");
+        let min_rescan = Duration::from_millis(500);
+        let mut names = CgroupNames::at(tree.base.clone()).with_min_rescan(min_rescan);
+        assert_eq!(names.path(handle_id(&a).unwrap()), Some("/a"));
+        let b_id = handle_id(&tree.mkdir("b")).unwrap();
+        assert_eq!(names.path(b_id), None, "a miss within min_rescan must not walk again");
+        std::thread::sleep(min_rescan);
+        assert_eq!(names.path(b_id), Some("/b"));
+        assert_eq!(names.len(), 3);
+    }
+
+    #[test]
+    fn prune_reports_removed_and_recreated_cgroups() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "prune");
+        let a = tree.mkdir("a");
+        let b = tree.mkdir("b");
+        let (a_id, b_id) = (handle_id(&a).unwrap(), handle_id(&b).unwrap());
+        let mut names = CgroupNames::at(tree.base.clone());
+        names.rescan().unwrap();
+        assert_eq!(names.prune(), Vec::<u64>::new());
+
+        fs::remove_dir(&b).unwrap();
+        assert_eq!(names.prune(), vec![b_id]);
+        assert_eq!(names.path(b_id), None);
+
+        // Same name, new cgroup: the old id is gone even though the path exists.
+        fs::remove_dir(&a).unwrap();
+        fs::create_dir(&a).unwrap();
+        let new_a_id = handle_id(&a).unwrap();
+        assert_ne!(new_a_id, a_id, "kernfs ids are not reused");
+        assert_eq!(names.prune(), vec![a_id]);
+        names.rescan().unwrap();
+        assert_eq!(names.path(new_a_id), Some("/a"));
+    }
+
+    #[test]
+    fn hostile_names() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "names");
+        let mut want = Vec::new();
+
+        let odd = "we\"ird\\name with space\tand ünïcødé";
+        want.push((handle_id(&tree.mkdir(odd)).unwrap(), format!("/{odd}")));
+
+        // Distinct non-UTF-8 names stay distinct (U+FFFD would merge the first two).
+        let raw: [(&[u8], &str); 3] =
+            [(b"\xff\xfe", "/\\xff\\xfe"), (b"\xfe\xff", "/\\xfe\\xff"), (b"\\xff\xfe", "/\\\\xff\\xfe")];
+        for (raw, path) in raw {
+            want.push((handle_id(&tree.mkdir(OsString::from_vec(raw.to_vec()))).unwrap(), path.to_string()));
+        }
+
+        // proc(5) paths are line-oriented, so the kernel refuses '\n' in cgroup names (cgroup_mkdir).
+        let newline = tree.base.join("new\nline");
+        match fs::create_dir(&newline) {
+            Err(e) => {
+                eprintln!("mkdir of a name with a newline: {e}");
+                assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+            }
+            Ok(()) => {
+                tree.created.push(newline.clone());
+                eprintln!("the kernel accepted a newline in a cgroup name");
+                want.push((handle_id(&newline).unwrap(), "/new\nline".to_string()));
+            }
+        }
+
+        let mut names = CgroupNames::at(tree.base.clone());
+        for (id, path) in want {
+            assert_eq!(names.path(id), Some(path.as_str()));
+        }
+    }
+
+    #[test]
+    fn a_tiny_bound_truncates_the_walk() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "bound");
+        for i in 0..10 {
+            tree.mkdir(format!("c{i}"));
+            tree.mkdir(format!("c{i}/d"));
+        }
+        let mut names = CgroupNames::at(tree.base.clone()).with_max_dirs(5);
+        let walk = names.rescan().unwrap();
+        assert!(walk.truncated);
+        assert_eq!((walk.dirs, names.len()), (5, 5));
+        let walk = names.with_max_dirs(100).rescan().unwrap();
+        assert!(!walk.truncated);
+        assert_eq!(walk.dirs, 21);
+    }
+
+    /// The kernel's own view of a task's cgroup (`0::` in /proc/<pid>/cgroup) must match our name for the
+    /// id of the cgroup we put it in.
+    #[test]
+    fn a_moved_process_reports_our_path() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "procs");
+        let cgroup = tree.mkdir("task");
+        let child = Reaped(Command::new("sleep").arg("5").spawn().unwrap());
+        let pid = child.0.id();
+        fs::write(cgroup.join("cgroup.procs"), pid.to_string()).unwrap();
+
+        let proc_cgroup = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let unified = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        let mut names = CgroupNames::discover().unwrap();
+        assert_eq!(names.path(handle_id(&cgroup).unwrap()), Some(unified));
+        assert_eq!(unified, relative(&tree, "task"));
+        drop(child);
+    }
+
+    /// Not an assertion: prints the walk cost over 1 010 synthetic cgroups (10 × 100), median of 11 walks,
+    /// next to name_to_handle_at on each directory (what 32-bit kernels need). `--nocapture` shows it.
+    #[test]
+    fn walk_cost() {
+        let Some(mount) = writable_mount() else { return };
+        let mut tree = TestTree::new(&mount, "cost");
+        let mut dirs = Vec::new();
+        for i in 0..10 {
+            tree.mkdir(format!("p{i}"));
+            for j in 0..100 {
+                dirs.push(tree.mkdir(format!("p{i}/c{j}")));
+            }
+        }
+        let mut walks = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..11 {
+            let mut names = CgroupNames::at(tree.base.clone());
+            let walk = names.rescan().unwrap();
+            assert_eq!(walk.dirs, 1011);
+            walks.push(walk.took);
+            let started = Instant::now();
+            for dir in &dirs {
+                handle_id(dir).unwrap();
+            }
+            handles.push(started.elapsed());
+        }
+        walks.sort();
+        handles.sort();
+        eprintln!("walk of 1011 cgroups: median {:?} (min {:?}, max {:?})", walks[5], walks[0], walks[10]);
+        eprintln!("name_to_handle_at on 1000 cgroups: median {:?}", handles[5]);
+        let whole = CgroupNames::discover().unwrap().last_walk().unwrap();
+        eprintln!("whole tree incl. this test's: {} cgroups in {:?}", whole.dirs, whole.took);
+    }
+
+    #[test]
+    fn walks_are_rate_limited_even_when_they_fail() {
+        let mut names = CgroupNames::at(PathBuf::from("/nonexistent/cgroup")).with_min_rescan(Duration::ZERO);
+        let e = names.rescan().unwrap_err();
+        assert_eq!(e.to_string(), "cannot read /nonexistent/cgroup: No such file or directory (os error 2)");
+        assert_eq!(names.path(1), None);
+        names.walked = Some((Instant::now(), Duration::from_secs(1)));
+        assert!(!names.rescan_due(), "a 1 s walk buys 9 s of idle");
+        let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(10)) else { return };
+        names.walked = Some((long_ago, Duration::from_secs(1)));
+        assert!(names.rescan_due());
+    }
+
+    #[test]
+    fn names_escape_only_non_utf8() {
+        let name = |bytes: &[u8]| {
+            let mut out = String::new();
+            push_name(&mut out, OsStr::from_bytes(bytes));
+            out
+        };
+        assert_eq!(name(b"a\\b \"c\""), "a\\b \"c\"");
+        assert_eq!(name("ü".as_bytes()), "ü");
+        assert_eq!(name(b"\xff"), "\\xff");
+        assert_eq!(name(b"a\\\xc3"), "a\\\\\\xc3");
+        assert_ne!(name(b"\xff\xfe"), name(b"\xfe\xff"));
+        assert_ne!(name(b"\\xff\xfe"), name(b"\xff\xfe"));
+    }
+
+    #[test]
+    fn finds_cgroup2_in_mountinfo() {
+        let hybrid = b"31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+            40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
+            41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_mount(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        let pure = b"30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
+        let subtree_first = b"50 1 0:26 /kubepods /mnt/pods rw - cgroup2 cgroup2 rw\n\
+            51 1 0:26 / /mnt/all\\040cgroups rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_mount(subtree_first), Some(PathBuf::from("/mnt/all cgroups")));
+        let only_subtree = b"50 1 0:26 /kubepods /mnt/pods rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_mount(only_subtree), Some(PathBuf::from("/mnt/pods")));
+        assert_eq!(cgroup2_mount(b"32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"), None);
+        assert_eq!(cgroup2_mount(b""), None);
+    }
+
+    #[test]
+    fn no_cgroup2_is_one_line() {
+        let e = CgroupError::NoCgroup2 { mountinfo: PathBuf::from(MOUNTINFO) };
+        assert_eq!(
+            e.to_string(),
+            "no cgroup2 file system is mounted (see /proc/self/mountinfo); per-cgroup delays need cgroup v2"
+        );
+    }
+}
