@@ -30,8 +30,8 @@ use latency_daemon::{
         window::Window,
     },
     serve::{
+        Instruments,
         encode::{Format, Metrics},
-        metrics::Instruments,
     },
 };
 

@@ -126,3 +126,71 @@ pub struct ProcessSample {
     /// Unix time of the process's start, when boot time is known.
     pub start_time_unix: Option<f64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use latency_common::buckets::{bucket_of, bucket_of_native};
+
+    use super::*;
+
+    fn raw(delays: &[u64]) -> [u64; BUCKETS] {
+        let mut b = [0u64; BUCKETS];
+        for &d in delays {
+            b[bucket_of(d)] += 1;
+        }
+        b
+    }
+
+    /// Counts per native index, rebuilt from spans (offsets) and deltas as Prometheus reads them.
+    fn expand(spans: &[(i32, u32)], deltas: &[i64]) -> Vec<(i32, u64)> {
+        let (mut out, mut index, mut count, mut d) = (Vec::new(), 0i32, 0i64, deltas.iter());
+        for (n, &(offset, len)) in spans.iter().enumerate() {
+            index = if n == 0 { offset } else { index + offset + 1 };
+            for step in 0..len {
+                count += d.next().copied().unwrap_or(0);
+                out.push((index + step as i32, count as u64));
+            }
+            index += len as i32 - 1;
+        }
+        out
+    }
+
+    #[test]
+    fn native_buckets_are_a_lossless_copy() {
+        // Adjacent buckets, gaps, a repeated count, the zero bucket and the overflow bucket.
+        let b = raw(&[500, 2_000, 2_100, 2_300, 4_000, 1_000_000, 1_000_000, 90 * 1_000_000_000, u64::MAX]);
+        let (spans, deltas) = native_buckets(&b);
+        let rebuilt = expand(&spans, &deltas);
+        let want: Vec<(i32, u64)> =
+            (1..OVERFLOW_BUCKET).filter(|&k| b[k] > 0).map(|k| (native_index(k).unwrap_or_default(), b[k])).collect();
+        assert_eq!(rebuilt, want);
+        for (i, c) in rebuilt {
+            assert_eq!(bucket_of_native(i).map(|k| b[k]), Some(c));
+        }
+        assert_eq!(native_buckets(&[0; BUCKETS]), (vec![], vec![]));
+    }
+
+    #[test]
+    fn classic_buckets_fold_each_kernel_bucket_into_one_bound() {
+        // Bounds 2^-20 s (the zero bucket's threshold), 2^-10 s and 1 s.
+        let bounds = [ZERO_NATIVE_INDEX, -80, 0];
+        let b = raw(&[500, 900_000, 976_562, 976_563, 1_000_000_000, 1_000_000_001, u64::MAX]);
+        let classic = classic_buckets(&b, &bounds);
+        let le: Vec<f64> = classic.iter().map(|c| c.0).collect();
+        assert_eq!(le, [2f64.powi(-20), 2f64.powi(-10), 1.0]);
+        // ≤ 2^-10 s = 976 562.5 ns: 900 µs and 976 562 ns; 976 563 ns is above it. Beyond 1 s
+        // only +Inf, which the encoder adds from the total count.
+        let counts: Vec<u64> = classic.iter().map(|c| c.1).collect();
+        assert_eq!(counts, [1, 2, 2]);
+    }
+
+    #[test]
+    fn cgroup_buckets_use_every_other_octave() {
+        let mut h = CgroupHist::ZERO;
+        h.buckets[0] = 1; // ≤ 2^-20 s
+        h.buckets[5] = 2; // ≤ 2^-10 s
+        h.buckets[CGROUP_BUCKETS - 1] = 4; // above 64 s: +Inf only
+        let classic = cgroup_classic_buckets(&h, &[0, 5, 13]);
+        assert_eq!(classic, [(2f64.powi(-20), 1), (2f64.powi(-10), 2), (64.0, 0)]);
+    }
+}

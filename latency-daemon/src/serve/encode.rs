@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc, time::Instant};
 use prometheus_client::{metrics::histogram::Histogram, registry::Registry};
 use tokio::sync::watch;
 
-use super::metrics::{Instruments, ProcessSampler, registry};
+use super::{Instruments, ProcessSampler, metrics::registry};
 use crate::model::exposition::Exposition;
 
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -11,13 +11,15 @@ use latency_common::{
 };
 use prometheus_client::{
     collector::Collector,
-    encoding::{DescriptorEncoder, NativeHistogram, NativeHistogramBuckets, NoLabelSet},
-    metrics::{MetricType, histogram::Histogram},
+    encoding::{
+        DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, NativeHistogram, NativeHistogramBuckets, NoLabelSet,
+    },
+    metrics::MetricType,
     registry::Registry,
 };
 use tokio::sync::watch;
 
-use super::http::HttpStats;
+use super::{Instruments, ProcessSampler, http::HttpStats};
 use crate::{
     alert::notify::NotifyStats,
     model::{
@@ -28,35 +30,6 @@ use crate::{
         window::{QUANTILES, Window},
     },
 };
-
-/// Reads this process's own cost at scrape time (`host::procstat::sample` in the daemon).
-pub type ProcessSampler = fn() -> Option<ProcessSample>;
-
-/// What the daemon measures about itself, created once by `cmd::run` and shared with whoever
-/// observes it: the drain thread (drain), the HTTP server (http), the alert sinks (notify).
-#[derive(Clone, Debug)]
-pub struct Instruments {
-    pub drain: Histogram,
-    pub encode: Histogram,
-    pub http: Arc<HttpStats>,
-    pub notify: Arc<NotifyStats>,
-}
-
-impl Default for Instruments {
-    fn default() -> Self {
-        Instruments {
-            drain: duration_histogram(),
-            encode: duration_histogram(),
-            http: Arc::default(),
-            notify: Arc::default(),
-        }
-    }
-}
-
-/// Self-timing buckets: 10 µs … ~1.3 s, doubling.
-fn duration_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1e-5, 2.0, 18))
-}
 
 /// Every metric the daemon serves: the latest exposition and process figures at scrape time,
 /// the instruments, the HTTP server's and the alert sinks' counters.
@@ -247,14 +220,13 @@ fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> R
         .encode_family(&[("map", "window_max")])?
         .encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
     let untraced: u64 = s.cpus.iter().map(|c| c.lost[Lost::Switches as usize]).sum();
-    enc.encode_descriptor(
+    counter(
+        enc,
         "runqlat_untraced_switches",
         "Context switches the kernel raised no sched_switch tracepoint for (a break in a CPU's chain of \
          prev/next): no tracer sees them, and the delays around them are missing from every histogram.",
-        None,
-        MetricType::Counter,
-    )?
-    .encode_counter::<NoLabelSet, _, f64>(&untraced, None)?;
+        untraced,
+    )?;
     let mut family = enc.encode_descriptor(
         "runqlat_discarded",
         "Delays measured but not recorded because they were not believable: future_stamp (stamp \
@@ -310,22 +282,18 @@ fn alert_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt:
         let n = e.alerts_total[reason as usize];
         family.encode_family(&[("reason", reason.name())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
     }
-    enc.encode_descriptor(
+    counter(
+        enc,
         "runqlat_alerts_suppressed",
         "Threshold breaches that did not fire because the alert was in its cooldown.",
-        None,
-        MetricType::Counter,
-    )?
-    .encode_counter::<NoLabelSet, _, f64>(&e.alerts_suppressed, None)
+        e.alerts_suppressed,
+    )
 }
 
 fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
-    let counter = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64| -> Result<(), fmt::Error> {
-        enc.encode_descriptor(name, help, None, MetricType::Counter)?.encode_counter::<NoLabelSet, _, f64>(&v, None)
-    };
     counter(enc, "runqlat_drains", "Drains of the kernel maps since start.", e.drains)?;
     counter(enc, "runqlat_drain_errors", "Drains that failed (the previous values stay published).", e.drain_errors)?;
-    counter_f64(
+    counter(
         enc,
         "runqlat_drain_cpu_seconds",
         "CPU time spent draining (unlike runqlat_drain_duration_seconds, without waiting for a CPU).",
@@ -337,41 +305,36 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
         "Kernel per-cgroup entries deleted because the cgroup was removed.",
         e.cgroups_pruned,
     )?;
-    enc.encode_descriptor(
+    gauge(
+        enc,
         "runqlat_last_drain_timestamp_seconds",
         "Unix time of the last successful drain; alert when it stops moving.",
-        None,
-        MetricType::Gauge,
-    )?
-    .encode_gauge(&e.last_drain_unix)?;
-    Ok(())
+        e.last_drain_unix,
+    )
 }
 
 /// The standard `process_*` metrics, when the process could be read.
 fn process_metrics(p: Option<ProcessSample>, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
     let Some(p) = p else { return Ok(()) };
-    counter_f64(enc, "process_cpu_seconds", "User and system CPU time of the monitor's own process.", p.cpu_seconds)?;
-    enc.encode_descriptor(
-        "process_resident_memory_bytes",
-        "Resident memory of the monitor's process.",
-        None,
-        MetricType::Gauge,
-    )?
-    .encode_gauge(&(p.resident_bytes as f64))?;
-    if let Some(start) = p.start_time_unix {
-        enc.encode_descriptor(
-            "process_start_time_seconds",
-            "Start time of the monitor's process since the Unix epoch.",
-            None,
-            MetricType::Gauge,
-        )?
-        .encode_gauge(&start)?;
+    counter(enc, "process_cpu_seconds", "User and system CPU time of the monitor's own process.", p.cpu_seconds)?;
+    let rss = p.resident_bytes as f64;
+    gauge(enc, "process_resident_memory_bytes", "Resident memory of the monitor's process.", rss)?;
+    match p.start_time_unix {
+        Some(start) => {
+            gauge(enc, "process_start_time_seconds", "Start time of the monitor's process since the Unix epoch.", start)
+        }
+        None => Ok(()),
     }
-    Ok(())
 }
 
-fn counter_f64(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> Result<(), fmt::Error> {
+/// A family of one unlabelled counter.
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: impl EncodeCounterValue) -> Result<(), fmt::Error> {
     enc.encode_descriptor(name, help, None, MetricType::Counter)?.encode_counter::<NoLabelSet, _, f64>(&v, None)
+}
+
+/// A family of one unlabelled gauge.
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: impl EncodeGaugeValue) -> Result<(), fmt::Error> {
+    enc.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&v)
 }
 
 /// The HTTP server's own counters as metrics.
@@ -401,14 +364,7 @@ impl Collector for HttpCollector {
         ] {
             family.encode_family(&[("outcome", outcome)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
         }
-        encoder
-            .encode_descriptor(
-                "runqlat_http_connections",
-                "HTTP connections being served now.",
-                None,
-                MetricType::Gauge,
-            )?
-            .encode_gauge(&s.connections)
+        gauge(&mut encoder, "runqlat_http_connections", "HTTP connections being served now.", s.connections)
     }
 }
 

@@ -17,7 +17,7 @@ use crate::{
         probe::{Probe, ProbeError, ProbeOptions},
     },
     model::exposition::Exposition,
-    serve::{encode::Metrics, http, metrics::Instruments, routes::Routes},
+    serve::{Instruments, encode::Metrics, http, routes::Routes},
 };
 
 #[derive(Debug, thiserror::Error)]
