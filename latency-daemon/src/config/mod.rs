@@ -1,12 +1,6 @@
 //! Settings of `run`: flags, `RUNQLAT_*` variables and the `--config` TOML file in, one validated
 //! [`Config`] out (or every problem at once, on one line). On SIGHUP, [`Config::reload`] re-reads
-//! them and says which changes wait for a restart.
-//!
-//! Adding a setting: an `Option` field of `args::RunArgs` (flag, `RUNQLAT_*` variable and file key
-//! at once), its line in `RunArgs::or` (sources.rs) and in `check::resolve`, its default in
-//! [`Config::default`], its check in `check::check`, its key in deploy/latency-daemon.toml (a test
-//! insists), and, if the running pipeline cannot adopt it, its `keep` line in [`Config::reload`].
-//! The `alert_*` settings do the same in alert.rs, behind [`AlertConfig`].
+//! them and says which changes wait for a restart. Adding a setting: docs/design.md.
 
 mod alert;
 pub mod args;

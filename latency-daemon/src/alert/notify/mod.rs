@@ -1,11 +1,7 @@
 //! Alert sinks: [`Transition`]s in from any thread through [`Notifier::send`], which never blocks;
 //! out to a JSON log on stderr, Alertmanager (API v2) and webhooks, each URL in its own task,
-//! with [`NotifyStats`] counting what was sent, failed and dropped.
-//!
-//! Why it cannot block or bloat the daemon: `send` is a `try_send` into a bounded channel (full:
-//! dropped and counted); the dispatcher task only moves data between bounded structures and never
-//! awaits I/O; each URL's task does its own I/O, every attempt under a timeout. Memory is bounded by
-//! the channel, 64 events per webhook, and one entry per alert key per Alertmanager.
+//! with [`NotifyStats`] counting what was sent, failed and dropped. Why none of it can block or
+//! bloat the daemon: docs/design.md.
 
 mod alertmanager;
 mod dispatch;

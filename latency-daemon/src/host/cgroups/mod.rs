@@ -1,18 +1,6 @@
-//! cgroup v2 ids, as the kernel program records them (`task->cgroups->dfl_cgrp->kn->id`, the value of
-//! `bpf_get_current_cgroup_id()`), → cgroup paths relative to the cgroup2 mount ("/" is the root).
-//!
-//! The id is the cgroup's kernfs node id. On 64-bit kernels kernfs hands it out as the inode number of
-//! the cgroup's directory, both in `stat` and in the `d_ino` that `getdents` returns, so indexing needs
-//! no `stat` per cgroup. On 32-bit kernels the inode number is only the low half of the id, so there we
-//! ask `name_to_handle_at(2)` (a cgroup2 file handle is the 8-byte id: the kernel's own definition).
-//!
-//! Cost: a known id is a `HashMap` hit. A miss walks the whole tree: five syscalls per cgroup (openat,
-//! glibc's fstat, getdents64 ×2, close). Measured on kernel 6.18 in a 2-vCPU Firecracker VM, where a
-//! syscall costs 5–10 µs: 1 011 cgroups take 24–40 ms (medians of 11 walks, several runs; `walk_cost`
-//! prints it), this machine's own tree (just the root) 20–35 µs. So walks are rate-limited: not before
-//! `min_rescan` has passed since the last one ended, nor before nine times its duration (at most 10% of
-//! a CPU however large the tree). A walk of `DEFAULT_MAX_DIRS` cgroups would take 2.5–4 s here, so a
-//! daemon facing a large tree should resolve ids off any latency-sensitive task.
+//! cgroup v2 ids, as the kernel program records them, → cgroup paths relative to the cgroup2 mount
+//! ("/" is the root), found in mountinfo. Why the id is the directory's inode number, and what a
+//! walk of the tree costs (hence its rate limit), is in docs/measuring.md.
 
 use std::{
     collections::HashMap,
@@ -25,12 +13,12 @@ use std::{
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
 
-/// One walk a second is cheap (see the module header) yet bounds the cost of ids we will never
+/// One walk a second is cheap (docs/measuring.md) yet bounds the cost of ids we will never
 /// find, e.g. of a cgroup that was created and removed between two scans.
 pub const DEFAULT_MIN_RESCAN: Duration = Duration::from_secs(1);
 
 /// Far above real hosts (a busy Kubernetes node has a few thousand cgroups), so only a pathological tree
-/// hits it; see the module header for what a walk this long costs.
+/// hits it; docs/measuring.md says what a walk this long costs.
 pub const DEFAULT_MAX_DIRS: usize = 100_000;
 
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +102,7 @@ impl CgroupNames {
     }
 
     /// Path for an id; on a miss, rescan the tree (at most once per `min_rescan`, so an unknown id can't
-    /// make us walk the tree on every call; see the module header), then None if still unknown. A failed
+    /// make us walk the tree on every call; docs/measuring.md), then None if still unknown. A failed
     /// rescan keeps what we knew; call `rescan` to see the error.
     pub fn path(&mut self, id: u64) -> Option<&str> {
         // Two lookups on a hit: returning the first lookup's borrow early would keep `self` borrowed
@@ -251,7 +239,7 @@ fn entry_id(entry: &fs::DirEntry) -> io::Result<u64> {
     handle_id(&entry.path())
 }
 
-/// The cgroup id of the directory at `path` (see the module header for why the inode number is it).
+/// The cgroup id of the directory at `path` (docs/measuring.md says why the inode number is it).
 #[cfg(target_pointer_width = "64")]
 fn id_at(path: &Path) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt as _;

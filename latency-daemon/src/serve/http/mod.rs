@@ -1,16 +1,6 @@
 //! The daemon's HTTP/1.1 transport: a listener, a [`Handler`] the application implements and
-//! [`Limits`] in; GET/HEAD requests answered by the handler, everything else refused, until shutdown.
-//!
-//! Behaviour at the limits (each counted in [`HttpStats`]):
-//! - methods other than GET/HEAD: 405 with `Allow: GET, HEAD`, handler not called;
-//! - a request body (Content-Length over `max_body_bytes`, or chunked): 413 and close, body unread;
-//! - a head over `max_header_bytes`: 431 written by hyper (no body, `content-length: 0`, no
-//!   Content-Type), then close;
-//! - a head not complete within `header_read_timeout` (also the idle gap between keep-alive requests):
-//!   close without a response;
-//! - no response for `request_timeout` since the last one (or since accept): close;
-//! - `max_connections` being served: 503 with `Retry-After: 1`, then close;
-//! - a handler panic: 500, and the connection goes on.
+//! [`Limits`] in; GET/HEAD requests answered by the handler, everything else refused, until
+//! shutdown. What happens at each limit (each counted in [`HttpStats`]): docs/design.md.
 
 mod connection;
 mod respond;
