@@ -7,7 +7,7 @@ use latency_common::{
 };
 use serde::Serialize;
 
-use super::{report::comm_string, ser_reason, wall::WallClock};
+use super::{comm_string, ser_reason, wall::WallClock};
 
 /// One thing that ran on the victim's CPU while it waited.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -33,3 +33,10 @@ pub fn ser_opt_reason<S: Serializer>(reason: &Option<Reason>, s: S) -> Result<S:
         None => s.serialize_none(),
     }
 }
+
+/// A kernel `comm`: up to 16 bytes, NUL-padded, any bytes a thread chose (prctl). Invalid UTF-8
+/// becomes U+FFFD; escaping for a given output is the renderer's job.
+pub fn comm_string(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}

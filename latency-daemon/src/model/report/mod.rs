@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{
     attribution::Attribution,
-    clock_name,
+    clock_name, comm_string,
     distribution::{count, quantiles_ns, upper_seconds},
     ser_opt_reason, ser_reason,
     snapshot::{CpuMax, Snapshot},
@@ -147,13 +147,6 @@ pub struct WindowMaxReport {
     pub victim_prio: i32,
     /// The task that ran on this CPU just before the victim.
     pub prev: TaskRef,
-}
-
-/// A kernel `comm`: up to 16 bytes, NUL-padded, any bytes a thread chose (prctl). Invalid UTF-8
-/// becomes U+FFFD; escaping for a given output is the renderer's job.
-pub fn comm_string(comm: &[u8; 16]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
 impl Report {
