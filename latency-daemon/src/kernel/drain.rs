@@ -3,8 +3,8 @@
 //! is `model`'s business.
 use aya::maps::{HashMap, MapError, PerCpuArray, PerCpuHashMap};
 use latency_common::{
-    CpuStats, Histogram, Reason, TaskStats, WindowMax,
-    maps::{CgroupHist, Incident, names, window_index},
+    CpuStats, Histogram, Reason, TaskStats,
+    maps::{CgroupHist, names, window_index},
 };
 
 use super::probe::{Probe, ProbeError};
@@ -75,31 +75,29 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
 
 /// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it.
 pub fn window_slot(probe: &Probe, epoch: u64) -> Result<WindowSlot, ProbeError> {
-    let map = names::WINDOW_MAX;
-    let slots: PerCpuArray<_, WindowMax> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
-    let mut out = Vec::new();
-    for reason in Reason::ALL {
-        let per_cpu = slots.get(&window_index(epoch, reason), 0).map_err(map_err(map))?;
-        for (cpu, max) in per_cpu.iter().enumerate() {
-            out.push((reason, cpu as u32, *max));
-        }
-    }
-    Ok(out)
+    per_cpu_slot(probe, names::WINDOW_MAX, epoch)
 }
 
 /// The attributed incidents the kernel kept for window `epoch`, one per CPU and reason that saw
 /// a delay at or above the attribution threshold.
 pub fn incidents(probe: &Probe, epoch: u64) -> Result<Incidents, ProbeError> {
-    let map = names::INCIDENTS;
-    let slots: PerCpuArray<_, Incident> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let mut slot: Incidents = per_cpu_slot(probe, names::INCIDENTS, epoch)?;
+    slot.retain(|(_, _, inc)| inc.epoch == epoch && inc.delay_ns > 0);
+    Ok(slot)
+}
+
+/// Each CPU's value in the slot of `epoch` of a per-CPU array indexed by `window_index`, for
+/// every reason: (reason, cpu, value).
+fn per_cpu_slot<T: aya::Pod>(
+    probe: &Probe,
+    map: &'static str,
+    epoch: u64,
+) -> Result<Vec<(Reason, u32, T)>, ProbeError> {
+    let slots: PerCpuArray<_, T> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
     let mut out = Vec::new();
     for reason in Reason::ALL {
         let per_cpu = slots.get(&window_index(epoch, reason), 0).map_err(map_err(map))?;
-        for (cpu, inc) in per_cpu.iter().enumerate() {
-            if inc.epoch == epoch && inc.delay_ns > 0 {
-                out.push((reason, cpu as u32, *inc));
-            }
-        }
+        out.extend(per_cpu.iter().enumerate().map(|(cpu, v)| (reason, cpu as u32, *v)));
     }
     Ok(out)
 }

@@ -13,22 +13,30 @@ pub struct HttpUrl {
     pub path: String,
 }
 
+/// Why a URL cannot be a sink's address: the URL as given and one line of reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("alert URL '{}': {why}", url.escape_debug())]
+pub struct BadUrl {
+    pub url: String,
+    pub why: String,
+}
+
 impl HttpUrl {
     /// `"http://127.0.0.1:9093"` → host `127.0.0.1`, port 9093, path `/`. The port defaults to 80.
-    pub fn parse(s: &str) -> Result<HttpUrl, String> {
-        let bad = |why: &str| format!("alert URL '{}': {why}", s.escape_debug());
+    /// The one parser of sink URLs: the configuration's checks use it too.
+    pub fn parse(s: &str) -> Result<HttpUrl, BadUrl> {
+        let bad = |why: String| BadUrl { url: s.to_string(), why };
+        let scheme = |prefix: &str| s.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
+        if scheme("https://") {
+            return Err(bad("https is not supported; use a plain-http Alertmanager or a local relay".into()));
+        }
+        if !scheme("http://") {
+            return Err(bad("must start with http:// (e.g. http://alertmanager:9093)".into()));
+        }
         if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("contains whitespace or control characters"));
+            return Err(bad("contains whitespace or control characters".into()));
         }
-        let Some((scheme, rest)) = s.split_once("://") else {
-            return Err(bad("expected http://host[:port][/path]"));
-        };
-        if scheme.eq_ignore_ascii_case("https") {
-            return Err(bad("https is not supported (put a TLS proxy on localhost in front of it)"));
-        }
-        if !scheme.eq_ignore_ascii_case("http") {
-            return Err(bad(&format!("scheme '{scheme}' is not supported, only http")));
-        }
+        let rest = &s["http://".len()..];
         // The fragment never goes on the wire.
         let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
         let (authority, path) = match rest.find(['/', '?']) {
@@ -37,11 +45,11 @@ impl HttpUrl {
             None => (rest, "/".to_string()),
         };
         if authority.contains('@') {
-            return Err(bad("user information in the URL is not supported"));
+            return Err(bad("user information in the URL is not supported".into()));
         }
-        let (host, port) = split_host_port(authority).map_err(|why| bad(&why))?;
+        let (host, port) = split_host_port(authority).map_err(bad)?;
         if host.is_empty() {
-            return Err(bad("no host"));
+            return Err(bad("has no host".into()));
         }
         Ok(HttpUrl { host: host.to_string(), port, path })
     }
@@ -70,33 +78,32 @@ impl fmt::Display for HttpUrl {
 }
 
 fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
-    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
-        let Some((host, after)) = bracketed.split_once(']') else {
-            return Err("unclosed '[' in the host".into());
-        };
-        match after {
-            "" => (host, None),
-            _ => match after.strip_prefix(':') {
-                Some(p) => (host, Some(p)),
-                None => return Err(format!("unexpected '{after}' after the IPv6 address")),
-            },
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => {
+            let Some((host, after)) = bracketed.split_once(']') else {
+                return Err("unclosed '[' in the host".into());
+            };
+            match after {
+                "" => (host, None),
+                _ => match after.strip_prefix(':') {
+                    Some(p) => (host, Some(p)),
+                    None => return Err(format!("unexpected '{}' after the IPv6 address", after.escape_debug())),
+                },
+            }
         }
-    } else {
-        match authority.split_once(':') {
-            Some((_, p)) if p.contains(':') => return Err("IPv6 addresses need brackets: http://[::1]:9093".into()),
+        None => match authority.split_once(':') {
+            Some((_, p)) if p.contains(':') => {
+                return Err("IPv6 addresses need brackets (e.g. http://[::1]:9093)".into());
+            }
             Some((h, p)) => (h, Some(p)),
             None => (authority, None),
-        }
-    };
-    let port = match port {
-        None => 80,
-        Some(p) => match p.parse::<u16>() {
-            Ok(0) => return Err("port 0".into()),
-            Ok(n) => n,
-            Err(_) => return Err(format!("bad port '{p}'")),
         },
     };
-    Ok((host, port))
+    match port.map(str::parse::<u16>) {
+        None => Ok((host, 80)),
+        Some(Ok(n @ 1..)) => Ok((host, n)),
+        Some(_) => Err(format!("port '{}' is not a number from 1 to 65535", port.unwrap_or_default().escape_debug())),
+    }
 }
 
 #[cfg(test)]
@@ -128,14 +135,14 @@ mod tests {
     fn refuses_with_one_line_naming_the_url() {
         let cases = [
             ("https://am:9093", "https is not supported"),
-            ("ftp://am", "scheme 'ftp'"),
-            ("am:9093", "expected http://"),
-            ("http://", "no host"),
-            ("http://:9093", "no host"),
-            ("http://am:", "bad port ''"),
-            ("http://am:99999", "bad port '99999'"),
-            ("http://am:0", "port 0"),
-            ("http://am:x1", "bad port 'x1'"),
+            ("ftp://am", "must start with http://"),
+            ("am:9093", "must start with http://"),
+            ("http://", "has no host"),
+            ("http://:9093", "has no host"),
+            ("http://am:", "port '' is not a number"),
+            ("http://am:99999", "port '99999' is not a number"),
+            ("http://am:0", "port '0' is not a number"),
+            ("http://am:x1", "port 'x1' is not a number"),
             ("http://user:pw@am", "user information"),
             ("http://::1:9093", "need brackets"),
             ("http://[::1", "unclosed"),
@@ -143,7 +150,7 @@ mod tests {
             ("http://am/\r\nX-Injected: 1", "control"),
         ];
         for (text, want) in cases {
-            let err = HttpUrl::parse(text).expect_err(text);
+            let err = HttpUrl::parse(text).expect_err(text).to_string();
             assert!(err.contains(want), "{text}: {err}");
             assert!(err.contains(&text.escape_debug().to_string()), "{text}: {err}");
             assert!(!err.contains('\n'), "{text}: {err}");

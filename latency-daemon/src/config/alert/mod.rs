@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::Problem;
 use super::args::{self, RunArgs};
 use super::format;
-use crate::alert::Rules;
+use crate::alert::{Rules, notify::HttpUrl};
 
 const FOR_WINDOWS: RangeInclusive<u32> = 1..=100;
 const RESOLVE_AFTER: RangeInclusive<u32> = 1..=100;
@@ -238,51 +238,9 @@ pub(super) fn reload(new: &mut AlertConfig, running: &AlertConfig, needs_restart
     }
 }
 
-/// `http://host[:port][/path]`, as notify's client takes it (plain HTTP/1.1 over TCP).
+/// `http://host[:port][/path]`, as notify's client takes it: its own parser decides.
 fn check_url(url: &str) -> Result<(), String> {
-    let scheme = |s: &str| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
-    if scheme("https://") {
-        return Err("https is not supported; use a plain-http Alertmanager or a local relay".into());
-    }
-    if !scheme("http://") {
-        return Err("must start with http:// (e.g. http://alertmanager:9093)".into());
-    }
-    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("contains whitespace or control characters".into());
-    }
-    let rest = &url["http://".len()..];
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.contains('@') {
-        return Err("user information in the URL is not supported".into());
-    }
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(bracketed) => {
-            let Some((host, after)) = bracketed.split_once(']') else {
-                return Err("unclosed '[' in the host".into());
-            };
-            match after {
-                "" => (host, None),
-                _ => match after.strip_prefix(':') {
-                    Some(port) => (host, Some(port)),
-                    None => return Err(format!("unexpected {} after the IPv6 address", quote(after))),
-                },
-            }
-        }
-        None => match authority.split_once(':') {
-            Some((_, port)) if port.contains(':') => {
-                return Err("IPv6 addresses need brackets (e.g. http://[::1]:9093)".into());
-            }
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        },
-    };
-    if host.is_empty() {
-        return Err("has no host".into());
-    }
-    match port.map(str::parse::<u16>) {
-        None | Some(Ok(1..)) => Ok(()),
-        Some(_) => Err(format!("port {} is not a number from 1 to 65535", quote(port.unwrap_or_default()))),
-    }
+    HttpUrl::parse(url).map(|_| ()).map_err(|e| e.why)
 }
 
 /// A cgroup v2 path as the daemon names cgroups: from the cgroup2 mount, "/" for the root, no
