@@ -11,11 +11,12 @@ mod drain;
 mod inprog;
 mod overhead;
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
 
-use crate::{build, setup, workspace_root};
+use crate::workspace_root;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -32,14 +33,22 @@ pub struct Args {
     daemon_only: bool,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly)?;
-    let daemon = build::daemon(true)?;
+/// What the caller built for the bench.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// A release build of latency-daemon.
+    pub daemon: PathBuf,
+}
+
+/// The whole bench, its guard or the daemon's part, as `args` say. The caller has prepared the
+/// machine and built `binaries` (xtask's `bench` does, then calls this).
+pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
+    let daemon = binaries.daemon.as_path();
     let started = Instant::now();
     if args.guard {
         let tracers = [overhead::Tracer::Floor, overhead::Tracer::Runqlat, overhead::ours_default()];
         let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
-        let rows = inprog::measure(&daemon, &pinned, &tracers, 3)?;
+        let rows = inprog::measure(daemon, &pinned, &tracers, 3)?;
         print!("{}", inprog::table(&rows));
         let floor = rows[0].ns_per_event;
         let (runqlat, ours) = (rows[1].ns_per_event - floor, rows[2].ns_per_event - floor);
@@ -53,25 +62,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if args.daemon_only {
-        let cost = cost::measure(&daemon)?;
+        let cost = cost::measure(daemon)?;
         print!("{}", cost.table());
-        drain::run(&daemon, 10)?;
+        drain::run(daemon, 10)?;
         let dir = workspace_root().join("bench-report");
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("daemon.md"), format!("# The daemon during a storm\n\n```\n{}```\n", cost.table()))?;
         return Ok(());
     }
-    let inprog_rows = inprog::measure(&daemon, &overhead::workloads(), &overhead::all_tracers(), 5)?;
+    let inprog_rows = inprog::measure(daemon, &overhead::workloads(), &overhead::all_tracers(), 5)?;
     let inprog_table = inprog::table(&inprog_rows);
     print!("{inprog_table}");
     let effects = inprog::effects(&inprog_rows);
     print!("{effects}");
-    let rows = overhead::measure(&daemon, &overhead::full_plan(args.pairs))?;
+    let rows = overhead::measure(daemon, &overhead::full_plan(args.pairs))?;
     let overhead_table = overhead::table(&rows);
     print!("{overhead_table}");
-    let cost = cost::measure(&daemon)?;
+    let cost = cost::measure(daemon)?;
     print!("{}", cost.table());
-    drain::run(&daemon, 10)?;
+    drain::run(daemon, 10)?;
 
     let dir = workspace_root().join("bench-report");
     std::fs::create_dir_all(&dir)?;

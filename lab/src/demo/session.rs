@@ -23,8 +23,9 @@ use crate::workload::{Done, Event, Mode};
 #[derive(Debug)]
 pub struct Context {
     pub daemon: PathBuf,
-    /// This xtask binary, which runs the workload (`xtask workload …`).
-    pub xtask: PathBuf,
+    /// The program and leading arguments that run the workload (`xtask workload …`).
+    pub workload: PathBuf,
+    pub workload_args: Vec<String>,
     /// For perf's data files.
     pub scratch: PathBuf,
     pub secs: f64,
@@ -114,7 +115,7 @@ pub fn measure(ctx: &Context, mode: Mode, step: usize, steps: usize) -> anyhow::
     })
 }
 
-/// `xtask workload MODE --json --wait-for-go`.
+/// `<workload program> MODE --json --wait-for-go`.
 struct Workload {
     proc: Proc,
     stdin: Option<std::process::ChildStdin>,
@@ -123,9 +124,10 @@ struct Workload {
 
 impl Workload {
     fn start(ctx: &Context, mode: Mode) -> anyhow::Result<Workload> {
-        let mut command = Command::new(&ctx.xtask);
+        let mut command = Command::new(&ctx.workload);
         command
-            .args(["workload", mode.name(), "--json", "--wait-for-go", "--secs", &ctx.secs.to_string()])
+            .args(&ctx.workload_args)
+            .args([mode.name(), "--json", "--wait-for-go", "--secs", &ctx.secs.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
