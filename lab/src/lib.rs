@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cmd;
 pub mod demo;
+pub mod guard;
 pub mod workload;
 
 use std::path::{Path, PathBuf};

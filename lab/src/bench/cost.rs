@@ -10,9 +10,10 @@ use std::{
 use anyhow::Context as _;
 
 use super::{
-    drain::{Reap, get},
-    overhead::{free_port, spawn_until_line},
+    drain::get,
+    overhead::{ATTACH_LIMIT, free_port},
 };
+use crate::guard::{Proc, Stream, spawn_until_line};
 
 #[derive(Debug)]
 pub struct Cost {
@@ -56,17 +57,12 @@ pub fn measure(daemon: &Path) -> anyhow::Result<Cost> {
     let addr = format!("127.0.0.1:{}", free_port()?);
     let mut c = Command::new(daemon);
     c.args(["run", "--listen", &addr, "--interval", "1s"]);
-    let child = spawn_until_line(c, true, "attached")?;
-    let pid = child.0.id();
+    let child = spawn_until_line(&mut c, "latency-daemon run", Stream::Stderr, "attached", ATTACH_LIMIT)?;
+    let pid = child.pid();
     // The worst case, as in the pairs: both ends of the pipe on one CPU.
-    let _storm = Reap(
-        Command::new("taskset")
-            .args(["-c", "1", "perf", "bench", "sched", "pipe", "-l", "1000000000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start perf bench sched pipe")?,
-    );
+    let mut storm = Command::new("taskset");
+    storm.args(["-c", "1", "perf", "bench", "sched", "pipe", "-l", "1000000000"]);
+    let _storm = Proc::spawn(storm.stdout(Stdio::null()).stderr(Stdio::null()), "perf bench sched pipe")?;
     thread::sleep(Duration::from_secs(2));
     let before = get(&addr, "/metrics")?;
     let (cpu0, t0) = (cpu_seconds(pid)?, Instant::now());

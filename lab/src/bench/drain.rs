@@ -8,13 +8,18 @@
 use std::{
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
-    thread,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::{self, JoinHandle},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 
+use crate::guard::Proc;
 use crate::{cmd, workspace_root};
 
 /// Both drain measurements; `secs` is each phase (idle, storm) on the real maps.
@@ -89,27 +94,12 @@ struct Real {
     storm: Phase,
 }
 
-/// Kills the child when dropped, pass or fail.
-pub(super) struct Reap(pub(super) Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn real_maps(daemon: &std::path::Path, secs: Duration) -> anyhow::Result<Real> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr = format!("127.0.0.1:{port}");
-    let _daemon = Reap(
-        Command::new(daemon)
-            .args(["run", "--listen", &addr, "--interval", "1s"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start latency-daemon run")?,
-    );
+    let mut run = Command::new(daemon);
+    run.args(["run", "--listen", &addr, "--interval", "1s"]).stdout(Stdio::null()).stderr(Stdio::null());
+    let _daemon = Proc::spawn(&mut run, "latency-daemon run")?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !get(&addr, "/healthz").is_ok_and(|b| b.starts_with("ok")) {
         if Instant::now() > deadline {
@@ -120,21 +110,55 @@ fn real_maps(daemon: &std::path::Path, secs: Duration) -> anyhow::Result<Real> {
     let a = Sample::take(&addr)?;
     thread::sleep(secs);
     let b = Sample::take(&addr)?;
-    let storm = Reap(
-        Command::new("sh")
-            .arg("-c")
-            .arg("while :; do perf bench sched pipe -l 1000000 >/dev/null 2>&1; done")
-            .spawn()
-            .context("start perf bench sched pipe")?,
-    );
+    let storm = Storm::start()?;
     thread::sleep(Duration::from_secs(1));
     let c = Sample::take(&addr)?;
     thread::sleep(secs);
     let d = Sample::take(&addr)?;
     drop(storm);
-    // The shell loop's current perf child outlives the shell; stop it too.
-    let _ = Command::new("pkill").args(["-f", "perf bench sched pipe"]).status();
     Ok(Real { idle: b.since(&a), storm: d.since(&c) })
+}
+
+/// `perf bench sched pipe` run after run until dropped. Each run is our child, killed by its pid
+/// when the storm ends (a shell loop's current child would outlive the shell).
+struct Storm {
+    stop: Arc<AtomicBool>,
+    runs: Option<JoinHandle<()>>,
+}
+
+impl Storm {
+    fn start() -> anyhow::Result<Storm> {
+        let run = || {
+            let mut pipe = Command::new("perf");
+            pipe.args(["bench", "sched", "pipe", "-l", "1000000"]).stdout(Stdio::null()).stderr(Stdio::null());
+            Proc::spawn(&mut pipe, "perf bench sched pipe")
+        };
+        // The first run here, so a storm that cannot start is an error, not an idle phase.
+        let mut current = Some(run()?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let runs = thread::spawn(move || {
+            while let Some(mut proc) = current.take() {
+                while !stopped.load(Ordering::SeqCst) && !proc.exited() {
+                    thread::sleep(Duration::from_millis(20));
+                }
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                current = run().ok();
+            }
+        });
+        Ok(Storm { stop, runs: Some(runs) })
+    }
+}
+
+impl Drop for Storm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(runs) = self.runs.take() {
+            let _ = runs.join();
+        }
+    }
 }
 
 struct Sample {

@@ -8,26 +8,7 @@ use std::{collections::HashSet, path::Path, process::Command};
 use anyhow::{Context as _, bail};
 
 use super::overhead::{Tracer, start};
-
-/// Sets a sysctl for the guard's life and restores it.
-struct Sysctl {
-    path: &'static str,
-    old: String,
-}
-
-impl Sysctl {
-    fn set(path: &'static str, value: &str) -> anyhow::Result<Sysctl> {
-        let old = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?;
-        std::fs::write(path, value).with_context(|| format!("write {path}"))?;
-        Ok(Sysctl { path, old: old.trim().to_string() })
-    }
-}
-
-impl Drop for Sysctl {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.path, &self.old);
-    }
-}
+use crate::guard::Sysctl;
 
 /// (id, name, run_time_ns, run_cnt) of every loaded program on one of our tracepoints' names.
 fn programs() -> anyhow::Result<Vec<(u64, String, u64, u64)>> {
@@ -78,7 +59,7 @@ pub fn measure(
     tracers: &[Tracer],
     rounds: usize,
 ) -> anyhow::Result<Vec<InProgram>> {
-    let _stats = Sysctl::set("/proc/sys/kernel/bpf_stats_enabled", "1")?;
+    let _stats = Sysctl::set("kernel.bpf_stats_enabled", "1")?;
     let mut all = Vec::new();
     for (workload, argv) in workloads {
         let mut rows = measure_one(daemon, workload, argv, tracers, rounds)?;

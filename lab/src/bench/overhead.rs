@@ -1,14 +1,12 @@
 //! Tracers × workloads in, the time each tracer adds per scheduler event out: for each pair,
 //! one run without the tracer and one with it, in alternating order so drift cancels; medians.
 use std::{
-    io::{BufRead as _, BufReader},
     net::TcpListener,
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
-        mpsc,
     },
     thread,
     time::{Duration, Instant},
@@ -16,7 +14,11 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::drain::{Reap, get};
+use super::drain::get;
+use crate::guard::{Proc, Stream, spawn_until_line};
+
+/// How long a tracer may take to say it is attached.
+pub(super) const ATTACH_LIMIT: Duration = Duration::from_secs(30);
 
 /// A scheduler-heavy command and how to read its elapsed time.
 #[derive(Clone, Debug)]
@@ -145,7 +147,7 @@ fn run_workload(w: &Workload) -> anyhow::Result<(f64, u64)> {
 
 /// A tracer attached and running; detached when dropped.
 pub(super) struct Running {
-    _child: Reap,
+    _child: Proc,
     stop_scraper: Option<Arc<AtomicBool>>,
 }
 
@@ -161,51 +163,26 @@ pub(super) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Spawn `command` and wait until a line of its output (stdout or stderr as chosen) contains
-/// `ready`.
-pub(super) fn spawn_until_line(mut command: Command, from_stderr: bool, ready: &'static str) -> anyhow::Result<Reap> {
-    if from_stderr {
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-    } else {
-        command.stdout(Stdio::piped()).stderr(Stdio::null());
-    }
-    let mut child = command.spawn().context("start a tracer")?;
-    let pipe: Box<dyn std::io::Read + Send> = if from_stderr {
-        Box::new(child.stderr.take().context("stderr")?)
-    } else {
-        Box::new(child.stdout.take().context("stdout")?)
-    };
-    let child = Reap(child);
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            if line.contains(ready) {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30)).with_context(|| format!("tracer never said {ready:?}"))?;
-    Ok(child)
-}
-
 pub(super) fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
     match tracer {
         Tracer::Floor => {
             let mut c = Command::new(daemon);
             c.arg("bench-floor");
-            Ok(Running { _child: spawn_until_line(c, true, "floor attached")?, stop_scraper: None })
+            let floor = spawn_until_line(&mut c, "the floor", Stream::Stderr, "floor attached", ATTACH_LIMIT)?;
+            Ok(Running { _child: floor, stop_scraper: None })
         }
         Tracer::Runqlat => {
             // stdbuf: runqlat's "Tracing…" line is block-buffered when its stdout is a pipe.
             let mut c = Command::new("stdbuf");
             c.args(["-oL", "runqlat", "100000"]);
-            Ok(Running { _child: spawn_until_line(c, false, "Tracing")?, stop_scraper: None })
+            let runqlat = spawn_until_line(&mut c, "runqlat", Stream::Stdout, "Tracing", ATTACH_LIMIT)?;
+            Ok(Running { _child: runqlat, stop_scraper: None })
         }
         Tracer::Ours { extra, .. } => {
             let addr = format!("127.0.0.1:{}", free_port()?);
             let mut c = Command::new(daemon);
             c.args(["run", "--listen", &addr, "--interval", "1s"]).args(extra);
-            let child = spawn_until_line(c, true, "attached")?;
+            let child = spawn_until_line(&mut c, "latency-daemon run", Stream::Stderr, "attached", ATTACH_LIMIT)?;
             // Scraped every second, as a Prometheus would.
             let stop = Arc::new(AtomicBool::new(false));
             let done = stop.clone();

@@ -9,9 +9,7 @@
 //! kernel.task_delayacct gets its old value back (guards), and the end checks that none of our
 //! programs is still loaded.
 mod analysis;
-mod child;
 mod figure;
-mod guard;
 mod histogram;
 mod recording;
 mod report;
@@ -25,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
+use crate::guard::{self, Sysctl};
 use crate::workload::Mode;
 use crate::{cmd, workspace_root};
 use analysis::Check;
@@ -116,7 +115,7 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
     // Someone else may run the daemon on this machine: only maps loaded after this are ours.
     let maps_before = tools::stamps_maps()?;
     // run_delay is only kept while delay accounting is on: on before the first thread starts.
-    let mut delayacct = guard::Sysctl::set("kernel.task_delayacct", "1")?;
+    let mut delayacct = Sysctl::set("kernel.task_delayacct", "1")?;
     let measured = measure_all(&ctx, &modes);
     let restored = delayacct.restore();
     let _ = std::fs::remove_dir_all(&ctx.scratch);
@@ -148,7 +147,7 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         ok: projected_full_s <= FULL_BUDGET_S,
     });
     checks.extend(cleanup_checks(&restored, &leftovers, delayacct.old()));
-    let (started, alive) = child::children_alive();
+    let (started, alive) = guard::children_alive();
     checks.push(Check {
         item: "clean",
         subject: "nothing running".to_owned(),

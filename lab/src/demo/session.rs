@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use super::child::{Lines, Proc};
-use super::guard::check_interrupted;
 use super::recording::Recording;
 use super::tools::{Perf, PerfResult, Recorder, Runqlat};
+use crate::guard::{Lines, Proc, check_interrupted};
 use crate::workload::{Done, Event, Mode};
 
 /// What the demo runs with.
@@ -131,7 +130,7 @@ impl Workload {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut proc = Proc::spawn(&mut command, "workload")?;
+        let mut proc = Proc::spawn_own_group(&mut command, "workload")?;
         let stdin = proc.take_stdin();
         let events = Lines::read(proc.take_stdout().context("the workload's stdout")?);
         Ok(Workload { proc, stdin, events })

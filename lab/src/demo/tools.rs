@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
-use super::child::{Lines, Proc, Slurp, piped};
 use super::recording::Recording;
 use crate::cmd;
+use crate::guard::{Lines, Proc, Slurp, check_interrupted, piped};
 
 /// `perf sched record` needs this long to open its events on every CPU (measured: ~1.5 s on
 /// this 2-CPU VM; it prints nothing when it is ready).
@@ -34,7 +34,7 @@ impl Recorder {
     pub fn start(daemon: &Path, pid: u32, clock: &'static str) -> anyhow::Result<Recorder> {
         let mut command = Command::new(daemon);
         command.args(["record", "--duration", "10m", "--json", "--pid", &pid.to_string(), "--clock", clock]);
-        let mut proc = Proc::spawn(piped(&mut command), &format!("record --clock {clock}"))?;
+        let mut proc = Proc::spawn_own_group(piped(&mut command), &format!("record --clock {clock}"))?;
         let stdout = Slurp::read(proc.take_stdout().context("record's stdout")?);
         let stderr = Lines::read(proc.take_stderr().context("record's stderr")?);
         Ok(Recorder { proc, stdout, stderr, clock })
@@ -93,14 +93,14 @@ impl Perf {
     pub fn start(file: &Path) -> anyhow::Result<Perf> {
         let mut command = Command::new("perf");
         command.args(["sched", "record", "-a", "-m", "16M", "-o"]).arg(file);
-        let mut proc = Proc::spawn(piped(&mut command), "perf sched record")?;
+        let mut proc = Proc::spawn_own_group(piped(&mut command), "perf sched record")?;
         let stderr = Lines::read(proc.take_stderr().context("perf's stderr")?);
         Ok(Perf { proc, stderr, file: file.to_owned(), started: Instant::now() })
     }
 
     pub fn wait_ready(&mut self) -> anyhow::Result<()> {
         while self.started.elapsed() < PERF_WARMUP {
-            super::guard::check_interrupted()?;
+            check_interrupted()?;
             if self.proc.exited() {
                 bail!("perf sched record exited at once: {:?}", self.stderr.seen);
             }
@@ -186,7 +186,7 @@ impl Runqlat {
         // programs are attached) would otherwise sit in the stdio buffer until it exits.
         let mut command = Command::new("stdbuf");
         command.args(["-oL", "runqlat", "-p", &pid.to_string()]);
-        let mut proc = Proc::spawn(piped(&mut command), "runqlat")?;
+        let mut proc = Proc::spawn_own_group(piped(&mut command), "runqlat")?;
         let stdout = Lines::read(proc.take_stdout().context("runqlat's stdout")?);
         Ok(Runqlat { proc, stdout })
     }
