@@ -3,8 +3,13 @@
 //! oracles, and the machine left as it was.
 pub mod bench;
 pub mod cmd;
+pub mod daemon;
 pub mod demo;
 pub mod guard;
+pub mod oracle;
+pub mod recorder;
+pub mod recording;
+pub mod web;
 pub mod workload;
 
 use std::path::{Path, PathBuf};

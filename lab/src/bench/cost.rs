@@ -9,11 +9,10 @@ use std::{
 
 use anyhow::Context as _;
 
-use super::{
-    drain::get,
-    overhead::{ATTACH_LIMIT, free_port},
-};
-use crate::guard::{Proc, Stream, spawn_until_line};
+use crate::daemon::Daemon;
+use crate::guard::Proc;
+use crate::oracle::run_delay;
+use crate::web;
 
 #[derive(Debug)]
 pub struct Cost {
@@ -26,17 +25,10 @@ pub struct Cost {
     pub switches_per_s: f64,
 }
 
-/// CPU time of every thread of `pid` in seconds, to the nanosecond: the first field of each
-/// thread's /proc/<pid>/task/<tid>/schedstat (utime + stime would be in 10 ms ticks, which a
-/// 10 s sample of a daemon this cheap rounds to 0). Threads that exit meanwhile are not counted.
+/// CPU time of every thread of `pid` in seconds, to the nanosecond, from schedstat (utime +
+/// stime would be in 10 ms ticks, which a 10 s sample of a daemon this cheap rounds to 0).
 fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let mut ns = 0u64;
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = entry?.path().join("schedstat");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        ns += text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    }
-    Ok(ns as f64 / 1e9)
+    Ok(run_delay::process_cpu_ns(pid)? as f64 / 1e9)
 }
 
 fn status_kib(pid: u32, key: &str) -> anyhow::Result<f64> {
@@ -48,45 +40,37 @@ fn status_kib(pid: u32, key: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-}
-
 pub fn measure(daemon: &Path) -> anyhow::Result<Cost> {
     println!("bench: the daemon during a storm (10 s, scraped every second), then 1000 scrapes…");
-    let addr = format!("127.0.0.1:{}", free_port()?);
-    let mut c = Command::new(daemon);
-    c.args(["run", "--listen", &addr, "--interval", "1s"]);
-    let child = spawn_until_line(&mut c, "latency-daemon run", Stream::Stderr, "attached", ATTACH_LIMIT)?;
-    let pid = child.pid();
+    let ours = Daemon::start_attached(daemon, &["--interval", "1s"])?;
+    let pid = ours.pid();
     // The worst case, as in the pairs: both ends of the pipe on one CPU.
     let mut storm = Command::new("taskset");
     storm.args(["-c", "1", "perf", "bench", "sched", "pipe", "-l", "1000000000"]);
     let _storm = Proc::spawn(storm.stdout(Stdio::null()).stderr(Stdio::null()), "perf bench sched pipe")?;
     thread::sleep(Duration::from_secs(2));
-    let before = get(&addr, "/metrics")?;
+    let before = ours.metrics()?;
     let (cpu0, t0) = (cpu_seconds(pid)?, Instant::now());
     for _ in 0..10 {
         thread::sleep(Duration::from_secs(1));
-        get(&addr, "/metrics")?;
+        ours.metrics()?;
     }
     let (cpu1, wall) = (cpu_seconds(pid)?, t0.elapsed().as_secs_f64());
-    let after = get(&addr, "/metrics")?;
+    let after = ours.metrics()?;
     let rss = status_kib(pid, "VmRSS:")?;
     let mut times = Vec::with_capacity(1000);
     for _ in 0..1000 {
         let t = Instant::now();
-        get(&addr, "/metrics")?;
+        ours.metrics()?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(f64::total_cmp);
     let peak = status_kib(pid, "VmHWM:")?;
-    let drains = metric(&after, "runqlat_drain_duration_seconds_count")
-        - metric(&before, "runqlat_drain_duration_seconds_count");
-    let drain_s =
-        metric(&after, "runqlat_drain_duration_seconds_sum") - metric(&before, "runqlat_drain_duration_seconds_sum");
-    let switches = metric(&after, "runqlat_context_switches_total") - metric(&before, "runqlat_context_switches_total");
-    drop(child);
+    let delta = |name: &str| web::total(&after, name) - web::total(&before, name);
+    let drains = delta("runqlat_drain_duration_seconds_count");
+    let drain_s = delta("runqlat_drain_duration_seconds_sum");
+    let switches = delta("runqlat_context_switches_total");
+    drop(ours);
     Ok(Cost {
         cpu_percent: 100.0 * (cpu1 - cpu0) / wall,
         rss_mib: rss / 1024.0,

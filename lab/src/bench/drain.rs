@@ -6,8 +6,6 @@
 //!    machine is idle and during a scheduler storm (`perf bench sched pipe`), to show that a
 //!    drain costs the same whatever the event rate.
 use std::{
-    io::{Read as _, Write as _},
-    net::{TcpListener, TcpStream},
     process::{Command, Stdio},
     sync::{
         Arc,
@@ -17,10 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
+use crate::daemon::Daemon;
 use crate::guard::Proc;
-use crate::{cmd, workspace_root};
+use crate::{cmd, web, workspace_root};
 
 /// Both drain measurements; `secs` is each phase (idle, storm) on the real maps.
 pub fn run(daemon: &std::path::Path, secs: u64) -> anyhow::Result<()> {
@@ -95,26 +94,15 @@ struct Real {
 }
 
 fn real_maps(daemon: &std::path::Path, secs: Duration) -> anyhow::Result<Real> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut run = Command::new(daemon);
-    run.args(["run", "--listen", &addr, "--interval", "1s"]).stdout(Stdio::null()).stderr(Stdio::null());
-    let _daemon = Proc::spawn(&mut run, "latency-daemon run")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !get(&addr, "/healthz").is_ok_and(|b| b.starts_with("ok")) {
-        if Instant::now() > deadline {
-            bail!("latency-daemon did not become healthy");
-        }
-        thread::sleep(Duration::from_millis(200));
-    }
-    let a = Sample::take(&addr)?;
+    let ours = Daemon::start(daemon, &["--interval", "1s"])?;
+    let a = Sample::take(&ours)?;
     thread::sleep(secs);
-    let b = Sample::take(&addr)?;
+    let b = Sample::take(&ours)?;
     let storm = Storm::start()?;
     thread::sleep(Duration::from_secs(1));
-    let c = Sample::take(&addr)?;
+    let c = Sample::take(&ours)?;
     thread::sleep(secs);
-    let d = Sample::take(&addr)?;
+    let d = Sample::take(&ours)?;
     drop(storm);
     Ok(Real { idle: b.since(&a), storm: d.since(&c) })
 }
@@ -170,11 +158,9 @@ struct Sample {
 }
 
 impl Sample {
-    fn take(addr: &str) -> anyhow::Result<Sample> {
-        let text = get(addr, "/metrics")?;
-        let value = |name: &str| -> f64 {
-            text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-        };
+    fn take(daemon: &Daemon) -> anyhow::Result<Sample> {
+        let text = daemon.metrics()?;
+        let value = |name: &str| web::total(&text, name);
         Ok(Sample {
             at: Instant::now(),
             drains: value("runqlat_drain_duration_seconds_count") as u64,
@@ -193,13 +179,4 @@ impl Sample {
             switches_per_s: (self.switches - earlier.switches) / secs,
         }
     }
-}
-
-pub(super) fn get(addr: &str, path: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
-    Ok(raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }

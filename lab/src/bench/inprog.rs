@@ -7,35 +7,10 @@ use std::{collections::HashSet, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
+use super::median;
 use super::overhead::{Tracer, start};
 use crate::guard::Sysctl;
-
-/// (id, name, run_time_ns, run_cnt) of every loaded program on one of our tracepoints' names.
-fn programs() -> anyhow::Result<Vec<(u64, String, u64, u64)>> {
-    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().context("run bpftool")?;
-    if !out.status.success() {
-        bail!("bpftool prog show: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("bpftool JSON")?;
-    Ok(v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| {
-                    let name = p["name"].as_str()?.to_string();
-                    // Kernel names are cut at 15 bytes: sched_wakeup_ne.
-                    name.starts_with("sched_").then(|| {
-                        (
-                            p["id"].as_u64().unwrap_or(0),
-                            name,
-                            p["run_time_ns"].as_u64().unwrap_or(0),
-                            p["run_cnt"].as_u64().unwrap_or(0),
-                        )
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default())
-}
+use crate::oracle::bpftool::{self, ProgStats};
 
 #[derive(Debug)]
 pub struct InProgram {
@@ -44,12 +19,6 @@ pub struct InProgram {
     /// Median over runs of Σ run_time_ns / Σ run_cnt of the tracer's programs.
     pub ns_per_event: f64,
     pub runs: Vec<f64>,
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// For each workload, `rounds` rounds over all tracers (round-robin, so drift spreads evenly).
@@ -81,17 +50,17 @@ fn measure_one(
         .collect();
     for round in 0..rounds.max(1) {
         for (t, result) in tracers.iter().zip(results.iter_mut()) {
-            let before: HashSet<u64> = programs()?.into_iter().map(|p| p.0).collect();
+            let before: HashSet<u64> = bpftool::sched_programs()?.into_iter().map(|p| p.id).collect();
             let running = start(t, daemon)?;
-            let mine = |ps: Vec<(u64, String, u64, u64)>| -> Vec<(u64, u64, u64)> {
-                ps.into_iter().filter(|p| !before.contains(&p.0)).map(|p| (p.0, p.2, p.3)).collect()
+            let mine = |ps: Vec<ProgStats>| -> Vec<(u64, u64, u64)> {
+                ps.into_iter().filter(|p| !before.contains(&p.id)).map(|p| (p.id, p.run_time_ns, p.run_cnt)).collect()
             };
-            let a = mine(programs()?);
+            let a = mine(bpftool::sched_programs()?);
             let status = Command::new(argv[0]).args(&argv[1..]).output().context("run the workload")?.status;
             if !status.success() {
                 bail!("the workload failed");
             }
-            let b = mine(programs()?);
+            let b = mine(bpftool::sched_programs()?);
             drop(running);
             let (mut time, mut count) = (0u64, 0u64);
             for (id, t1, c1) in &b {

@@ -108,3 +108,10 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
     println!("bench: wrote {} ({:.0} s)", dir.join("bench.md").display(), started.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// The middle value (the upper one of an even count); NaN if there is none.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}

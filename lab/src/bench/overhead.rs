@@ -1,7 +1,6 @@
 //! Tracers × workloads in, the time each tracer adds per scheduler event out: for each pair,
 //! one run without the tracer and one with it, in alternating order so drift cancels; medians.
 use std::{
-    net::TcpListener,
     path::Path,
     process::Command,
     sync::{
@@ -14,8 +13,11 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::drain::get;
+use super::median;
+use crate::daemon::Daemon;
 use crate::guard::{Proc, Stream, spawn_until_line};
+use crate::oracle::runqlat::Runqlat;
+use crate::web;
 
 /// How long a tracer may take to say it is attached.
 pub(super) const ATTACH_LIMIT: Duration = Duration::from_secs(30);
@@ -108,12 +110,6 @@ pub struct Row {
     pub events_per_s: Vec<f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// Context switches so far, machine-wide (/proc/stat `ctxt`).
 fn context_switches() -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string("/proc/stat")?;
@@ -145,22 +141,37 @@ fn run_workload(w: &Workload) -> anyhow::Result<(f64, u64)> {
     Ok((secs, 2 * switches))
 }
 
-/// A tracer attached and running; detached when dropped.
+/// A tracer attached and running (the one it is; the others None); detached when dropped, the
+/// scraper stopped first.
+#[derive(Default)]
 pub(super) struct Running {
-    _child: Proc,
-    stop_scraper: Option<Arc<AtomicBool>>,
+    _scraper: Option<Scraper>,
+    _floor: Option<Proc>,
+    _runqlat: Option<Runqlat>,
+    _daemon: Option<Daemon>,
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = &self.stop_scraper {
-            stop.store(true, Ordering::SeqCst);
-        }
+/// GET /metrics every second, as a Prometheus would, until dropped.
+struct Scraper(Arc<AtomicBool>);
+
+impl Scraper {
+    fn start(addr: String) -> Scraper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = stop.clone();
+        thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let _ = web::get(&addr, "/metrics", &[]);
+                thread::sleep(Duration::from_secs(1));
+            }
+        });
+        Scraper(stop)
     }
 }
 
-pub(super) fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+impl Drop for Scraper {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 pub(super) fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
@@ -169,30 +180,19 @@ pub(super) fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
             let mut c = Command::new(daemon);
             c.arg("bench-floor");
             let floor = spawn_until_line(&mut c, "the floor", Stream::Stderr, "floor attached", ATTACH_LIMIT)?;
-            Ok(Running { _child: floor, stop_scraper: None })
+            Ok(Running { _floor: Some(floor), ..Running::default() })
         }
         Tracer::Runqlat => {
-            // stdbuf: runqlat's "Tracing…" line is block-buffered when its stdout is a pipe.
-            let mut c = Command::new("stdbuf");
-            c.args(["-oL", "runqlat", "100000"]);
-            let runqlat = spawn_until_line(&mut c, "runqlat", Stream::Stdout, "Tracing", ATTACH_LIMIT)?;
-            Ok(Running { _child: runqlat, stop_scraper: None })
+            // A report interval longer than any run: it only traces, printing nothing.
+            let mut runqlat = Runqlat::start(&["100000"])?;
+            runqlat.wait_ready(Instant::now() + ATTACH_LIMIT)?;
+            Ok(Running { _runqlat: Some(runqlat), ..Running::default() })
         }
         Tracer::Ours { extra, .. } => {
-            let addr = format!("127.0.0.1:{}", free_port()?);
-            let mut c = Command::new(daemon);
-            c.args(["run", "--listen", &addr, "--interval", "1s"]).args(extra);
-            let child = spawn_until_line(&mut c, "latency-daemon run", Stream::Stderr, "attached", ATTACH_LIMIT)?;
-            // Scraped every second, as a Prometheus would.
-            let stop = Arc::new(AtomicBool::new(false));
-            let done = stop.clone();
-            thread::spawn(move || {
-                while !done.load(Ordering::SeqCst) {
-                    let _ = get(&addr, "/metrics");
-                    thread::sleep(Duration::from_secs(1));
-                }
-            });
-            Ok(Running { _child: child, stop_scraper: Some(stop) })
+            let mut args = vec!["--interval", "1s"];
+            args.extend(extra);
+            let ours = Daemon::start_attached(daemon, &args)?;
+            Ok(Running { _scraper: Some(Scraper::start(ours.addr.clone())), _daemon: Some(ours), ..Running::default() })
         }
     }
 }

@@ -5,9 +5,9 @@
 use serde::Serialize;
 
 use super::histogram::{self, SlotRow};
-use super::recording::{Attribution, Bucket, Task};
 use super::session::{Gap, Measured};
-use super::tools::PerfLatency;
+use crate::oracle::perf::PerfLatency;
+use crate::recording::{Attribution, Bucket, Task};
 use crate::workload::{Done, Mode, STALL_LOOP, weights};
 
 /// perf is compared on threads with at least this many delays (in both views): below it, one

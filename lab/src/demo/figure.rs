@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::histogram::native_index;
-use super::recording::Bucket;
+use crate::recording::Bucket;
 
 pub struct Series<'a> {
     /// The legend's text.

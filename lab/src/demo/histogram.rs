@@ -5,7 +5,7 @@
 //! what our buckets say must be in it and what may be (those straddling its bounds).
 use serde::Serialize;
 
-use super::recording::Bucket;
+use crate::recording::Bucket;
 
 /// runqlat's last slot (`MAX_SLOTS - 1` in runqlat.h): everything from 2^25 µs ≈ 33.5 s up.
 pub const LAST_SLOT: usize = 25;

@@ -11,10 +11,8 @@
 mod analysis;
 mod figure;
 mod histogram;
-mod recording;
 mod report;
 mod session;
-mod tools;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -24,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use crate::guard::{self, Sysctl};
+use crate::oracle::bpftool;
 use crate::workload::Mode;
 use crate::{cmd, workspace_root};
 use analysis::Check;
@@ -113,13 +112,13 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
     );
 
     // Someone else may run the daemon on this machine: only maps loaded after this are ours.
-    let maps_before = tools::stamps_maps()?;
+    let maps_before = bpftool::stamps_maps()?;
     // run_delay is only kept while delay accounting is on: on before the first thread starts.
     let mut delayacct = Sysctl::set("kernel.task_delayacct", "1")?;
     let measured = measure_all(&ctx, &modes);
     let restored = delayacct.restore();
     let _ = std::fs::remove_dir_all(&ctx.scratch);
-    let leftovers = tools::leftovers(&maps_before);
+    let leftovers = bpftool::leftovers(&maps_before);
     if measured.is_err() {
         // The report will not be written: say here whether the machine is back as it was.
         if let Err(e) = &restored {

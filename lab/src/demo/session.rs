@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use super::recording::Recording;
-use super::tools::{Perf, PerfResult, Recorder, Runqlat};
 use crate::guard::{Lines, Proc, check_interrupted};
+use crate::oracle::perf::{Perf, PerfResult};
+use crate::oracle::runqlat::Runqlat;
+use crate::recorder::Recorder;
+use crate::recording::Recording;
 use crate::workload::{Done, Event, Mode};
 
 /// What the demo runs with.
@@ -80,20 +82,18 @@ pub fn measure(ctx: &Context, mode: Mode, step: usize, steps: usize) -> anyhow::
     // last, once perf is ready, right before the threads start.
     let attach_by = Instant::now() + Duration::from_secs(30);
     let mut perf = Perf::start(&ctx.scratch.join(format!("{}.perf.data", mode.name())))?;
-    let mut ours_rq = Recorder::start(&ctx.daemon, pid, "run-queue")?;
-    ours_rq.wait_attached(attach_by)?;
-    let mut runqlat = Runqlat::start(pid)?;
+    let ours_rq = record(ctx, pid, "run-queue", attach_by)?;
+    let mut runqlat = Runqlat::start(&["-p", &pid.to_string()])?;
     runqlat.wait_ready(attach_by)?;
     perf.wait_ready()?;
-    let mut ours = Recorder::start(&ctx.daemon, pid, "monotonic")?;
-    ours.wait_attached(attach_by)?;
+    let ours = record(ctx, pid, "monotonic", attach_by)?;
 
     let steal_before = steal_ns();
     let (threads, gaps, workload_ns) = workload.go_and_wait(ctx, mode)?;
     let steal_ns = steal_ns().saturating_sub(steal_before);
     // Every thread is blocked now: stop the watchers, then let the threads exit.
-    let ours = ours.stop()?;
-    let ours_rq = ours_rq.stop()?;
+    let ours = recording(ours, "monotonic")?;
+    let ours_rq = recording(ours_rq, "run-queue")?;
     let runqlat = runqlat.stop()?;
     let perf = perf.stop(mode == Mode::Io)?;
     workload.release()?;
@@ -114,6 +114,19 @@ pub fn measure(ctx: &Context, mode: Mode, step: usize, steps: usize) -> anyhow::
     })
 }
 
+/// `record --json` of the workload process on `clock` ("monotonic" or "run-queue", the flag's
+/// spelling), attached by `deadline`.
+fn record(ctx: &Context, pid: u32, clock: &str, deadline: Instant) -> anyhow::Result<Recorder> {
+    let pid = pid.to_string();
+    Recorder::start_by(&ctx.daemon, &["--duration", "10m", "--json", "--pid", &pid, "--clock", clock], deadline)
+}
+
+/// SIGINT: the recorder reports what it measured and detaches.
+fn recording(recorder: Recorder, clock: &str) -> anyhow::Result<Recording> {
+    // The JSON says "run_queue" for the flag's "run-queue".
+    Recording::parse(&recorder.stop()?, &clock.replace('-', "_"))
+}
+
 /// `<workload program> MODE --json --wait-for-go`.
 struct Workload {
     proc: Proc,
@@ -130,7 +143,7 @@ impl Workload {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut proc = Proc::spawn_own_group(&mut command, "workload")?;
+        let mut proc = Proc::spawn(&mut command, "workload")?;
         let stdin = proc.take_stdin();
         let events = Lines::read(proc.take_stdout().context("the workload's stdout")?);
         Ok(Workload { proc, stdin, events })

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
+use super::signals;
 use crate::cmd;
 
 /// Every child the lab started in this process, by pid.
@@ -36,21 +37,20 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Spawns `command` in our process group: Ctrl-C on the terminal reaches it too, so it goes
-    /// with a caller that does not catch signals (a test, the bench), whose guards never run then.
+    /// Spawns `command`. While this process catches signals (`catch_signals`, the demo), the
+    /// child gets a process group of its own: Ctrl-C on the terminal then reaches only us, and we
+    /// stop the children in order (perf killed mid-write leaves a broken file; a recorder must
+    /// report before the workload exits). Otherwise (a test, the bench) it stays in ours, so
+    /// Ctrl-C ends it with us: our guards do not run when a signal kills us.
     pub fn spawn(command: &mut Command, what: &str) -> anyhow::Result<Proc> {
+        if signals::catching() {
+            command.process_group(0);
+        }
         let child = command.spawn().with_context(|| format!("could not start `{}`", cmd::show(command)))?;
         if let Ok(mut spawned) = SPAWNED.lock() {
             spawned.push(child.id());
         }
         Ok(Proc { child, what: what.to_owned() })
-    }
-
-    /// Spawns `command` in a process group of its own: Ctrl-C on the terminal then reaches only
-    /// the caller, which catches it (`catch_signals`) and stops its children in order (perf
-    /// killed mid-write leaves a broken file; a recorder must report before the workload exits).
-    pub fn spawn_own_group(command: &mut Command, what: &str) -> anyhow::Result<Proc> {
-        Proc::spawn(command.process_group(0), what)
     }
 
     pub fn pid(&self) -> u32 {

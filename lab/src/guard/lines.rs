@@ -1,9 +1,11 @@
 //! A child's output as the lab reads it: in, a pipe; out, its lines on a thread of their own
-//! (never blocking the caller, never leaving the child blocked on a full pipe), its whole text,
-//! or a child spawned and returned once a line says it is ready.
+//! (never blocking the caller, never leaving the child blocked on a full pipe) one by one, as a
+//! log to look at any time, or as one text; or a child spawned and returned once a line says it
+//! is ready.
 use std::io::{BufRead as _, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -66,6 +68,33 @@ impl Lines {
         }
         self.seen.extend(self.rx.try_iter());
         std::mem::take(&mut self.seen)
+    }
+}
+
+/// Every line of a child's pipe so far, kept on a thread of their own (a daemon's log).
+#[derive(Debug, Clone)]
+pub struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    pub fn read(pipe: impl Read + Send + 'static) -> Log {
+        let log = Log(Arc::default());
+        let sink = log.0.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Ok(mut lines) = sink.lock() {
+                    lines.push(line);
+                }
+            }
+        });
+        log
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().map(|lines| lines.clone()).unwrap_or_default()
+    }
+
+    pub fn contains(&self, needle: &str) -> bool {
+        self.0.lock().is_ok_and(|lines| lines.iter().any(|line| line.contains(needle)))
     }
 }
 

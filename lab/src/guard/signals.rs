@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::bail;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Whether a `Signals` guard lives (then children go to process groups of their own).
+static CATCHING: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     // Only an atomic store: async-signal-safe.
@@ -23,11 +25,18 @@ pub fn catch_signals() -> Signals {
         // SAFETY: the handler only stores to an atomic.
         unsafe { libc::signal(signal, handler as libc::sighandler_t) };
     }
+    CATCHING.store(true, Ordering::SeqCst);
     Signals
+}
+
+/// Whether this process catches the signals now.
+pub(super) fn catching() -> bool {
+    CATCHING.load(Ordering::SeqCst)
 }
 
 impl Drop for Signals {
     fn drop(&mut self) {
+        CATCHING.store(false, Ordering::SeqCst);
         for signal in CAUGHT {
             // SAFETY: back to the default disposition.
             unsafe { libc::signal(signal, libc::SIG_DFL) };

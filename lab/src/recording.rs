@@ -1,5 +1,6 @@
 //! `latency-daemon record --json` as the demo reads it: in, the document (schema version 1, see
-//! the README); out, the fields the report uses. Unknown fields are ignored, missing ones fail.
+//! the README); out, the fields the demo's report uses. Unknown fields are ignored, missing ones
+//! fail.
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, bail};
