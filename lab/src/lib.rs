@@ -9,6 +9,7 @@ pub mod guard;
 pub mod oracle;
 pub mod recorder;
 pub mod recording;
+pub mod services;
 pub mod web;
 pub mod workload;
 

@@ -62,6 +62,10 @@ mod tests {
 
     #[test]
     fn this_thread_is_on_a_cpu() {
+        // The kernel adds a running thread's time at its next tick or switch: run, then sleep.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(5);
+        while std::time::Instant::now() < until {}
+        std::thread::sleep(std::time::Duration::from_millis(1));
         let own = Schedstat::own().unwrap_or_else(|e| panic!("{e:#}"));
         assert!(own.cpu_ns > 0 && own.timeslices > 0, "{own:?}");
         let me = std::process::id();

@@ -2,8 +2,8 @@
 //! report, as named threads of one process. In: a mode, a thread count, seconds; out: each
 //! thread's tid as it starts and, when done, what it measured about itself (CPU time, its own
 //! run_delay, loop gaps) — text, or one JSON event per line with `--json` (the demo's input).
+mod crew;
 mod event;
-mod threads;
 pub mod weights;
 
 use std::io::{BufRead as _, Write as _};
@@ -13,8 +13,8 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+pub use crew::{Body, Crew, Spec, gettid, group, set_thread_name};
 pub use event::{Done, Event};
-use threads::{Body, Crew, Spec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -70,7 +70,7 @@ pub struct Args {
     #[arg(long, default_value_t = 6.0)]
     pub secs: f64,
     /// `nice`: the two nice levels, e.g. `--nice=-10,0`.
-    #[arg(long, value_delimiter = ',', default_values_t = [0, 10], allow_hyphen_values = true)]
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_NICE, allow_hyphen_values = true)]
     pub nice: Vec<i32>,
     /// One JSON event per line instead of text.
     #[arg(long)]
@@ -82,16 +82,21 @@ pub struct Args {
     pub wait_for_go: bool,
 }
 
+/// `nice`'s two levels unless told otherwise.
+pub const DEFAULT_NICE: [i32; 2] = [0, 10];
+
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The threads of `mode` on this machine, at its default thread count and nice levels.
+pub fn default_plan(mode: Mode) -> Vec<Spec> {
+    plan(mode, mode.default_threads(cpus()), DEFAULT_NICE)
 }
 
 /// The threads of `mode`.
 pub fn plan(mode: Mode, threads: usize, nice: [i32; 2]) -> Vec<Spec> {
     let spec = |name: String, group: &str, body, nice| Spec { name, group: group.to_owned(), body, nice };
-    let group = |prefix: &str, body, count: usize| -> Vec<Spec> {
-        (0..count).map(|i| spec(format!("{prefix}/{i}"), prefix, body, 0)).collect()
-    };
     match mode {
         Mode::Cpu => group("cpu", Body::Spin, threads),
         Mode::Io => group("io", Body::Sleep1ms, threads),

@@ -1,13 +1,18 @@
 //! The workload's threads: in, a spec (name, body, nice); out, a named thread that does the work,
 //! reports itself and then blocks until released, so it accrues no delay after its last report.
+//! The same crew runs in the workload process (the demo's) and in a test process.
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},
-    mpsc::Sender,
+    mpsc::{self, Sender},
 };
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context as _;
 
 use super::event::{Done, Event};
+use crate::oracle::run_delay::Schedstat;
 
 /// What a thread does for its `secs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +33,12 @@ pub struct Spec {
     pub nice: i32,
 }
 
-/// Spawned threads; they block after reporting until `release`.
+/// `count` threads named `prefix/0`, `prefix/1`… in group `prefix`, each doing `body` at nice 0.
+pub fn group(prefix: &str, body: Body, count: usize) -> Vec<Spec> {
+    (0..count).map(|i| Spec { name: format!("{prefix}/{i}"), group: prefix.to_owned(), body, nice: 0 }).collect()
+}
+
+/// Spawned threads; they block after reporting until `release` (or drop).
 #[derive(Debug, Default)]
 pub struct Crew {
     open: Arc<AtomicBool>,
@@ -36,20 +46,60 @@ pub struct Crew {
 }
 
 impl Crew {
-    /// Spawns one thread per spec, at once: no start barrier (a thread sleeping at a barrier can
-    /// be migrated while EEVDF keeps it queued, and run_delay would count part of that sleep).
+    /// Spawns one thread per spec, each working `secs` from its own start; they report on
+    /// `events`.
     pub fn spawn(specs: Vec<Spec>, secs: f64, events: &Sender<Event>) -> anyhow::Result<Crew> {
         let mut crew = Crew::default();
+        crew.add(specs, secs, events)?;
+        Ok(crew)
+    }
+
+    /// Spawns more threads into this crew, each announcing its start (`Started`).
+    pub fn add(&mut self, specs: Vec<Spec>, secs: f64, events: &Sender<Event>) -> anyhow::Result<()> {
+        self.add_threads(specs, secs, events, true)
+    }
+
+    /// Spawns the threads at once: no start barrier (a thread sleeping at a barrier can be
+    /// migrated while EEVDF keeps it queued, and run_delay would count part of that sleep).
+    fn add_threads(
+        &mut self,
+        specs: Vec<Spec>,
+        secs: f64,
+        events: &Sender<Event>,
+        announce: bool,
+    ) -> anyhow::Result<()> {
         for spec in specs {
             let events = events.clone();
-            let open = crew.open.clone();
+            let open = self.open.clone();
             let handle = std::thread::Builder::new()
                 .name(spec.name.clone())
-                .spawn(move || work(spec, secs, &events, &open))
-                .map_err(|e| anyhow::anyhow!("spawning a workload thread: {e}"))?;
-            crew.handles.push(handle);
+                .spawn(move || work(spec, secs, &events, announce, &open))
+                .context("spawning a workload thread")?;
+            self.handles.push(handle);
         }
-        Ok(crew)
+        Ok(())
+    }
+
+    /// Runs `specs` in this process beside the threads already parked here, and returns their
+    /// reports, by name, once every one is done and parked (a phase of a test's workload). The
+    /// threads do not announce their start: the caller, blocked on their reports, would wake
+    /// for each and run beside them.
+    pub fn phase(&mut self, specs: Vec<Spec>, secs: f64) -> anyhow::Result<Vec<Done>> {
+        let count = specs.len();
+        let (tx, rx) = mpsc::channel();
+        self.add_threads(specs, secs, &tx, false)?;
+        drop(tx);
+        let mut done = Vec::new();
+        // Parked threads keep their senders, so stop at the last Done, not at disconnect.
+        while done.len() < count {
+            if let Event::Done(d) = rx.recv().context("a workload thread died")? {
+                done.push(d);
+            }
+        }
+        done.sort_by(|a, b| a.name.cmp(&b.name));
+        // Let the last one finish blocking.
+        std::thread::sleep(Duration::from_millis(20));
+        Ok(done)
     }
 
     /// Lets every blocked thread return, and joins them.
@@ -70,15 +120,17 @@ impl Drop for Crew {
     }
 }
 
-fn work(spec: Spec, secs: f64, events: &Sender<Event>, open: &AtomicBool) {
-    set_name(&spec.name);
+fn work(spec: Spec, secs: f64, events: &Sender<Event>, announce: bool, open: &AtomicBool) {
+    set_thread_name(spec.name.as_bytes());
     let tid = gettid();
     if spec.nice != 0 {
         // SAFETY: setpriority on our own tid; on Linux PRIO_PROCESS with a tid sets that thread.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, spec.nice) };
     }
     let nice = current_nice(tid);
-    let _ = events.send(Event::Started { name: spec.name.clone(), tid, group: spec.group.clone(), nice });
+    if announce {
+        let _ = events.send(Event::Started { name: spec.name.clone(), tid, group: spec.group.clone(), nice });
+    }
     let until = now_ns(libc::CLOCK_MONOTONIC) + (secs * 1e9) as u64;
     let mut sleeps = 0;
     let mut longest_sleep_ns = 0;
@@ -174,15 +226,16 @@ pub fn now_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn set_name(name: &str) {
+/// Names the calling thread as `ps`, perf and our `comm` show it: the first 15 bytes, any bytes.
+pub fn set_thread_name(name: &[u8]) {
     let mut buf = [0u8; 16];
     let n = name.len().min(15);
-    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    buf[..n].copy_from_slice(&name[..n]);
     // SAFETY: PR_SET_NAME reads a NUL-terminated buffer of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr()) };
 }
 
-fn gettid() -> u32 {
+pub fn gettid() -> u32 {
     // SAFETY: no arguments, cannot fail.
     unsafe { libc::gettid() as u32 }
 }
@@ -192,10 +245,9 @@ fn current_nice(tid: u32) -> i32 {
     unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) }
 }
 
-/// run_delay in ns (the second field of schedstat).
+/// This thread's run_delay in ns (0 if the kernel shows none).
 fn own_run_delay() -> u64 {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    text.split_whitespace().nth(1).and_then(|f| f.parse().ok()).unwrap_or(0)
+    Schedstat::own().map_or(0, |s| s.run_delay_ns)
 }
 
 /// How often the kernel moved this thread between CPUs (`se.nr_migrations`).
