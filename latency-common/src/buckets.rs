@@ -1,15 +1,6 @@
-//! Delay (ns) → histogram bucket, the one definition both sides use.
-//!
-//! The buckets are those of a Prometheus native histogram with schema 3, in seconds: native bucket
-//! `i` holds `2^((i-1)/8) s < d ≤ 2^(i/8) s` (upper-inclusive, like `le`). Our bucket `k` maps to
-//! native index `k + NATIVE_OFFSET` for `k` in `1..=254`, i.e. native −159 (≈1.04 µs) up to native
-//! 94 (≈57 min). Bucket 0 is the native *zero bucket* with threshold `2^-20 s` (≈953.7 ns): it
-//! holds every delay at or below it. Bucket 255 holds whatever exceeds `2^(94/8) s` (overflow).
-//!
-//! Delays are whole nanoseconds, so `d_ns ≤ 10^9·2^(i/8)` is the same as
-//! `d_ns ≤ floor(10^9·2^(i/8))`: comparing against the integer table below is exact, with no
-//! floating point anywhere (the kernel has none). The table is checked against exact big-integer
-//! arithmetic in the tests.
+//! Delay (ns) → histogram bucket, the one definition both sides use: the buckets of a Prometheus
+//! native histogram with schema 3, found by comparing integer nanoseconds with an integer table
+//! (exact, no floating point). The definition and why it is exact: docs/design.md, "Buckets".
 
 /// Number of buckets per histogram: a power of two so the kernel's binary search takes exactly
 /// `log2(BUCKETS)` steps and every index can be masked into range for the verifier.

@@ -38,7 +38,7 @@ pub mod names {
 
 /// Why a task was waiting on a run queue.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// It slept, was woken (`sched_wakeup`/`sched_wakeup_new`) and waited for a CPU.
     Wakeup = 0,

@@ -4,6 +4,7 @@
 use latency_common::buckets::{NATIVE_OFFSET, OVERFLOW_BUCKET, ZERO_NATIVE_INDEX};
 
 use super::Problem;
+use crate::model::distribution::{CGROUP_STEP, native_bound};
 
 /// Bounds `2^((first + step·r)/8)` s for rungs `r` in `0..rungs`. All are boundaries of the
 /// kernel's buckets (Prometheus native schema 3), so a cumulative count at any of them is an exact
@@ -33,17 +34,11 @@ pub(super) const CLASSIC: Ladder = Ladder {
 /// The per-cgroup histograms' bounds: every other octave, 2^-20 s … 2^6 s (the kernel keeps 14
 /// coarse buckets per cgroup to stay small per CPU).
 pub(super) const CGROUP: Ladder =
-    Ladder { first: ZERO_NATIVE_INDEX, step: 16, rungs: 14, what: "one of 2^-20, 2^-18, …, 2^6 s" };
+    Ladder { first: ZERO_NATIVE_INDEX, step: CGROUP_STEP, rungs: 14, what: "one of 2^-20, 2^-18, …, 2^6 s" };
 
 /// Relative distance within which a value is taken as the boundary: far below any difference a
 /// person means, far above the rounding in a decimal written with 10 significant digits.
 const TOLERANCE: f64 = 1e-9;
-
-/// The upper bound of native bucket `i` in seconds, `2^(i/8)`; exact when `i/8` is whole (every
-/// power of two), as `powf` is for representable results.
-pub(super) fn native_bound(i: i32) -> f64 {
-    2f64.powf(f64::from(i) / 8.0)
-}
 
 impl Ladder {
     /// Rung `r` in seconds.

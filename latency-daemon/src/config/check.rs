@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Config;
+use super::args::RunArgs;
 use super::buckets::{CGROUP, CLASSIC};
-use crate::cli::RunArgs;
 
 /// Below this, reading every CPU's counters each interval costs more than the latency it shows.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);

@@ -11,24 +11,20 @@ use latency_common::maps::Reason;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serializer};
 
-use super::buckets::{CGROUP, native_bound};
-use crate::cli::{self, ClockArg};
+use super::args::{self, ClockArg};
+use super::buckets::CGROUP;
+use crate::model::distribution::native_bound;
 
 pub fn de_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
-    parsed(d, cli::parse_listen)
+    parsed(d, args::parse_listen)
 }
 
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parsed(d, cli::parse_duration)
-}
-
-/// `alert_cooldown`'s parser: any duration in humantime syntax, zero included ("0s": no cooldown).
-pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("'{s}': {e}"))
+    parsed(d, args::parse_duration)
 }
 
 pub fn de_duration_or_zero<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    parsed(d, parse_duration_or_zero)
+    parsed(d, args::parse_duration_or_zero)
 }
 
 /// An array of URLs, or one string of comma-separated URLs as the flag and the variable take them.

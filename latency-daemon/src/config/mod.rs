@@ -1,17 +1,12 @@
 //! Settings of `run`: flags, `RUNQLAT_*` variables and the `--config` TOML file in, one validated
 //! [`Config`] out (or every problem at once, on one line). On SIGHUP, [`Config::reload`] re-reads
-//! them and says which changes wait for a restart.
-//!
-//! Adding a setting: an `Option` field of `cli::RunArgs` (flag, `RUNQLAT_*` variable and file key
-//! at once), its line in `RunArgs::or` (sources.rs) and in `check::resolve`, its default in
-//! [`Config::default`], its check in `check::check`, its key in deploy/latency-daemon.toml (a test
-//! insists), and, if the running pipeline cannot adopt it, its `keep` line in [`Config::reload`].
-//! The `alert_*` settings do the same in alert.rs, behind [`AlertConfig`].
+//! them and says which changes wait for a restart. Adding a setting: docs/design.md.
 
 mod alert;
+pub mod args;
 mod buckets;
 mod check;
-pub(crate) mod format;
+mod format;
 mod sources;
 
 use std::net::SocketAddr;
@@ -21,7 +16,7 @@ use std::time::Duration;
 use latency_common::knobs::{Clock, DEFAULT_CEILING_NS};
 use serde::Serialize;
 
-use crate::cli::RunArgs;
+use self::args::RunArgs;
 
 pub use self::alert::AlertConfig;
 pub use self::check::Problem;
@@ -170,7 +165,7 @@ impl Config {
     /// Classic histogram bounds in seconds, ascending (`+Inf` not included).
     #[cfg(test)]
     pub fn classic_bounds(&self) -> Vec<f64> {
-        self.classic_buckets.iter().map(|&i| buckets::native_bound(i)).collect()
+        self.classic_buckets.iter().map(|&i| crate::model::distribution::native_bound(i)).collect()
     }
 
     /// Per-cgroup histogram bounds in seconds, ascending (`+Inf` not included).

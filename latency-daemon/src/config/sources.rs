@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args as _, FromArgMatches as _};
 
+use super::args::RunArgs;
 use super::{ConfigError, Env, Problem};
-use crate::cli::RunArgs;
 
 /// Every variable is this prefix plus the flag's name in upper snake case.
 const ENV_PREFIX: &str = "RUNQLAT_";
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(args.listen, Some("0.0.0.0:1234".parse().unwrap()));
         assert_eq!(args.per_task, Some(true));
         assert_eq!(args.classic_buckets, Some(vec![0.5, 1.0]));
-        assert_eq!(args.clock, Some(crate::cli::ClockArg::RunQueue));
+        assert_eq!(args.clock, Some(super::super::args::ClockArg::RunQueue));
         assert_eq!(args.config, Some(PathBuf::from("/etc/x.toml")));
         assert_eq!(args.window, None, "empty means unset");
     }

@@ -2,18 +2,21 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args as _, Parser as _};
+use clap::{Args as _, FromArgMatches as _};
 
 use super::*;
-use crate::cli::{Cli, Command};
 
 /// The example file shipped for operators; it must list every key at its default.
 const EXAMPLE: &str = include_str!("../../../deploy/latency-daemon.toml");
 
+/// `run`'s flags as clap parses them.
+fn parse_run(argv: &[&str]) -> Result<RunArgs, clap::Error> {
+    let matches = run_command().try_get_matches_from(["run"].iter().chain(argv))?;
+    RunArgs::from_arg_matches(&matches)
+}
+
 fn flags(argv: &[&str]) -> RunArgs {
-    let cli = Cli::try_parse_from(["latency-daemon", "run"].iter().chain(argv)).unwrap();
-    let Command::Run(args) = cli.command else { panic!("not run: {argv:?}") };
-    args
+    parse_run(argv).unwrap()
 }
 
 fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -164,10 +167,10 @@ fn alert_flags_parse() {
     assert_eq!(a.attribute_ns(), 20_000_000);
 
     // Zero is a cooldown, not a threshold or a resend period.
-    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-max-delay", "0s"]).is_err());
-    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-resend", "0s"]).is_err());
-    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-cooldown", "-1s"]).is_err());
-    assert!(Cli::try_parse_from(["latency-daemon", "run", "--alert-reason-max-delay", "5ms"]).is_err(), "file only");
+    assert!(parse_run(&["--alert-max-delay", "0s"]).is_err());
+    assert!(parse_run(&["--alert-resend", "0s"]).is_err());
+    assert!(parse_run(&["--alert-cooldown", "-1s"]).is_err());
+    assert!(parse_run(&["--alert-reason-max-delay", "5ms"]).is_err(), "file only");
 }
 
 #[test]
@@ -231,9 +234,9 @@ alert_cooldown = "0s"
     assert_eq!(a.cooldown, Duration::ZERO);
     assert_eq!(a.attribute_ns(), 5_000_000, "the lowest of all");
     let rules = a.rules();
-    assert_eq!(rules.threshold("wakeup", "/web"), Some(20_000_000));
-    assert_eq!(rules.threshold("preempt", "/web"), Some(5_000_000));
-    assert_eq!(rules.threshold("preempt", "/system.slice"), Some(50_000_000));
+    assert_eq!(rules.threshold(latency_common::Reason::Wakeup, "/web"), Some(20_000_000));
+    assert_eq!(rules.threshold(latency_common::Reason::Preempt, "/web"), Some(5_000_000));
+    assert_eq!(rules.threshold(latency_common::Reason::Preempt, "/system.slice"), Some(50_000_000));
 
     let json = serde_json::to_value(&c).unwrap();
     assert_eq!(json["alert_reason_max_delay"], serde_json::json!({ "preempt": "5ms" }));

@@ -1,0 +1,317 @@
+//! Alert rules + each closed window's attributed incidents → `Transition`s (fired, resolved).
+//! Pure: no clock reads, no I/O, so the hysteresis and cooldown are tested as tables. The sinks
+//! that deliver transitions are in `notify`.
+pub mod notify;
+
+use std::collections::HashMap;
+
+use latency_common::Reason;
+use serde::Serialize;
+
+use crate::model::{attribution::Attribution, ser_reason};
+
+/// An alert's identity: one per reason and cgroup of the victim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct AlertKey {
+    #[serde(serialize_with = "ser_reason")]
+    pub reason: Reason,
+    pub cgroup: String,
+}
+
+/// By reason name, then cgroup: the order alerts are listed in (metrics, Alertmanager payloads).
+impl Ord for AlertKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.reason.name(), &self.cgroup).cmp(&(other.reason.name(), &other.cgroup))
+    }
+}
+
+impl PartialOrd for AlertKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A firing alert, as sinks see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Alert {
+    pub key: AlertKey,
+    /// The threshold it crossed.
+    pub threshold_ns: u64,
+    /// Unix ns of the window end at which it fired.
+    pub since_unix_ns: u64,
+    /// The worst delay seen while firing.
+    pub worst: Attribution,
+    /// Unix ns of the window end at which it resolved.
+    pub resolved_unix_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Transition {
+    Fired(Alert),
+    Resolved(Alert),
+}
+
+/// Thresholds and timing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rules {
+    /// For any delay (None: off unless an override applies).
+    pub max_delay_ns: Option<u64>,
+    /// Per reason (index = `Reason as usize`); overrides `max_delay_ns`.
+    pub per_reason_ns: [Option<u64>; Reason::COUNT],
+    /// Per cgroup path; overrides the others for delays of tasks in that cgroup.
+    pub per_cgroup_ns: Vec<(String, u64)>,
+    /// Consecutive windows over the threshold before firing.
+    pub for_windows: u32,
+    /// Consecutive windows under it before resolving.
+    pub resolve_after: u32,
+    /// After resolving, the same alert does not fire again for this long (Unix ns).
+    pub cooldown_ns: u64,
+}
+
+impl Rules {
+    /// The threshold for a delay of `reason` by a task in `cgroup`, if any.
+    pub fn threshold(&self, reason: Reason, cgroup: &str) -> Option<u64> {
+        if let Some((_, t)) = self.per_cgroup_ns.iter().find(|(path, _)| path == cgroup) {
+            return Some(*t);
+        }
+        self.per_reason_ns[reason as usize].or(self.max_delay_ns)
+    }
+
+    /// The smallest threshold anywhere: the kernel attributes every delay at or above it.
+    pub fn lowest(&self) -> Option<u64> {
+        self.per_cgroup_ns
+            .iter()
+            .map(|(_, t)| *t)
+            .chain(self.per_reason_ns.iter().flatten().copied())
+            .chain(self.max_delay_ns)
+            .min()
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct KeyState {
+    over: u32,
+    under: u32,
+    firing: Option<Alert>,
+    quiet_until_unix_ns: u64,
+}
+
+/// Bound on remembered keys (one per reason × cgroup that breached recently).
+const MAX_KEYS: usize = 4096;
+
+#[derive(Debug, Default)]
+pub struct Engine {
+    states: HashMap<AlertKey, KeyState>,
+    /// Breaches that would have fired but fell in a cooldown.
+    pub suppressed: u64,
+}
+
+impl Engine {
+    /// Feed one closed window: its attributed incidents (any CPU, any reason) and the Unix time
+    /// of its end. Returns what changed.
+    pub fn evaluate(&mut self, rules: &Rules, incidents: &[Attribution], window_end_unix_ns: u64) -> Vec<Transition> {
+        // The worst breach per key in this window.
+        let mut worst: HashMap<AlertKey, (&Attribution, u64)> = HashMap::new();
+        for a in incidents {
+            let Some(threshold) = rules.threshold(a.reason, &a.cgroup) else { continue };
+            if a.delay_ns <= threshold {
+                continue;
+            }
+            let key = AlertKey { reason: a.reason, cgroup: a.cgroup.clone() };
+            let slot = worst.entry(key).or_insert((a, threshold));
+            if a.delay_ns > slot.0.delay_ns {
+                *slot = (a, threshold);
+            }
+        }
+        let mut out = Vec::new();
+        for (key, (a, threshold)) in &worst {
+            let s = self.states.entry(key.clone()).or_default();
+            s.over += 1;
+            s.under = 0;
+            match &mut s.firing {
+                Some(alert) if a.delay_ns > alert.worst.delay_ns => alert.worst = (*a).clone(),
+                Some(_) => {}
+                None if s.over >= rules.for_windows.max(1) => {
+                    if window_end_unix_ns < s.quiet_until_unix_ns {
+                        self.suppressed += 1;
+                        continue;
+                    }
+                    let alert = Alert {
+                        key: key.clone(),
+                        threshold_ns: *threshold,
+                        since_unix_ns: window_end_unix_ns,
+                        worst: (*a).clone(),
+                        resolved_unix_ns: None,
+                    };
+                    s.firing = Some(alert.clone());
+                    out.push(Transition::Fired(alert));
+                }
+                None => {}
+            }
+        }
+        for (key, s) in self.states.iter_mut() {
+            if worst.contains_key(key) {
+                continue;
+            }
+            s.under += 1;
+            s.over = 0;
+            if s.under >= rules.resolve_after.max(1)
+                && let Some(mut alert) = s.firing.take()
+            {
+                alert.resolved_unix_ns = Some(window_end_unix_ns);
+                s.quiet_until_unix_ns = window_end_unix_ns.saturating_add(rules.cooldown_ns);
+                out.push(Transition::Resolved(alert));
+            }
+        }
+        // Forget keys with nothing left to remember.
+        self.states.retain(|_, s| s.firing.is_some() || s.over > 0 || window_end_unix_ns < s.quiet_until_unix_ns);
+        if self.states.len() > MAX_KEYS {
+            self.states.retain(|_, s| s.firing.is_some());
+        }
+        out.sort_by(|a, b| key_of(a).cmp(key_of(b)));
+        out
+    }
+
+    /// Alerts firing now, for `runqlat_alert_active` and re-sending.
+    pub fn active(&self) -> Vec<&Alert> {
+        let mut v: Vec<&Alert> = self.states.values().filter_map(|s| s.firing.as_ref()).collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+}
+
+fn key_of(t: &Transition) -> &AlertKey {
+    match t {
+        Transition::Fired(a) | Transition::Resolved(a) => &a.key,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Reason::{Preempt, Wakeup};
+
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    fn rules() -> Rules {
+        Rules {
+            max_delay_ns: Some(10 * MS),
+            per_reason_ns: [None, None],
+            per_cgroup_ns: Vec::new(),
+            for_windows: 1,
+            resolve_after: 1,
+            cooldown_ns: 0,
+        }
+    }
+
+    fn incident(reason: Reason, cgroup: &str, delay_ns: u64) -> Attribution {
+        Attribution {
+            reason,
+            delay_ns,
+            cpu: 0,
+            victim_tid: 7,
+            victim_pid: 7,
+            victim_comm: "victim".into(),
+            victim_prio: 120,
+            cgroup: cgroup.into(),
+            end_ns: 1,
+            end_unix_ns: 1,
+            queue_depth: Some(3),
+            culprits: Vec::new(),
+            culprits_truncated: false,
+        }
+    }
+
+    /// Runs windows (each a list of (reason, cgroup, delay)) and returns, per window, what
+    /// fired (+) and resolved (-) as short strings.
+    fn run(rules: &Rules, windows: &[&[(Reason, &str, u64)]]) -> Vec<Vec<String>> {
+        let mut e = Engine::default();
+        windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let incidents: Vec<Attribution> = w.iter().map(|(r, c, d)| incident(*r, c, *d)).collect();
+                e.evaluate(rules, &incidents, (i as u64 + 1) * 15 * S)
+                    .iter()
+                    .map(|t| match t {
+                        Transition::Fired(a) => format!("+{}{}", a.key.reason.name(), a.key.cgroup),
+                        Transition::Resolved(a) => format!("-{}{}", a.key.reason.name(), a.key.cgroup),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fires_over_the_threshold_and_resolves_when_clean() {
+        let r = rules();
+        let out = run(&r, &[&[(Preempt, "/a", 12 * MS)], &[(Preempt, "/a", 20 * MS)], &[], &[(Preempt, "/a", 9 * MS)]]);
+        assert_eq!(out, vec![vec!["+preempt/a"], vec![], vec!["-preempt/a"], vec![]]);
+    }
+
+    #[test]
+    fn equal_to_the_threshold_does_not_fire() {
+        assert_eq!(run(&rules(), &[&[(Wakeup, "/", 10 * MS)]]), vec![Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn for_and_resolve_after_count_consecutive_windows() {
+        let r = Rules { for_windows: 2, resolve_after: 2, ..rules() };
+        let bad: &[(Reason, &str, u64)] = &[(Preempt, "/", 50 * MS)];
+        let out = run(&r, &[bad, &[], bad, bad, &[], bad, &[], &[]]);
+        // One bad window, then a clean one: the streak restarts. Two in a row fire; one clean
+        // window between bad ones does not resolve; two clean ones do.
+        assert_eq!(out, vec![vec![], vec![], vec![], vec!["+preempt/"], vec![], vec![], vec![], vec!["-preempt/"]]);
+    }
+
+    #[test]
+    fn cooldown_keeps_a_flapping_alert_quiet() {
+        let r = Rules { cooldown_ns: 40 * S, ..rules() };
+        let bad: &[(Reason, &str, u64)] = &[(Preempt, "/", 50 * MS)];
+        let mut e = Engine::default();
+        let mut log = Vec::new();
+        for (i, w) in [bad, &[], bad, &[], &[], bad].iter().enumerate() {
+            let incidents: Vec<Attribution> = w.iter().map(|(r, c, d)| incident(*r, c, *d)).collect();
+            log.push(e.evaluate(&r, &incidents, (i as u64 + 1) * 15 * S).len());
+        }
+        // Fired at 15 s, resolved at 30 s; the breach at 45 s is inside the 40 s cooldown;
+        // at 90 s it is past it and fires again.
+        assert_eq!(log, vec![1, 1, 0, 0, 0, 1]);
+        assert_eq!(e.suppressed, 1);
+    }
+
+    #[test]
+    fn overrides_per_reason_and_per_cgroup() {
+        let r = Rules {
+            max_delay_ns: None,
+            per_reason_ns: [Some(5 * MS), None],
+            per_cgroup_ns: vec![("/batch".into(), 100 * MS)],
+            ..rules()
+        };
+        assert_eq!(r.threshold(Wakeup, "/web"), Some(5 * MS));
+        assert_eq!(r.threshold(Preempt, "/web"), None, "no global threshold: preempt is off");
+        assert_eq!(r.threshold(Preempt, "/batch"), Some(100 * MS));
+        assert_eq!(r.lowest(), Some(5 * MS));
+        let out = run(&r, &[&[(Wakeup, "/web", 6 * MS), (Preempt, "/web", 900 * MS), (Wakeup, "/batch", 50 * MS)]]);
+        assert_eq!(out, vec![vec!["+wakeup/web"]]);
+    }
+
+    #[test]
+    fn the_worst_breach_of_a_key_is_kept_while_firing() {
+        let mut e = Engine::default();
+        let r = rules();
+        e.evaluate(&r, &[incident(Preempt, "/", 12 * MS), incident(Preempt, "/", 30 * MS)], 15 * S);
+        assert_eq!(e.active()[0].worst.delay_ns, 30 * MS);
+        e.evaluate(&r, &[incident(Preempt, "/", 40 * MS)], 30 * S);
+        assert_eq!(e.active()[0].worst.delay_ns, 40 * MS);
+        assert_eq!(e.active()[0].since_unix_ns, 15 * S);
+    }
+
+    #[test]
+    fn separate_keys_per_reason_and_cgroup() {
+        let out = run(&rules(), &[&[(Preempt, "/a", 20 * MS), (Preempt, "/b", 20 * MS), (Wakeup, "/a", 20 * MS)]]);
+        assert_eq!(out, vec![vec!["+preempt/a", "+preempt/b", "+wakeup/a"]]);
+    }
+}

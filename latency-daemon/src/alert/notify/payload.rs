@@ -1,0 +1,161 @@
+//! Alerts in, the bytes sinks send out: the Alertmanager v2 `PostableAlert` array and the log
+//! sink's JSON line. (The webhook body is the `Transition`'s own serde form.)
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::text;
+use crate::alert::{Alert, Transition};
+
+pub const ALERTNAME: &str = "RunQueueDelayHigh";
+
+/// The labels and link every alert from this daemon carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub instance: String,
+    pub severity: String,
+    pub generator_url: String,
+}
+
+/// Alertmanager API v2 `PostableAlert`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PostableAlert {
+    labels: BTreeMap<&'static str, String>,
+    annotations: BTreeMap<&'static str, String>,
+    starts_at: String,
+    ends_at: String,
+    #[serde(rename = "generatorURL")]
+    generator_url: String,
+}
+
+fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAlert {
+    let a = &alert.worst;
+    let labels = BTreeMap::from([
+        ("alertname", ALERTNAME.to_string()),
+        ("severity", origin.severity.clone()),
+        ("instance", origin.instance.clone()),
+        ("reason", alert.key.reason.name().to_string()),
+        ("cgroup", alert.key.cgroup.clone()),
+    ]);
+    let annotations = BTreeMap::from([
+        ("summary", text::summary(alert)),
+        ("description", text::description(alert)),
+        ("victim", text::victim(a)),
+        ("delay", text::duration(a.delay_ns)),
+        ("threshold", text::duration(alert.threshold_ns)),
+        ("cpu", a.cpu.to_string()),
+        ("queue_depth", text::queue_depth(a)),
+        ("culprits", text::culprits(a)),
+        ("at", text::rfc3339(a.end_unix_ns)),
+    ]);
+    PostableAlert {
+        labels,
+        annotations,
+        starts_at: text::rfc3339(alert.since_unix_ns),
+        ends_at: text::rfc3339(ends_at_unix_ns),
+        generator_url: origin.generator_url.clone(),
+    }
+}
+
+/// One POST body: every active alert with `endsAt` = `active_until_unix_ns` (so Alertmanager
+/// keeps it firing between re-sends), and every resolved one with `endsAt` = when it resolved.
+pub fn alertmanager_body<'a>(
+    active: impl IntoIterator<Item = &'a Alert>,
+    resolved: impl IntoIterator<Item = &'a Alert>,
+    origin: &Origin,
+    active_until_unix_ns: u64,
+    now_unix_ns: u64,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let alerts: Vec<PostableAlert> = active
+        .into_iter()
+        .map(|a| postable(a, origin, active_until_unix_ns))
+        .chain(resolved.into_iter().map(|a| postable(a, origin, a.resolved_unix_ns.unwrap_or(now_unix_ns))))
+        .collect();
+    serde_json::to_vec(&alerts)
+}
+
+#[derive(Serialize)]
+struct LogLine<'a> {
+    ts: String,
+    level: &'static str,
+    event: &'static str,
+    #[serde(flatten)]
+    alert: &'a Alert,
+}
+
+/// `{"ts":…,"level":"alert","event":"fired"|"resolved",…the Alert…}`, no trailing newline.
+/// serde_json escapes every control character, so a hostile comm stays inside its string.
+pub fn log_line(t: &Transition, now_unix_ns: u64) -> Result<String, serde_json::Error> {
+    let (event, alert) = match t {
+        Transition::Fired(a) => ("fired", a),
+        Transition::Resolved(a) => ("resolved", a),
+    };
+    serde_json::to_string(&LogLine { ts: text::rfc3339(now_unix_ns), level: "alert", event, alert })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::alert::notify::text::tests::alert;
+
+    const NOW: u64 = 1_700_000_100_000_000_000;
+
+    fn origin() -> Origin {
+        Origin { instance: "node1".into(), severity: "warning".into(), generator_url: "http://node1:9954/".into() }
+    }
+
+    #[test]
+    fn alertmanager_shape() {
+        let firing = alert();
+        let mut resolved = alert();
+        resolved.key.reason = latency_common::Reason::Wakeup;
+        resolved.resolved_unix_ns = Some(NOW - 1_000_000_000);
+        let body = alertmanager_body([&firing], [&resolved], &origin(), NOW + 120_000_000_000, NOW).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let alerts = v.as_array().unwrap();
+        assert_eq!(alerts.len(), 2);
+        let a = &alerts[0];
+        assert_eq!(
+            a["labels"],
+            json!({"alertname": "RunQueueDelayHigh", "severity": "warning", "instance": "node1",
+                   "reason": "preempt", "cgroup": "/app.slice"})
+        );
+        assert_eq!(a["startsAt"], "2023-11-14T22:13:20.000Z");
+        assert_eq!(a["endsAt"], "2023-11-14T22:17:00.000Z");
+        assert_eq!(a["generatorURL"], "http://node1:9954/");
+        let ann = &a["annotations"];
+        assert_eq!(ann["victim"], "myapp (tid 1234, pid 1200)");
+        assert_eq!(ann["delay"], "12.3 ms");
+        assert_eq!(ann["threshold"], "10.0 ms");
+        assert_eq!(ann["cpu"], "1");
+        assert_eq!(ann["queue_depth"], "unknown");
+        assert_eq!(ann["culprits"], "hog:99 ran 11.8 ms; kworker/1:0:23 ran 200.0 µs; (and more, not kept)");
+        assert_eq!(ann["at"], "2023-11-14T22:13:19.500Z");
+        assert!(
+            ann["summary"].as_str().unwrap().starts_with("preempt delay 12.3 ms on cpu 1: myapp (tid 1234) waited")
+        );
+        assert!(ann["description"].as_str().unwrap().lines().count() > 3);
+
+        assert_eq!(alerts[1]["labels"]["reason"], "wakeup");
+        assert_eq!(alerts[1]["endsAt"], "2023-11-14T22:14:59.000Z", "a resolved alert ends when it resolved");
+    }
+
+    #[test]
+    fn log_line_puts_the_event_first_and_survives_hostile_names() {
+        let mut a = alert();
+        a.worst.victim_comm = "x\"\n\u{0}\u{1b}]0;pwned\u{7}".into();
+        let line = log_line(&Transition::Resolved(a.clone()), NOW).unwrap();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with(r#"{"ts":"2023-11-14T22:15:00.000Z","level":"alert","event":"resolved","key":"#),
+            "{line}"
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["worst"]["victim_comm"], a.worst.victim_comm.as_str());
+        assert_eq!(v["key"]["cgroup"], "/app.slice");
+        assert!(log_line(&Transition::Fired(a), NOW).unwrap().contains(r#""event":"fired""#));
+    }
+}

@@ -1,0 +1,279 @@
+//! An [`Alert`] in, the human words about it out: durations, timestamps, the one-line summary,
+//! the multi-line description and the culprit list that the Alertmanager annotations carry.
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::alert::Alert;
+use crate::model::attribution::{Attribution, Culprit};
+
+/// RFC 3339 UTC with milliseconds. Any u64 of ns is before the year 2555, well inside what
+/// humantime formats (years up to 9999), so its `Display` cannot fail and `to_string` cannot panic.
+pub fn rfc3339(unix_ns: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(unix_ns)).to_string()
+}
+
+/// The wall clock as Unix ns; 0 if it is set before 1970, u64::MAX after 2554.
+pub fn now_unix_ns() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// 812 → "812 ns", 12_345_678 → "12.3 ms", 2_500_000_000 → "2.50 s"; rounded, never "1000.0 µs".
+pub fn duration(ns: u64) -> String {
+    if ns < 1_000 {
+        return format!("{ns} ns");
+    }
+    let tenths_us = ns.saturating_add(50) / 100;
+    if tenths_us < 10_000 {
+        return format!("{}.{} µs", tenths_us / 10, tenths_us % 10);
+    }
+    let tenths_ms = ns.saturating_add(50_000) / 100_000;
+    if tenths_ms < 10_000 {
+        return format!("{}.{} ms", tenths_ms / 10, tenths_ms % 10);
+    }
+    // In u128: rounding u64::MAX up must not saturate.
+    let hundredths_s = (u128::from(ns) + 5_000_000) / 10_000_000;
+    format!("{}.{:02} s", hundredths_s / 100, hundredths_s % 100)
+}
+
+/// A thread name as one line of text: control characters (a comm may hold a newline or an
+/// escape sequence) are shown escaped, everything else as it is.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub fn queue_depth(a: &Attribution) -> String {
+    a.queue_depth.map_or_else(|| "unknown".to_string(), |d| d.to_string())
+}
+
+pub fn victim(a: &Attribution) -> String {
+    format!("{} (tid {}, pid {})", printable(&a.victim_comm), a.victim_tid, a.victim_pid)
+}
+
+/// "hog:99 ran 11.8 ms; kworker/1:0:23 ran 0.2 ms", most recent first, as the kernel kept them.
+pub fn culprits(a: &Attribution) -> String {
+    let mut parts: Vec<String> =
+        a.culprits.iter().map(|c| format!("{}:{} ran {}", printable(&c.comm), c.tid, duration(c.ran_ns))).collect();
+    if a.culprits_truncated {
+        parts.push("(and more, not kept)".into());
+    }
+    if parts.is_empty() { "none recorded".into() } else { parts.join("; ") }
+}
+
+/// "preempt delay 12.3 ms on cpu 1: myapp (tid 1234) waited; ran meanwhile: hog (tid 99) 11.8 ms"
+/// — the culprit named is the one that ran longest.
+pub fn summary(alert: &Alert) -> String {
+    let a = &alert.worst;
+    let mut s = format!(
+        "{} delay {} on cpu {}: {} (tid {}) waited; ran meanwhile: ",
+        a.reason.name(),
+        duration(a.delay_ns),
+        a.cpu,
+        printable(&a.victim_comm),
+        a.victim_tid
+    );
+    if idle_only(a) {
+        let _ = write!(s, "only the idle task, {}: {IDLE_HINT}", duration(a.delay_ns));
+        return s;
+    }
+    match a.culprits.iter().max_by_key(|c| c.ran_ns) {
+        None if a.culprits_truncated => s.push_str("more tasks than were kept"),
+        None => s.push_str("nothing recorded"),
+        Some(top) => {
+            let _ = write!(s, "{} (tid {}) {}", printable(&top.comm), top.tid, duration(top.ran_ns));
+            let others = a.culprits.len() - 1;
+            match (others, a.culprits_truncated) {
+                (0, false) => {}
+                (n, false) => {
+                    let _ = write!(s, " and {n} more");
+                }
+                (_, true) => s.push_str(" and more"),
+            }
+        }
+    }
+    s
+}
+
+/// What a wait behind nothing but the idle task means.
+const IDLE_HINT: &str = "the CPU sat idle instead of running the woken task (a slow exit from a deep idle state, \
+     or a virtual CPU the hypervisor did not run: check steal time)";
+
+/// Whether nothing but the CPU's idle task (tid 0) ran while the victim waited.
+fn idle_only(a: &Attribution) -> bool {
+    !a.culprits.is_empty() && !a.culprits_truncated && a.culprits.iter().all(|c| c.tid == 0)
+}
+
+/// Everything the alert knows, one fact a line.
+pub fn description(alert: &Alert) -> String {
+    let a = &alert.worst;
+    // Writing to a String cannot fail; the results are ignored for that reason.
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Run-queue delay over {} for {} in cgroup {}.",
+        duration(alert.threshold_ns),
+        a.reason.name(),
+        printable(&alert.key.cgroup)
+    );
+    let _ = writeln!(
+        s,
+        "Firing since {}; worst delay {} on cpu {}, ended {}.",
+        rfc3339(alert.since_unix_ns),
+        duration(a.delay_ns),
+        a.cpu,
+        rfc3339(a.end_unix_ns)
+    );
+    let _ = writeln!(s, "Victim: {}, prio {}.", victim(a), a.victim_prio);
+    let _ = writeln!(s, "Other runnable tasks on that CPU when it was enqueued: {}.", queue_depth(a));
+    if a.culprits.is_empty() && !a.culprits_truncated {
+        let _ = writeln!(s, "Ran meanwhile: none recorded.");
+    } else {
+        let _ = writeln!(s, "Ran meanwhile (most recent first):");
+        for Culprit { tid, pid, comm, ran_ns } in &a.culprits {
+            let _ = writeln!(s, "  {} (tid {tid}, pid {pid}) {}", printable(comm), duration(*ran_ns));
+        }
+        if a.culprits_truncated {
+            let _ = writeln!(s, "  (and more, not kept)");
+        }
+        if idle_only(a) {
+            let _ = writeln!(s, "So {IDLE_HINT}.");
+        }
+    }
+    if let Some(at) = alert.resolved_unix_ns {
+        let _ = writeln!(s, "Resolved {}.", rfc3339(at));
+    }
+    s
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use latency_common::Reason;
+
+    use super::*;
+    use crate::alert::AlertKey;
+
+    pub const MS: u64 = 1_000_000;
+
+    /// The alert used across the notify tests: a preempt delay of 12.3 ms, two culprits.
+    pub fn alert() -> Alert {
+        Alert {
+            key: AlertKey { reason: Reason::Preempt, cgroup: "/app.slice".into() },
+            threshold_ns: 10 * MS,
+            since_unix_ns: 1_700_000_000_000_000_000,
+            worst: Attribution {
+                reason: Reason::Preempt,
+                delay_ns: 12_300_000,
+                cpu: 1,
+                victim_tid: 1234,
+                victim_pid: 1200,
+                victim_comm: "myapp".into(),
+                victim_prio: 120,
+                cgroup: "/app.slice".into(),
+                end_ns: 5,
+                end_unix_ns: 1_699_999_999_500_000_000,
+                queue_depth: None,
+                culprits: vec![
+                    Culprit { tid: 99, pid: 99, comm: "hog".into(), ran_ns: 11_800_000 },
+                    Culprit { tid: 23, pid: 23, comm: "kworker/1:0".into(), ran_ns: 200_000 },
+                ],
+                culprits_truncated: true,
+            },
+            resolved_unix_ns: None,
+        }
+    }
+
+    #[test]
+    fn durations_at_unit_boundaries() {
+        let cases = [
+            (0, "0 ns"),
+            (999, "999 ns"),
+            (1_000, "1.0 µs"),
+            (999_949, "999.9 µs"),
+            (999_950, "1.0 ms"),
+            (12_345_678, "12.3 ms"),
+            (999_949_999, "999.9 ms"),
+            (999_950_000, "1.00 s"),
+            (2_500_000_000, "2.50 s"),
+            (u64::MAX, "18446744073.71 s"),
+        ];
+        for (ns, want) in cases {
+            assert_eq!(duration(ns), want, "{ns}");
+        }
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_700_000_000_123_456_789), "2023-11-14T22:13:20.123Z");
+        assert!(rfc3339(u64::MAX).starts_with("2554-"));
+    }
+
+    #[test]
+    fn summary_is_one_line_naming_the_longest_culprit() {
+        let mut a = alert();
+        assert_eq!(
+            summary(&a),
+            "preempt delay 12.3 ms on cpu 1: myapp (tid 1234) waited; ran meanwhile: hog (tid 99) 11.8 ms and more"
+        );
+        a.worst.culprits_truncated = false;
+        assert!(summary(&a).ends_with("hog (tid 99) 11.8 ms and 1 more"));
+        a.worst.culprits.truncate(1);
+        assert!(summary(&a).ends_with("hog (tid 99) 11.8 ms"));
+        a.worst.culprits.clear();
+        assert!(summary(&a).ends_with("ran meanwhile: nothing recorded"));
+        a.worst.victim_comm = "evil\n\u{1b}[31mname".into();
+        let s = summary(&a);
+        assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
+        assert!(s.contains(r"evil\n\u{1b}[31mname"), "{s}");
+    }
+
+    #[test]
+    fn a_wait_behind_only_the_idle_task_says_the_cpu_sat_idle() {
+        let mut a = alert();
+        a.worst.culprits_truncated = false;
+        a.worst.culprits = vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 12_345_678 }];
+        let s = summary(&a);
+        assert!(s.ends_with(&format!("ran meanwhile: only the idle task, 12.3 ms: {IDLE_HINT}")), "{s}");
+        assert!(description(&a).contains("So the CPU sat idle"), "{}", description(&a));
+        // One real task beside the idle one: that task is named, no idle hint.
+        a.worst.culprits.push(Culprit { tid: 7, pid: 7, comm: "hog".into(), ran_ns: 1 });
+        assert!(!summary(&a).contains("idle task") && !description(&a).contains("sat idle"));
+    }
+
+    #[test]
+    fn culprits_and_queue_depth() {
+        let mut a = alert();
+        assert_eq!(culprits(&a.worst), "hog:99 ran 11.8 ms; kworker/1:0:23 ran 200.0 µs; (and more, not kept)");
+        assert_eq!(queue_depth(&a.worst), "unknown");
+        a.worst.queue_depth = Some(3);
+        assert_eq!(queue_depth(&a.worst), "3");
+        a.worst.culprits.clear();
+        a.worst.culprits_truncated = false;
+        assert_eq!(culprits(&a.worst), "none recorded");
+    }
+
+    #[test]
+    fn description_has_everything() {
+        let mut a = alert();
+        a.resolved_unix_ns = Some(1_700_000_060_000_000_000);
+        let d = description(&a);
+        for want in [
+            "over 10.0 ms for preempt in cgroup /app.slice",
+            "12.3 ms on cpu 1",
+            "myapp (tid 1234, pid 1200), prio 120",
+            "when it was enqueued: unknown",
+            "  hog (tid 99, pid 99) 11.8 ms\n  kworker/1:0 (tid 23, pid 23) 200.0 µs\n  (and more, not kept)",
+            "Resolved 2023-11-14T22:14:20.000Z",
+        ] {
+            assert!(d.contains(want), "{want:?} missing in:\n{d}");
+        }
+    }
+}

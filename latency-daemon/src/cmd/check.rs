@@ -1,0 +1,88 @@
+//! The `check` command: can this machine run the monitor? Prints one line per requirement and
+//! returns whether all hold; a failing line names the missing piece.
+use std::{process::ExitCode, time::Instant};
+
+use crate::{
+    host::system,
+    kernel::{
+        btf::{Btf, VMLINUX},
+        caps::{self, Caps},
+        probe::{Probe, ProbeOptions},
+    },
+};
+
+/// `latency-daemon check`: exit 0 when ready, 1 when not.
+pub fn main() -> ExitCode {
+    if check() { ExitCode::SUCCESS } else { ExitCode::from(super::FAILED) }
+}
+
+/// Runs every check, prints the results, and returns true when the monitor can run here.
+fn check() -> bool {
+    let mut ready = true;
+    println!("kernel:       {} ({})", system::kernel_release(), std::env::consts::ARCH);
+
+    match Btf::from_sys_fs().and_then(|btf| btf.task_layout()) {
+        Ok(l) => println!(
+            "BTF:          {VMLINUX}: task_struct pid@{} tgid@{} comm@{} prio@{} state@{}; sched_switch {} prev_state",
+            l.pid.offset,
+            l.tgid.offset,
+            l.comm.offset,
+            l.prio.offset,
+            l.state.offset,
+            if l.switch_has_prev_state { "passes" } else { "lacks (read from the task)" }
+        ),
+        Err(e) => {
+            println!("BTF:          MISSING: {e}");
+            ready = false;
+        }
+    }
+
+    // The same gate `record` and `run` pass; here it also says which capabilities were found.
+    match (caps::require(), Caps::current()) {
+        (Err(e), _) => {
+            println!("capabilities: MISSING {}", e.missing.join(", "));
+            ready = false;
+        }
+        (Ok(()), Ok(caps)) => {
+            let how = if caps.sys_admin { "CAP_SYS_ADMIN" } else { "CAP_BPF, CAP_PERFMON" };
+            println!("capabilities: ok ({how})");
+        }
+        (Ok(()), Err(e)) => {
+            println!("capabilities: unknown ({e})");
+            ready = false;
+        }
+    }
+
+    if ready {
+        let started = Instant::now();
+        let options = ProbeOptions {
+            per_task: true,
+            max_tasks: 1024,
+            filter: Vec::new(),
+            ceiling_ns: u64::MAX,
+            clock: Default::default(),
+            // Every optional feature on, so the verifier checks all of the program.
+            cgroups: true,
+            max_cgroups: 16,
+            attribute_ns: 1,
+        };
+        match Probe::load(&options) {
+            Ok(probe) => {
+                println!(
+                    "load+attach:  ok (sched_wakeup, sched_wakeup_new, sched_switch; {} stamp slots; {:.0} ms)",
+                    probe.stamp_capacity(),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                drop(probe);
+            }
+            Err(e) => {
+                println!("load+attach:  FAILED: {e}");
+                ready = false;
+            }
+        }
+    } else {
+        println!("load+attach:  skipped (fix the lines above first)");
+    }
+    println!("{}", if ready { "ready" } else { "not ready" });
+    ready
+}

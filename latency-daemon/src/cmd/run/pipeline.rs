@@ -1,0 +1,217 @@
+//! The drain thread: every interval, kernel maps → `Snapshot`; every window, → `Window` →
+//! attributed incidents → alert transitions (to the sinks) → cgroup series; after every drain, a new
+//! `Exposition` published for HTTP to encode. It owns the probe, so detaching happens when it ends.
+use std::{
+    sync::{Arc, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+use latency_common::{Reason, WindowMax};
+use tokio::sync::watch;
+
+use super::log;
+use crate::{
+    alert::{Engine, Transition, notify::Notifier},
+    config::Config,
+    host::{cgroups::CgroupNames, clock, system},
+    kernel::{
+        drain::{self, Extras},
+        probe::{Probe, ProbeError},
+    },
+    model::{
+        attribution::{Attribution, attribution},
+        cgroup_series::CgroupSeries,
+        exposition::Exposition,
+        report::Meta,
+        snapshot::{self, CpuMax, Snapshot},
+        window::Window,
+    },
+};
+
+/// After flipping the epoch, how long to wait before reading the closed slot: a program that
+/// read the old epoch finishes within microseconds (it runs with preemption off).
+const EPOCH_GRACE: Duration = Duration::from_millis(2);
+
+/// Messages from the async side to the drain thread.
+pub(super) enum Command {
+    Reload(Box<Config>),
+    Stop,
+}
+
+/// The drain thread's state: owns the probe, so detaching happens when it returns.
+pub(super) struct Drainer {
+    probe: Probe,
+    names: Option<CgroupNames>,
+    config: Config,
+    published: watch::Sender<Arc<Exposition>>,
+    duration: prometheus_client::metrics::histogram::Histogram,
+    meta: Meta,
+    epoch: u64,
+    window_start: Option<Snapshot>,
+    drains_in_window: u32,
+    series: CgroupSeries,
+    alerts: Engine,
+    notifier: Option<Notifier>,
+    /// What we last read from each WINDOW_MAX slot (by epoch parity), to spot late writes.
+    last_read: [Vec<(Reason, u32, WindowMax)>; 2],
+    exposition: Exposition,
+}
+
+impl Drainer {
+    pub(super) fn new(
+        probe: Probe,
+        names: Option<CgroupNames>,
+        config: Config,
+        published: watch::Sender<Arc<Exposition>>,
+        duration: prometheus_client::metrics::histogram::Histogram,
+        notifier: Option<Notifier>,
+    ) -> Drainer {
+        let exposition = (**published.borrow()).clone();
+        let meta = Meta {
+            kernel: system::kernel_release(),
+            wall: clock::wall_clock(),
+            filter: Vec::new(),
+            clock: config.clock,
+        };
+        // The first window starts at attach, from maps that are all zero.
+        let attached = Snapshot::empty(clock::monotonic_ns(), drain::possible_cpus());
+        Drainer {
+            probe,
+            names,
+            config,
+            published,
+            duration,
+            meta,
+            epoch: 0,
+            window_start: Some(attached),
+            drains_in_window: 0,
+            series: CgroupSeries::default(),
+            alerts: Engine::default(),
+            notifier,
+            last_read: [Vec::new(), Vec::new()],
+            exposition,
+        }
+    }
+
+    pub(super) fn run(mut self, inbox: &mpsc::Receiver<Command>) {
+        let mut next = Instant::now() + self.config.interval;
+        loop {
+            match inbox.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(Command::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Ok(Command::Reload(config)) => {
+                    self.apply(*config);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            next += self.config.interval;
+            // Behind by more than an interval (suspend, a stall): skip ticks rather than burst.
+            if next < Instant::now() {
+                next = Instant::now() + self.config.interval;
+            }
+            let started = Instant::now();
+            let cpu_before = clock::thread_cpu_ns();
+            let result = self.drain();
+            // CPU time, unlike the wall time above, excludes waiting for a CPU: on a saturated
+            // machine that is what shows a drain costs the same whatever the event rate.
+            self.exposition.drain_cpu_seconds += clock::thread_cpu_ns().saturating_sub(cpu_before) as f64 / 1e9;
+            match result {
+                Ok(()) => self.duration.observe(started.elapsed().as_secs_f64()),
+                Err(e) => {
+                    self.exposition.drain_errors += 1;
+                    log(&format!("drain failed: {e}"));
+                }
+            }
+            self.published.send_replace(Arc::new(self.exposition.clone()));
+        }
+        // Dropping self drops the probe: every program detaches, every map closes.
+    }
+
+    fn apply(&mut self, config: Config) {
+        self.exposition.window_seconds = config.window.as_secs_f64();
+        self.exposition.classic = config.classic_buckets.clone();
+        self.exposition.cgroup_classic = config.cgroup_buckets.clone();
+        self.config = config;
+    }
+
+    fn drain(&mut self) -> Result<(), ProbeError> {
+        let extras = Extras { tasks: self.config.per_task, cgroups: self.names.is_some() };
+        let now = drain::snapshot(&self.probe, extras)?;
+        self.drains_in_window += 1;
+        let start = self.window_start.get_or_insert_with(|| now.clone());
+        if self.drains_in_window >= self.config.intervals_per_window() {
+            let start = start.clone();
+            let closed = self.epoch;
+            let maxima = self.close_epoch()?;
+            let mut window = Window::close(&start, &now, &maxima, &self.meta);
+            self.attribute(&mut window, closed)?;
+            self.fold_cgroups(&window);
+            self.exposition.window = Some(Arc::new(window));
+            self.window_start = Some(now.clone());
+            self.drains_in_window = 0;
+        }
+        self.exposition.drains += 1;
+        self.exposition.last_drain_unix = clock::realtime_ns() as f64 / 1e9;
+        self.exposition.snapshot = Some(now);
+        Ok(())
+    }
+
+    /// Flip the epoch so the kernel writes the other slot, then read the closed one.
+    fn close_epoch(&mut self) -> Result<Vec<(Reason, CpuMax)>, ProbeError> {
+        let closed = self.epoch;
+        self.epoch += 1;
+        self.probe.set_epoch(self.epoch)?;
+        thread::sleep(EPOCH_GRACE);
+        let slot = drain::window_slot(&self.probe, closed)?;
+        let parity = (closed & 1) as usize;
+        self.exposition.late_window_writes += snapshot::late_writes(&self.last_read[parity], &slot, closed);
+        let maxima = snapshot::maxima(&slot, closed);
+        self.last_read[parity] = slot;
+        Ok(maxima)
+    }
+
+    /// The window's attributed incidents → its report and the alert engine; transitions go to
+    /// the sinks without waiting for them.
+    fn attribute(&mut self, window: &mut Window, closed: u64) -> Result<(), ProbeError> {
+        if self.config.alert.attribute_ns() == 0 {
+            return Ok(());
+        }
+        let incidents = drain::incidents(&self.probe, closed)?;
+        let wall = self.meta.wall;
+        let names = &mut self.names;
+        let mut attributed: Vec<Attribution> = incidents
+            .iter()
+            .map(|(reason, cpu, inc)| {
+                attribution(*reason, *cpu, inc, wall, |id| names.as_mut().and_then(|n| n.path(id).map(str::to_string)))
+            })
+            .collect();
+        attributed.sort_by_key(|a| std::cmp::Reverse(a.delay_ns));
+        let end_unix_ns = wall.unix_ns(window.report.end_ns);
+        for t in self.alerts.evaluate(&self.config.alert.rules(), &attributed, end_unix_ns) {
+            if let Transition::Fired(a) = &t {
+                self.exposition.alerts_total[a.key.reason as usize] += 1;
+            }
+            if let Some(n) = &self.notifier {
+                n.send(t);
+            }
+        }
+        self.exposition.alerts_active =
+            self.alerts.active().iter().map(|a| (a.key.reason, a.key.cgroup.clone())).collect();
+        self.exposition.alerts_suppressed = self.alerts.suppressed;
+        window.report.attributed = attributed;
+        Ok(())
+    }
+
+    fn fold_cgroups(&mut self, window: &Window) {
+        let Some(names) = self.names.as_mut() else { return };
+        self.series.add_window(&window.cgroups, |id| names.path(id).map(str::to_string), self.config.top_cgroups);
+        self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
+        for id in names.prune() {
+            match self.probe.delete_cgroup(id) {
+                Ok(()) => self.exposition.cgroups_pruned += 1,
+                Err(e) => log(&format!("cannot delete cgroup {id} from the kernel map: {e}")),
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The loaded probe's maps in, plain data out: a `Snapshot` of every aggregate, the records of a
+//! `WINDOW_MAX` slot and the attributed incidents of a window. Reads only; what the values mean
+//! is `model`'s business.
+use aya::maps::{HashMap, MapError, PerCpuArray, PerCpuHashMap};
+use latency_common::{
+    CpuStats, Histogram, Reason, TaskStats, WindowMax,
+    maps::{CgroupHist, Incident, names, window_index},
+};
+
+use super::probe::{Probe, ProbeError};
+use crate::{
+    host::clock,
+    model::snapshot::{Incidents, Snapshot, WindowSlot, sum_cgroup, sum_histograms},
+};
+
+/// How many CPUs the per-CPU maps hold a value for (the possible CPUs), so a `Snapshot` of
+/// freshly created maps has the right shape.
+pub fn possible_cpus() -> usize {
+    aya::util::nr_cpus().unwrap_or(1)
+}
+
+/// What to read besides the always-on aggregates.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras {
+    pub tasks: bool,
+    pub cgroups: bool,
+}
+
+fn map_err(map: &'static str) -> impl Fn(MapError) -> ProbeError {
+    move |source| ProbeError::Map { map, source }
+}
+
+/// Read every aggregate map.
+pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
+    let taken_ns = clock::monotonic_ns();
+
+    let map = names::CPU_STATS;
+    let stats: PerCpuArray<_, CpuStats> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let cpus = stats.get(&0, 0).map_err(map_err(map))?.to_vec();
+
+    let map = names::HISTOGRAMS;
+    let hists: PerCpuArray<_, Histogram> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let mut histograms = [Histogram::ZERO; Reason::COUNT];
+    for reason in Reason::ALL {
+        let per_cpu = hists.get(&(reason as u32), 0).map_err(map_err(map))?;
+        histograms[reason as usize] = sum_histograms(&per_cpu);
+    }
+
+    let mut tasks = Vec::new();
+    if extras.tasks {
+        let map = names::TASKS;
+        let table: HashMap<_, u32, TaskStats> = HashMap::try_from(probe.map(map)?).map_err(map_err(map))?;
+        for entry in table.iter() {
+            // A task that exits while we iterate makes the iterator skip, never fail; any other
+            // error is real.
+            let (tid, stats) = entry.map_err(map_err(map))?;
+            tasks.push((tid, stats));
+        }
+    }
+
+    let mut cgroups = Vec::new();
+    if extras.cgroups {
+        let map = names::CGROUPS;
+        let table: PerCpuHashMap<_, u64, CgroupHist> =
+            PerCpuHashMap::try_from(probe.map(map)?).map_err(map_err(map))?;
+        for entry in table.iter() {
+            let (id, per_cpu) = entry.map_err(map_err(map))?;
+            cgroups.push((id, sum_cgroup(&per_cpu)));
+        }
+        cgroups.sort_unstable_by_key(|(id, _)| *id);
+    }
+
+    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups })
+}
+
+/// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it.
+pub fn window_slot(probe: &Probe, epoch: u64) -> Result<WindowSlot, ProbeError> {
+    let map = names::WINDOW_MAX;
+    let slots: PerCpuArray<_, WindowMax> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let mut out = Vec::new();
+    for reason in Reason::ALL {
+        let per_cpu = slots.get(&window_index(epoch, reason), 0).map_err(map_err(map))?;
+        for (cpu, max) in per_cpu.iter().enumerate() {
+            out.push((reason, cpu as u32, *max));
+        }
+    }
+    Ok(out)
+}
+
+/// The attributed incidents the kernel kept for window `epoch`, one per CPU and reason that saw
+/// a delay at or above the attribution threshold.
+pub fn incidents(probe: &Probe, epoch: u64) -> Result<Incidents, ProbeError> {
+    let map = names::INCIDENTS;
+    let slots: PerCpuArray<_, Incident> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let mut out = Vec::new();
+    for reason in Reason::ALL {
+        let per_cpu = slots.get(&window_index(epoch, reason), 0).map_err(map_err(map))?;
+        for (cpu, inc) in per_cpu.iter().enumerate() {
+            if inc.epoch == epoch && inc.delay_ns > 0 {
+                out.push((reason, cpu as u32, *inc));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,39 @@
+//! The run-queue latency monitor's user space: loads the kernel program, drains its maps, and
+//! records, serves and alerts on wakeup-to-run delay. An internal API for the `latency-daemon`
+//! binary, its tests and benchmarks; not a stable interface.
+//!
+//! # Layout
+//!
+//! - `cli`     — clap types of the command line (`run`'s settings are `config::args`).
+//! - `cmd`     — where each command starts: `check`, `record` (+ its text rendering), `run`
+//!   (attach, signals, reload, stop; `pipeline`: drain → window → attribute → alert → publish).
+//! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
+//!   (load, attach, detach), `drain` (map reads), `caps` (the gate), `btf` (struct layouts).
+//! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
+//!   process's cost, cgroup v2 id → path.
+//! - `model`   — plain data and pure functions, no I/O: `Snapshot`, `Window`, `Report` (the JSON
+//!   schema), `Attribution`, cgroup series, `Exposition`, bucket math (`distribution`).
+//! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `http`
+//!   (the hardened transport).
+//! - `alert`   — rules → transitions, typed by `Reason`; `notify`: the log, Alertmanager and
+//!   webhook sinks.
+//! - `config`  — flags, `RUNQLAT_*` variables and the TOML file (`args`) → one validated `Config`.
+//!
+//! # Layering
+//!
+//! Each layer imports only those named here (check with `grep -rn 'use crate::' src`):
+//! `model` → latency-common, std, serde, hdrhistogram; `host` → `model`;
+//! `kernel` → `model`, `host`; `alert` → `model`; `config` → `model`, `alert` (its `Rules`);
+//! `serve` → `model`, `config`, the stats types of `alert::notify`; `cli` → `config`;
+//! `cmd` → anything; nothing imports `cmd`. Instruments (histograms, counters) are created by
+//! `cmd::run` and passed in.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod alert;
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod host;
+pub mod kernel;
+pub mod model;
+pub mod serve;

@@ -1,0 +1,142 @@
+//! `Report::between` on synthetic snapshots: JSON field names, window deltas, hostile names.
+use latency_common::{WindowMax, buckets::bucket_of};
+
+use super::*;
+
+fn snapshot(taken_ns: u64) -> Snapshot {
+    Snapshot {
+        taken_ns,
+        cpus: vec![CpuStats::default(); 2],
+        histograms: [Histogram::ZERO; Reason::COUNT],
+        tasks: Vec::new(),
+        cgroups: Vec::new(),
+    }
+}
+
+fn comm(s: &str) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[..s.len()].copy_from_slice(s.as_bytes());
+    c
+}
+
+fn sample() -> (Snapshot, Snapshot, Vec<(Reason, CpuMax)>, Meta) {
+    let earlier = snapshot(1_000_000_000);
+    let mut later = snapshot(3_000_000_000);
+    for d in [2_000u64, 3_000, 5_000_000] {
+        later.histograms[Reason::Preempt as usize].buckets[bucket_of(d)] += 1;
+        later.histograms[Reason::Preempt as usize].sum_ns += d;
+    }
+    later.cpus[1] = CpuStats {
+        switches: 10,
+        voluntary: 4,
+        involuntary: 5,
+        idle_ns: 500_000_000,
+        idle_since_ns: 2_500_000_000,
+        ..Default::default()
+    };
+    later.cpus[0].lost[Lost::Tasks as usize] = 3;
+    let mut t = TaskStats::ZERO;
+    t.tgid = 42;
+    t.prio = 120;
+    t.comm = comm("bad\"name\n");
+    t.runtime_ns = 7;
+    t.last_in_ns = 2_999_999_000;
+    t.voluntary = 1;
+    t.involuntary = 2;
+    t.delays = [0, 3];
+    t.delay_sum_ns = 5_005_000;
+    t.delay_max_ns = 5_000_000;
+    t.delay_max_at_ns = 2_000_000_000;
+    t.delay_max_reason = Reason::Preempt as u32;
+    later.tasks.push((43, t));
+    let mut max = WindowMax::ZERO;
+    max.delay_ns = 5_000_000;
+    max.end_ns = 2_000_000_000;
+    max.victim_tid = 43;
+    max.victim_tgid = 42;
+    max.victim_comm = comm("victim");
+    max.prev_tid = 7;
+    max.prev_comm = comm("hog");
+    max.reason = Reason::Preempt as u32;
+    let maxima = vec![(Reason::Preempt, CpuMax { cpu: 1, max })];
+    let meta = Meta {
+        kernel: "6.18-test".into(),
+        wall: WallClock::new(1_000_000_000, 1_700_000_000_000_000_000),
+        filter: vec![42],
+        clock: Clock::Monotonic,
+    };
+    (earlier, later, maxima, meta)
+}
+
+#[test]
+fn json_has_the_documented_fields() {
+    let (earlier, later, maxima, meta) = sample();
+    let report = Report::between(&earlier, &later, &maxima, &meta);
+    let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    let task = &v["tasks"][0];
+    for field in [
+        "tid",
+        "pid",
+        "comm",
+        "prio",
+        "runtime_ns",
+        "switches",
+        "voluntary",
+        "involuntary",
+        "delay_count",
+        "delay_sum_ns",
+        "delay_max_ns",
+        "delay_max_at_ns",
+    ] {
+        assert!(!task[field].is_null(), "tasks[].{field} missing: {task}");
+    }
+    assert_eq!(task["comm"], "bad\"name\n");
+    assert_eq!(task["switches"], 3);
+    assert_eq!(task["delay_count"], 3);
+    // Still running at the snapshot: 7 ns closed + 1000 ns open.
+    assert_eq!(task["runtime_ns"], 1_007);
+    let preempt = &v["histograms"]["preempt"];
+    assert_eq!(preempt["count"], 3);
+    assert_eq!(preempt["sum_ns"], 5_005_000);
+    assert_eq!(preempt["max_ns"], 5_000_000);
+    let buckets = preempt["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 3, "empty buckets are left out");
+    assert_eq!(buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum::<u64>(), 3);
+    // 2 µs lies in (2^(-152/8), 2^(-151/8)] s.
+    let le = buckets[0]["le_seconds"].as_f64().unwrap();
+    assert!((2e-6..2e-6 * 1.0905).contains(&le), "{le}");
+    assert_eq!(v["histograms"]["wakeup"]["count"], 0);
+    let cpu1 = &v["cpus"][1];
+    assert_eq!(cpu1["cpu"], 1);
+    assert_eq!(cpu1["voluntary"], 4);
+    // 0.5 s closed + 0.5 s still idle at the snapshot.
+    assert_eq!(cpu1["idle_ns"], 1_000_000_000);
+    assert_eq!(v["lost"]["tasks"], 3);
+    assert_eq!(v["discarded"]["over_ceiling"], 0);
+    assert_eq!(v["window_max"][0]["prev"]["comm"], "hog");
+    assert_eq!(v["window_max"][0]["end_unix_ns"], 1_700_000_001_000_000_000u64);
+    assert_eq!(v["duration_ns"], 2_000_000_000);
+}
+
+#[test]
+fn a_window_holds_only_what_changed_in_it() {
+    let (earlier, later, maxima, meta) = sample();
+    // The same state twice: nothing happened in between.
+    let r = Report::between(&later, &later, &[], &meta);
+    assert_eq!(r.histograms.preempt.count, 0);
+    assert_eq!(r.tasks[0].delay_count, 0);
+    assert_eq!(r.tasks[0].delay_max_ns, 0, "a lifetime max from before the window is not this window's");
+    assert_eq!(r.cpus[1].switches, 0);
+    assert_eq!(r.lost["tasks"], 0);
+    let full = Report::between(&earlier, &later, &maxima, &meta);
+    assert_eq!(full.tasks[0].delay_max_ns, 5_000_000);
+}
+
+#[test]
+fn invalid_utf8_names_survive() {
+    let mut c = [0u8; 16];
+    c[..4].copy_from_slice(&[0xff, b'a', 0xfe, b'\\']);
+    let s = comm_string(&c);
+    assert_eq!(s, "\u{fffd}a\u{fffd}\\");
+    assert!(serde_json::from_str::<String>(&serde_json::to_string(&s).unwrap()).is_ok());
+}

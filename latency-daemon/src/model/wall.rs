@@ -1,0 +1,38 @@
+//! One pair of clock readings taken together (monotonic, Unix) in; the Unix time of any monotonic
+//! stamp out. Reading the clocks is `host::clock`'s job; this is only the arithmetic.
+
+/// Converts monotonic stamps (the kernel program's clock) to wall-clock time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WallClock {
+    mono_ns: u64,
+    real_ns: u64,
+}
+
+impl WallClock {
+    /// `real_ns` (ns since the Unix epoch) was the wall time when CLOCK_MONOTONIC read `mono_ns`.
+    pub fn new(mono_ns: u64, real_ns: u64) -> WallClock {
+        WallClock { mono_ns, real_ns }
+    }
+
+    /// The Unix time (ns) of a monotonic stamp.
+    pub fn unix_ns(self, mono_ns: u64) -> u64 {
+        if mono_ns >= self.mono_ns {
+            self.real_ns.saturating_add(mono_ns - self.mono_ns)
+        } else {
+            self.real_ns.saturating_sub(self.mono_ns - mono_ns)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_before_and_after_the_reading() {
+        let w = WallClock::new(1_000, 1_700_000_000_000_000_000);
+        assert_eq!(w.unix_ns(1_500), 1_700_000_000_000_000_500);
+        assert_eq!(w.unix_ns(400), 1_699_999_999_999_999_400);
+        assert_eq!(WallClock::new(10, 5).unix_ns(0), 0, "saturates instead of wrapping");
+    }
+}

@@ -1,0 +1,212 @@
+//! The daemon's HTTP/1.1 transport: a listener, a [`Handler`] the application implements and
+//! [`Limits`] in; GET/HEAD requests answered by the handler, everything else refused, until
+//! shutdown. What happens at each limit (each counted in [`HttpStats`]): docs/design.md.
+
+mod connection;
+mod respond;
+pub mod stats;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+pub use hyper::header::{HeaderName, HeaderValue};
+pub use hyper::{Method, StatusCode};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+pub use self::stats::HttpStats;
+
+/// What the handler sees of a request: borrowed from hyper's parsed head, valid for one call.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// GET or HEAD; answer HEAD exactly as GET; the transport drops the body.
+    #[allow(dead_code, reason = "our routes answer both alike; kept for handlers that care")]
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    /// The Accept header, if present and visible ASCII.
+    pub accept: Option<&'a str>,
+}
+
+/// What the handler answers. Content-Type and Content-Length are always sent from `content_type` and
+/// `body`; `extra_headers` naming Content-Type, Content-Length or Transfer-Encoding are dropped.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    /// Must be a valid header value; an invalid one turns the reply into a 500.
+    pub content_type: &'static str,
+    pub body: Bytes,
+    pub extra_headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Reply {
+    pub fn new(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Self {
+        Reply { status, content_type, body: body.into(), extra_headers: Vec::new() }
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.extra_headers.push((name, value));
+        self
+    }
+}
+
+/// The application's routes. Synchronous on purpose: it runs on the connection's task and should only
+/// encode state that is already published (e.g. the latest window); it must not wait on I/O.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: &Request<'_>) -> Reply;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Time allowed to send a complete request head, and to start the next one on a kept-alive connection.
+    pub header_read_timeout: Duration,
+    /// Longest a connection may go without a response being produced, whatever it is doing.
+    pub request_timeout: Duration,
+    /// Request line plus headers; larger heads get 431.
+    pub max_header_bytes: usize,
+    /// Largest request body accepted (and ignored); every endpoint is a GET, so 0.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_header_bytes: 8 * 1024,
+            max_body_bytes: 0,
+        }
+    }
+}
+
+/// Below this a plain request from curl or Prometheus (request line, Host, User-Agent, Accept) may not fit.
+const MIN_HEADER_BYTES: usize = 1024;
+
+impl Limits {
+    fn check(&self) -> Result<(), HttpError> {
+        let problem = |field, problem| Err(HttpError::Limits { field, problem });
+        if self.max_connections == 0 {
+            return problem("max_connections", "must be at least 1");
+        }
+        if self.header_read_timeout.is_zero() {
+            return problem("header_read_timeout", "must be longer than zero");
+        }
+        if self.request_timeout.is_zero() {
+            return problem("request_timeout", "must be longer than zero");
+        }
+        if self.max_header_bytes < MIN_HEADER_BYTES {
+            return problem("max_header_bytes", "must be at least 1024");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot listen on {addr}: {}", bind_reason(.cause))]
+    Bind { addr: SocketAddr, cause: io::Error },
+    #[error("HTTP limit {field} {problem}")]
+    Limits { field: &'static str, problem: &'static str },
+}
+
+fn bind_reason(cause: &io::Error) -> String {
+    match cause.kind() {
+        io::ErrorKind::AddrInUse => "address in use".to_owned(),
+        io::ErrorKind::AddrNotAvailable => "no such address on this host".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)".to_owned(),
+        _ => cause.to_string(),
+    }
+}
+
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
+    TcpListener::bind(addr).await.map_err(|cause| HttpError::Bind { addr, cause })
+}
+
+/// In-flight requests get this long after shutdown is asked for; then their connections are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// Pause after an accept error that is not about one connection (EMFILE and friends), so a full
+/// descriptor table does not turn the accept loop into a busy loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Serves `listener` until `shutdown` resolves, then stops accepting, gives in-flight requests up to
+/// one second, and returns. Fails only on invalid `limits`.
+pub async fn serve(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    limits: Limits,
+    stats: Arc<HttpStats>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    limits.check()?;
+    let shared = Arc::new(connection::Shared { handler, stats, limits });
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Turned-away sockets linger up to a second each; bounding them keeps a flood from holding
+    // descriptors the served connections need.
+    let lingering = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut tasks = JoinSet::new();
+    let mut shutdown = pin!(shutdown);
+
+    loop {
+        // Reap finished tasks so the set does not grow with the server's lifetime.
+        while tasks.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) => {
+                shared.stats.accept_failed();
+                if !is_per_connection(&e) {
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                    }
+                }
+                continue;
+            }
+        };
+        if let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
+            tasks.spawn(connection::serve(stream, Arc::clone(&shared), graceful.watcher(), slot));
+            continue;
+        }
+        shared.stats.record(stats::Outcome::Busy);
+        match Arc::clone(&lingering).try_acquire_owned() {
+            Ok(slot) => {
+                tasks.spawn(connection::turn_away(stream, slot));
+            }
+            Err(_) => connection::turn_away_now(stream),
+        }
+    }
+
+    drop(listener);
+    // Idle connections close at once; busy ones after their current response.
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+    tasks.shutdown().await;
+    Ok(())
+}
+
+/// Errors that concern only the connection being accepted; anything else is about the process.
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}

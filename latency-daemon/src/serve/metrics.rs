@@ -1,0 +1,395 @@
+//! The latest published `Exposition` and the daemon's own instruments in; Prometheus text,
+//! OpenMetrics or protobuf (native histograms) out. Every `runqlat_*` family is named and
+//! described here, and only here. A scrape reads what the last drain published; nothing here
+//! touches the kernel.
+use std::{fmt, sync::Arc};
+
+use latency_common::{
+    Discard, Lost, Reason,
+    buckets::{ZERO_BUCKET, ZERO_NATIVE_INDEX},
+    knobs::Clock,
+};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{
+        DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, NativeHistogram, NativeHistogramBuckets, NoLabelSet,
+    },
+    metrics::MetricType,
+    registry::Registry,
+};
+use tokio::sync::watch;
+
+use super::{Instruments, ProcessSampler, http::HttpStats};
+use crate::{
+    alert::notify::NotifyStats,
+    model::{
+        clock_name,
+        distribution::native_bound,
+        exposition::{Exposition, ProcessSample, cgroup_classic_buckets, classic_buckets, native_buckets},
+        snapshot::Snapshot,
+        window::{QUANTILES, Window},
+    },
+};
+
+/// Every metric the daemon serves: the latest exposition and process figures at scrape time,
+/// the instruments, the HTTP server's and the alert sinks' counters.
+pub fn registry(
+    latest: watch::Receiver<Arc<Exposition>>,
+    instruments: &Instruments,
+    process: ProcessSampler,
+) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(ExpositionCollector { latest, process }));
+    registry.register(
+        "runqlat_drain_duration_seconds",
+        "Time to read the kernel maps and publish the result, per drain",
+        instruments.drain.clone(),
+    );
+    registry.register(
+        "runqlat_scrape_encode_duration_seconds",
+        "Time to encode /metrics (all formats), per scrape; the current scrape shows in the next",
+        instruments.encode.clone(),
+    );
+    registry.register_collector(Box::new(HttpCollector(instruments.http.clone())));
+    registry.register_collector(Box::new(NotifyCollector(instruments.notify.clone())));
+    registry
+}
+
+/// Adds the latest exposition, and this process's own cost, to every scrape.
+struct ExpositionCollector {
+    latest: watch::Receiver<Arc<Exposition>>,
+    process: ProcessSampler,
+}
+
+impl fmt::Debug for ExpositionCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExpositionCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for ExpositionCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        // Clone the Arc and let go of the lock at once: encoding must not hold up the drain loop.
+        let e = self.latest.borrow().clone();
+        encode_all(&e, &mut encoder)?;
+        process_metrics((self.process)(), &mut encoder)
+    }
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut info = enc.encode_descriptor(
+        "runqlat_build_info",
+        "Constant 1, labelled with the monitor's version, the kernel it runs on and the clock it reads.",
+        None,
+        MetricType::Gauge,
+    )?;
+    info.encode_family(&[("version", e.version), ("kernel", e.kernel.as_str()), ("clock", clock_name(e.clock))])?
+        .encode_gauge(&1i64)?;
+
+    if let Some(s) = &e.snapshot {
+        delay_histograms(e, s, enc)?;
+        cpu_counters(e, s, enc)?;
+        loss_counters(e, s, enc)?;
+    }
+    if let Some(w) = &e.window {
+        window_gauges(e, w, enc)?;
+    }
+    if e.snapshot.is_some() {
+        cgroup_histograms(e, enc)?;
+    }
+    alert_metrics(e, enc)?;
+    self_metrics(e, enc)
+}
+
+fn delay_histograms(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_delay_seconds",
+        "Run-queue delay (wakeup or preemption to running), cumulative since the monitor started, \
+         exactly from the kernel's buckets (native schema 3 when scraped as protobuf).",
+        None,
+        MetricType::Histogram,
+    )?;
+    for reason in Reason::ALL {
+        let h = &s.histograms[reason as usize];
+        let count: u64 = h.buckets.iter().sum();
+        let classic = classic_buckets(&h.buckets, &e.classic);
+        let (spans, deltas) = native_buckets(&h.buckets);
+        let native = NativeHistogram {
+            schema: i32::from(latency_common::buckets::SCHEMA),
+            zero_threshold: native_bound(ZERO_NATIVE_INDEX),
+            zero_count: h.buckets[ZERO_BUCKET],
+            negative: NativeHistogramBuckets { spans: &[], deltas: &[] },
+            positive: NativeHistogramBuckets { spans: &spans, deltas: &deltas },
+            created: None,
+        };
+        family.encode_family(&[("reason", reason.name())])?.encode_histogram_with_native::<NoLabelSet>(
+            seconds(h.sum_ns),
+            count,
+            &classic,
+            None,
+            native,
+        )?;
+    }
+    Ok(())
+}
+
+fn window_gauges(e: &Exposition, w: &Window, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let help = format!(
+        "Largest run-queue delay that ended in the last completed {}s window, exact from the kernel \
+         (0 if none); replaced when a window closes, never reset by scrapes.",
+        e.window_seconds
+    );
+    let mut family = enc.encode_descriptor("runqlat_delay_window_max_seconds", &help, None, MetricType::Gauge)?;
+    for reason in Reason::ALL {
+        family.encode_family(&[("reason", reason.name())])?.encode_gauge(&seconds(w.max_ns[reason as usize]))?;
+    }
+    // A gauge per quantile, labelled `q`: prometheus-client 0.26 has no summary type, and
+    // promtool rejects a `quantile` label on anything else.
+    let help = format!(
+        "Quantile q of run-queue delay in the last completed {}s window, estimated from the kernel's \
+         buckets (within 9 %, never above the window max); absent without delays.",
+        e.window_seconds
+    );
+    let mut family = enc.encode_descriptor("runqlat_delay_window_seconds", &help, None, MetricType::Gauge)?;
+    for reason in Reason::ALL {
+        for (q, v) in QUANTILES.iter().zip(w.quantiles[reason as usize].ns) {
+            if let Some(ns) = v {
+                let q = q.to_string();
+                family.encode_family(&[("reason", reason.name()), ("q", q.as_str())])?.encode_gauge(&seconds(ns))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cpu_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_context_switches",
+        "Context switches per CPU by the kind of the task switched out: voluntary (it blocked) or \
+         involuntary (it was preempted and stays runnable). Switches away from idle are not counted.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (cpu, c) in s.cpus.iter().enumerate() {
+        let cpu = cpu.to_string();
+        for (kind, v) in [("voluntary", c.voluntary), ("involuntary", c.involuntary)] {
+            family
+                .encode_family(&[("cpu", cpu.as_str()), ("kind", kind)])?
+                .encode_counter::<NoLabelSet, _, f64>(&v, None)?;
+        }
+    }
+    let mut family = enc.encode_descriptor(
+        "runqlat_cpu_idle_seconds",
+        "Time each CPU ran its idle task since the monitor started.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (cpu, c) in s.cpus.iter().enumerate() {
+        // An idle period still open at the drain counts up to the drain; only on the monotonic
+        // clock, which is the clock the drain was stamped with, so the counter never goes back.
+        let open = if e.clock == Clock::Monotonic && c.idle_since_ns != 0 {
+            s.taken_ns.saturating_sub(c.idle_since_ns)
+        } else {
+            0
+        };
+        let cpu = cpu.to_string();
+        family
+            .encode_family(&[("cpu", cpu.as_str())])?
+            .encode_counter::<NoLabelSet, _, f64>(&seconds(c.idle_ns + open), None)?;
+    }
+    Ok(())
+}
+
+fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_lost",
+        "Things the monitor could not keep, by map: stamps (tid beyond the stamp array), tasks and \
+         cgroups (map full), window_max (a maximum written after its window was read).",
+        None,
+        MetricType::Counter,
+    )?;
+    for what in Lost::ALL.into_iter().filter(|w| *w != Lost::Switches) {
+        let n: u64 = s.cpus.iter().map(|c| c.lost[what as usize]).sum();
+        family.encode_family(&[("map", what.map())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+    }
+    family
+        .encode_family(&[("map", "window_max")])?
+        .encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
+    let untraced: u64 = s.cpus.iter().map(|c| c.lost[Lost::Switches as usize]).sum();
+    counter(
+        enc,
+        "runqlat_untraced_switches",
+        "Context switches the kernel raised no sched_switch tracepoint for (a break in a CPU's chain of \
+         prev/next): no tracer sees them, and the delays around them are missing from every histogram.",
+        untraced,
+    )?;
+    let mut family = enc.encode_descriptor(
+        "runqlat_discarded",
+        "Delays measured but not recorded because they were not believable: future_stamp (stamp \
+         later than the clock), over_ceiling (above the configured ceiling).",
+        None,
+        MetricType::Counter,
+    )?;
+    for why in Discard::ALL {
+        let n: u64 = s.cpus.iter().map(|c| c.discarded[why as usize]).sum();
+        family.encode_family(&[("why", why.name())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+    }
+    Ok(())
+}
+
+fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_cgroup_delay_seconds",
+        "Run-queue delay by cgroup v2 path of the task that waited: the top cgroups by delay time in \
+         the last window, the rest summed in cgroup=\"other\"; updated when a window closes.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for (label, h) in &e.cgroups {
+        let count: u64 = h.buckets.iter().sum();
+        let classic = cgroup_classic_buckets(h, &e.cgroup_classic);
+        family.encode_family(&[("cgroup", label.as_str())])?.encode_histogram::<NoLabelSet>(
+            seconds(h.sum_ns),
+            count,
+            &classic,
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+fn alert_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_alert_active",
+        "1 for each alert the daemon is firing now, by reason and cgroup of the task that waited.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (reason, cgroup) in &e.alerts_active {
+        family.encode_family(&[("reason", reason.name()), ("cgroup", cgroup.as_str())])?.encode_gauge(&1i64)?;
+    }
+    let mut family = enc.encode_descriptor(
+        "runqlat_alerts",
+        "Alerts fired by the daemon's own rules since start, by reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for reason in Reason::ALL {
+        let n = e.alerts_total[reason as usize];
+        family.encode_family(&[("reason", reason.name())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+    }
+    counter(
+        enc,
+        "runqlat_alerts_suppressed",
+        "Threshold breaches that did not fire because the alert was in its cooldown.",
+        e.alerts_suppressed,
+    )
+}
+
+fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    counter(enc, "runqlat_drains", "Drains of the kernel maps since start.", e.drains)?;
+    counter(enc, "runqlat_drain_errors", "Drains that failed (the previous values stay published).", e.drain_errors)?;
+    counter(
+        enc,
+        "runqlat_drain_cpu_seconds",
+        "CPU time spent draining (unlike runqlat_drain_duration_seconds, without waiting for a CPU).",
+        e.drain_cpu_seconds,
+    )?;
+    counter(
+        enc,
+        "runqlat_cgroups_pruned",
+        "Kernel per-cgroup entries deleted because the cgroup was removed.",
+        e.cgroups_pruned,
+    )?;
+    gauge(
+        enc,
+        "runqlat_last_drain_timestamp_seconds",
+        "Unix time of the last successful drain; alert when it stops moving.",
+        e.last_drain_unix,
+    )
+}
+
+/// The standard `process_*` metrics, when the process could be read.
+fn process_metrics(p: Option<ProcessSample>, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let Some(p) = p else { return Ok(()) };
+    counter(enc, "process_cpu_seconds", "User and system CPU time of the monitor's own process.", p.cpu_seconds)?;
+    let rss = p.resident_bytes as f64;
+    gauge(enc, "process_resident_memory_bytes", "Resident memory of the monitor's process.", rss)?;
+    match p.start_time_unix {
+        Some(start) => {
+            gauge(enc, "process_start_time_seconds", "Start time of the monitor's process since the Unix epoch.", start)
+        }
+        None => Ok(()),
+    }
+}
+
+/// A family of one unlabelled counter.
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: impl EncodeCounterValue) -> Result<(), fmt::Error> {
+    enc.encode_descriptor(name, help, None, MetricType::Counter)?.encode_counter::<NoLabelSet, _, f64>(&v, None)
+}
+
+/// A family of one unlabelled gauge.
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: impl EncodeGaugeValue) -> Result<(), fmt::Error> {
+    enc.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&v)
+}
+
+/// The HTTP server's own counters as metrics.
+#[derive(Debug)]
+struct HttpCollector(Arc<HttpStats>);
+
+impl Collector for HttpCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let s = self.0.snapshot();
+        let mut family = encoder.encode_descriptor(
+            "runqlat_http_requests",
+            "HTTP requests by outcome, including those turned away (busy, too large, timeout, malformed).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, n) in [
+            ("ok", s.ok),
+            ("not_found", s.not_found),
+            ("handler_error", s.handler_error),
+            ("panicked", s.panicked),
+            ("bad_method", s.bad_method),
+            ("too_large", s.rejected_too_large),
+            ("malformed", s.rejected_malformed),
+            ("timeout", s.rejected_timeout),
+            ("busy", s.rejected_busy),
+            ("accept_error", s.accept_errors),
+        ] {
+            family.encode_family(&[("outcome", outcome)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+        }
+        gauge(&mut encoder, "runqlat_http_connections", "HTTP connections being served now.", s.connections)
+    }
+}
+
+/// The alert sinks' delivery counters as metrics.
+#[derive(Debug)]
+struct NotifyCollector(Arc<NotifyStats>);
+
+impl Collector for NotifyCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let rows = self.0.snapshot();
+        for (name, help, pick) in [
+            ("runqlat_alert_notifications_sent", "Alert notifications delivered, by sink.", 0usize),
+            (
+                "runqlat_alert_notifications_failed",
+                "Alert notifications that failed (refused, timed out, or non-2xx after retries), by sink.",
+                1,
+            ),
+            ("runqlat_alert_notifications_dropped", "Alert notifications dropped because a sink's queue was full.", 2),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (sink, sent, failed, dropped) in &rows {
+                let n = [*sent, *failed, *dropped][pick];
+                family.encode_family(&[("sink", *sink)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,226 @@
+//! The metrics schema, pinned: a fixed exposition (every family populated, hostile label values
+//! included) encodes to the committed fixtures in `tests/golden/`, byte for byte, as Prometheus text,
+//! as OpenMetrics, and as protobuf (decoded to text: the native histograms' spans and deltas).
+//! Root-free. A difference means a metric name, label, help text, bucket or
+//! value changed: if that is intended, regenerate with
+//! `UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden` and review the diff.
+//! `cargo xtask test` also runs `promtool check metrics` on the text fixture.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{path::PathBuf, sync::Arc};
+
+use latency_common::{
+    CpuStats, Discard, Lost, Reason, WindowMax,
+    buckets::bucket_of,
+    knobs::Clock,
+    maps::{CgroupHist, cgroup_bucket},
+};
+use latency_daemon::{
+    config::Config,
+    model::{
+        exposition::{Exposition, ProcessSample},
+        report::Meta,
+        snapshot::{CpuMax, Snapshot},
+        wall::WallClock,
+        window::Window,
+    },
+    serve::{
+        Instruments,
+        encode::{Format, Metrics},
+    },
+};
+use tokio::sync::watch;
+
+const S: u64 = 1_000_000_000;
+
+/// Delays (ns) of each reason: the zero bucket, µs to s, and one beyond the top native bucket.
+const WAKEUP: &[u64] = &[500, 953, 954, 1_000, 2_000, 4_500, 10_000, 250_000, 1_000_000];
+const PREEMPT: &[u64] = &[3_000, 16_000_000, 16_500_000, 148_114_000, 2_100_000_000, 4_000 * S];
+
+fn comm(s: &str) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[..s.len()].copy_from_slice(s.as_bytes());
+    c
+}
+
+fn cgroup_hist(delays: &[u64]) -> CgroupHist {
+    let mut h = CgroupHist::ZERO;
+    for &d in delays {
+        h.buckets[cgroup_bucket(bucket_of(d))] += 1;
+        h.sum_ns += d;
+    }
+    h
+}
+
+/// Two CPUs, both reasons, losses and discards of every kind, a closed window with its maxima,
+/// three cgroup series (one with a hostile name), an active alert.
+fn exposition() -> Exposition {
+    let config = Config::default();
+    let start = Snapshot::empty(10 * S, 2);
+    let mut end = Snapshot::empty(25 * S, 2);
+    for (reason, delays) in [(Reason::Wakeup, WAKEUP), (Reason::Preempt, PREEMPT)] {
+        let h = &mut end.histograms[reason as usize];
+        for &d in delays {
+            h.buckets[bucket_of(d)] += 1;
+            h.sum_ns += d;
+        }
+    }
+    end.cpus[0] = CpuStats {
+        switches: 1_000,
+        voluntary: 600,
+        involuntary: 300,
+        idle_ns: 4 * S,
+        idle_since_ns: 24 * S,
+        last_next: 0,
+        discarded: [1; Discard::COUNT],
+        lost: [2; Lost::COUNT],
+    };
+    end.cpus[1] = CpuStats { switches: 10, voluntary: 7, involuntary: 2, idle_ns: 14 * S, ..CpuStats::default() };
+    end.cgroups = vec![(1, cgroup_hist(WAKEUP)), (7, cgroup_hist(PREEMPT))];
+    let mut max = WindowMax::ZERO;
+    max.epoch = 0;
+    max.delay_ns = 148_114_000;
+    max.end_ns = 20 * S;
+    max.victim_tid = 43;
+    max.victim_tgid = 42;
+    max.victim_comm = comm("victim");
+    max.prev_tid = 7;
+    max.prev_comm = comm("hog");
+    max.reason = Reason::Preempt as u32;
+    let wakeup_max = WindowMax { delay_ns: 1_000_000, reason: Reason::Wakeup as u32, ..max };
+    let maxima = [(Reason::Preempt, CpuMax { cpu: 1, max }), (Reason::Wakeup, CpuMax { cpu: 0, max: wakeup_max })];
+    let meta = Meta {
+        kernel: "6.18.0-golden".into(),
+        wall: WallClock::new(10 * S, 1_700_000_000 * S),
+        filter: Vec::new(),
+        clock: Clock::Monotonic,
+    };
+    let window = Window::close(&start, &end, &maxima, &meta);
+    Exposition {
+        version: "0.0.0-golden",
+        kernel: "6.18.0-golden".into(),
+        clock: Clock::Monotonic,
+        window_seconds: config.window.as_secs_f64(),
+        classic: config.classic_buckets.clone(),
+        cgroup_classic: config.cgroup_buckets.clone(),
+        snapshot: Some(end),
+        window: Some(Arc::new(window)),
+        cgroups: vec![
+            ("/system.slice/web.service".into(), cgroup_hist(PREEMPT)),
+            ("/we\"ird\\name with space\nand a line".into(), cgroup_hist(&WAKEUP[..3])),
+            ("other".into(), cgroup_hist(&WAKEUP[3..])),
+        ],
+        late_window_writes: 1,
+        cgroups_pruned: 4,
+        alerts_active: vec![(Reason::Preempt, "/system.slice/web.service".into())],
+        alerts_total: [2, 5],
+        alerts_suppressed: 3,
+        drains: 15,
+        drain_errors: 1,
+        drain_cpu_seconds: 0.0015,
+        last_drain_unix: 1_700_000_015.0,
+    }
+}
+
+fn process() -> Option<ProcessSample> {
+    Some(ProcessSample { cpu_seconds: 1.5, resident_bytes: 25 << 20, start_time_unix: Some(1_699_999_000.25) })
+}
+
+/// A fresh registry per format: the encode-duration histogram counts earlier encodes.
+fn encode_bytes(format: Format) -> Vec<u8> {
+    let (_published, latest) = watch::channel(Arc::new(exposition()));
+    let metrics = Metrics::new(latest, &Instruments::default(), process);
+    metrics.encode(format).expect("encoding cannot fail on a fixed exposition").1
+}
+
+fn encode(format: Format) -> String {
+    String::from_utf8(encode_bytes(format)).expect("text formats are UTF-8")
+}
+
+/// The length-delimited `MetricFamily` messages, one debug-printed family after another.
+fn decoded_protobuf() -> String {
+    use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily;
+    use prost::Message as _;
+    let bytes = encode_bytes(Format::Protobuf);
+    let mut rest = bytes.as_slice();
+    let mut out = String::new();
+    while !rest.is_empty() {
+        let family = MetricFamily::decode_length_delimited(&mut rest).expect("a length-delimited MetricFamily");
+        out.push_str(&format!("{family:#?}\n"));
+    }
+    out
+}
+
+fn check(file: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(file);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if expected != actual {
+        let first = expected.lines().zip(actual.lines()).position(|(e, a)| e != a);
+        let line = first.unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the encoding at line {}:\n  fixture: {:?}\n  encoded: {:?}\n\
+             (if the change is intended: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)",
+            path.display(),
+            line + 1,
+            expected.lines().nth(line).unwrap_or("<end>"),
+            actual.lines().nth(line).unwrap_or("<end>"),
+        );
+    }
+}
+
+#[test]
+fn prometheus_text_matches_the_fixture() {
+    check("metrics.prom", &encode(Format::Text));
+}
+
+#[test]
+fn openmetrics_matches_the_fixture() {
+    check("metrics.openmetrics", &encode(Format::OpenMetrics));
+}
+
+#[test]
+fn protobuf_matches_the_fixture() {
+    check("metrics.protobuf.txt", &decoded_protobuf());
+}
+
+/// The fixture is not vacuous: every family the daemon documents is in it.
+#[test]
+fn every_family_is_present() {
+    let text = encode(Format::Text);
+    for family in [
+        "runqlat_build_info",
+        "runqlat_delay_seconds",
+        "runqlat_context_switches_total",
+        "runqlat_cpu_idle_seconds_total",
+        "runqlat_lost_total",
+        "runqlat_untraced_switches_total",
+        "runqlat_discarded_total",
+        "runqlat_delay_window_max_seconds",
+        "runqlat_delay_window_seconds",
+        "runqlat_cgroup_delay_seconds",
+        "runqlat_alert_active",
+        "runqlat_alerts_total",
+        "runqlat_alerts_suppressed_total",
+        "runqlat_drains_total",
+        "runqlat_drain_errors_total",
+        "runqlat_drain_cpu_seconds_total",
+        "runqlat_cgroups_pruned_total",
+        "runqlat_last_drain_timestamp_seconds",
+        "runqlat_drain_duration_seconds",
+        "runqlat_scrape_encode_duration_seconds",
+        "runqlat_http_requests_total",
+        "runqlat_http_connections",
+        "runqlat_alert_notifications_sent_total",
+        "runqlat_alert_notifications_failed_total",
+        "runqlat_alert_notifications_dropped_total",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("# TYPE {family} "))), "{family} missing:\n{text}");
+    }
+}
