@@ -1,7 +1,8 @@
-//! The user-space cost of draining: in, the release daemon; out, a table and
-//! bench-report/drain.{md,json}.
+//! The user-space cost of draining: in, the release daemon and the pipeline benchmark; out, a
+//! table and bench-report/drain.{md,json}.
 //!
-//! 1. The user-space pipeline on synthetic maps of 2, 64 and 256 CPUs (`bench-export`).
+//! 1. The user-space pipeline on synthetic maps of 2, 64 and 256 CPUs (latency-daemon's bench
+//!    target `pipeline`).
 //! 2. The real maps on this machine: the daemon's own drain-duration histogram while the
 //!    machine is idle and during a scheduler storm (`perf bench sched pipe`), to show that a
 //!    drain costs the same whatever the event rate.
@@ -17,19 +18,20 @@ use std::{
 
 use anyhow::Context as _;
 
+use super::Binaries;
 use crate::daemon::Daemon;
 use crate::guard::Proc;
 use crate::{cmd, web, workspace_root};
 
 /// Both drain measurements; `secs` is each phase (idle, storm) on the real maps.
-pub fn run(daemon: &std::path::Path, secs: u64) -> anyhow::Result<()> {
+pub fn run(binaries: &Binaries, secs: u64) -> anyhow::Result<()> {
     println!("bench: user-space pipeline on synthetic maps (medians of 101 runs)…");
-    let table = cmd::stdout(Command::new(daemon).arg("bench-export"))?;
-    let json = cmd::stdout(Command::new(daemon).args(["bench-export", "--json"]))?;
+    let table = cmd::stdout(&mut Command::new(binaries.pipeline()?))?;
+    let json = cmd::stdout(Command::new(binaries.pipeline()?).arg("--json"))?;
     print!("{table}");
 
     println!("bench: real maps, {secs} s idle then {secs} s of `perf bench sched pipe`…");
-    let real = real_maps(daemon, Duration::from_secs(secs))?;
+    let real = real_maps(&binaries.daemon, Duration::from_secs(secs))?;
     let row = |name: &str, p: &Phase| {
         format!("{name:>8} {:>10} {:>14.1} {:>14.1} {:>16.0}\n", p.drains, p.avg_us(), p.cpu_avg_us(), p.switches_per_s)
     };

@@ -3,12 +3,12 @@
 //! `perf bench sched pipe` runs. Far less noisy than wall-clock pairs; the floor (an empty
 //! program) carries the accounting's own cost and the dispatch, so "− floor" is the tracer's
 //! logic alone.
-use std::{collections::HashSet, path::Path, process::Command};
+use std::{collections::HashSet, process::Command};
 
 use anyhow::{Context as _, bail};
 
-use super::median;
 use super::overhead::{Tracer, start};
+use super::{Binaries, median};
 use crate::guard::Sysctl;
 use crate::oracle::bpftool::{self, ProgStats};
 
@@ -23,7 +23,7 @@ pub struct InProgram {
 
 /// For each workload, `rounds` rounds over all tracers (round-robin, so drift spreads evenly).
 pub fn measure(
-    daemon: &Path,
+    binaries: &Binaries,
     workloads: &[(&'static str, Vec<&'static str>)],
     tracers: &[Tracer],
     rounds: usize,
@@ -31,14 +31,14 @@ pub fn measure(
     let _stats = Sysctl::set("kernel.bpf_stats_enabled", "1")?;
     let mut all = Vec::new();
     for (workload, argv) in workloads {
-        let mut rows = measure_one(daemon, workload, argv, tracers, rounds)?;
+        let mut rows = measure_one(binaries, workload, argv, tracers, rounds)?;
         all.append(&mut rows);
     }
     Ok(all)
 }
 
 fn measure_one(
-    daemon: &Path,
+    binaries: &Binaries,
     workload: &'static str,
     argv: &[&str],
     tracers: &[Tracer],
@@ -51,7 +51,7 @@ fn measure_one(
     for round in 0..rounds.max(1) {
         for (t, result) in tracers.iter().zip(results.iter_mut()) {
             let before: HashSet<u64> = bpftool::sched_programs()?.into_iter().map(|p| p.id).collect();
-            let running = start(t, daemon)?;
+            let running = start(t, binaries)?;
             let mine = |ps: Vec<ProgStats>| -> Vec<(u64, u64, u64)> {
                 ps.into_iter().filter(|p| !before.contains(&p.id)).map(|p| (p.id, p.run_time_ns, p.run_cnt)).collect()
             };

@@ -1,6 +1,6 @@
-//! `cargo xtask bench`: what the monitor costs the machine it watches. In: a release build of
-//! the daemon and the floor program, perf, hackbench, runqlat. Out: tables on stdout and
-//! bench-report/{bench,drain}.{md,json}.
+//! `cargo xtask bench`: what the monitor costs the machine it watches. In: release builds of the
+//! daemon, the floor program and the pipeline benchmark, perf, hackbench, runqlat. Out: tables
+//! on stdout and bench-report/{bench,drain}.{md,json}.
 //!
 //! - inprog.rs: time inside each tracer's programs per event, from the kernel's BPF stats;
 //! - overhead.rs: added time per scheduler event of each tracer, from interleaved off/on pairs;
@@ -11,10 +11,10 @@ mod drain;
 mod inprog;
 mod overhead;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use crate::workspace_root;
 
@@ -33,11 +33,37 @@ pub struct Args {
     daemon_only: bool,
 }
 
-/// What the caller built for the bench.
+impl Args {
+    /// Whether this run attaches the floor program (the in-program and pair tables do).
+    pub fn needs_floor(&self) -> bool {
+        !self.daemon_only
+    }
+
+    /// Whether this run times the drain pipeline on synthetic maps (the drain tables do).
+    pub fn needs_pipeline(&self) -> bool {
+        !self.guard
+    }
+}
+
+/// What the caller built for the bench; `floor` and `pipeline` only if `Args` needs them.
 #[derive(Debug, Clone)]
 pub struct Binaries {
     /// A release build of latency-daemon.
     pub daemon: PathBuf,
+    /// latency-daemon's example `floor`: an empty program on our tracepoints until SIGTERM.
+    pub floor: Option<PathBuf>,
+    /// latency-daemon's bench target `pipeline` (`[--json]`): drain and encode on synthetic maps.
+    pub pipeline: Option<PathBuf>,
+}
+
+impl Binaries {
+    fn floor(&self) -> anyhow::Result<&Path> {
+        self.floor.as_deref().context("this bench needs the floor program, and it was not built")
+    }
+
+    fn pipeline(&self) -> anyhow::Result<&Path> {
+        self.pipeline.as_deref().context("this bench needs the pipeline benchmark, and it was not built")
+    }
 }
 
 /// The whole bench, its guard or the daemon's part, as `args` say. The caller has prepared the
@@ -48,7 +74,7 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
     if args.guard {
         let tracers = [overhead::Tracer::Floor, overhead::Tracer::Runqlat, overhead::ours_default()];
         let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
-        let rows = inprog::measure(daemon, &pinned, &tracers, 3)?;
+        let rows = inprog::measure(binaries, &pinned, &tracers, 3)?;
         print!("{}", inprog::table(&rows));
         let floor = rows[0].ns_per_event;
         let (runqlat, ours) = (rows[1].ns_per_event - floor, rows[2].ns_per_event - floor);
@@ -64,23 +90,23 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
     if args.daemon_only {
         let cost = cost::measure(daemon)?;
         print!("{}", cost.table());
-        drain::run(daemon, 10)?;
+        drain::run(binaries, 10)?;
         let dir = workspace_root().join("bench-report");
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("daemon.md"), format!("# The daemon during a storm\n\n```\n{}```\n", cost.table()))?;
         return Ok(());
     }
-    let inprog_rows = inprog::measure(daemon, &overhead::workloads(), &overhead::all_tracers(), 5)?;
+    let inprog_rows = inprog::measure(binaries, &overhead::workloads(), &overhead::all_tracers(), 5)?;
     let inprog_table = inprog::table(&inprog_rows);
     print!("{inprog_table}");
     let effects = inprog::effects(&inprog_rows);
     print!("{effects}");
-    let rows = overhead::measure(daemon, &overhead::full_plan(args.pairs))?;
+    let rows = overhead::measure(binaries, &overhead::full_plan(args.pairs))?;
     let overhead_table = overhead::table(&rows);
     print!("{overhead_table}");
     let cost = cost::measure(daemon)?;
     print!("{}", cost.table());
-    drain::run(daemon, 10)?;
+    drain::run(binaries, 10)?;
 
     let dir = workspace_root().join("bench-report");
     std::fs::create_dir_all(&dir)?;

@@ -1,7 +1,6 @@
 //! Tracers × workloads in, the time each tracer adds per scheduler event out: for each pair,
 //! one run without the tracer and one with it, in alternating order so drift cancels; medians.
 use std::{
-    path::Path,
     process::Command,
     sync::{
         Arc,
@@ -13,7 +12,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::median;
+use super::{Binaries, median};
 use crate::daemon::Daemon;
 use crate::guard::{Proc, Stream, spawn_until_line};
 use crate::oracle::runqlat::Runqlat;
@@ -174,11 +173,10 @@ impl Drop for Scraper {
     }
 }
 
-pub(super) fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
+pub(super) fn start(tracer: &Tracer, binaries: &Binaries) -> anyhow::Result<Running> {
     match tracer {
         Tracer::Floor => {
-            let mut c = Command::new(daemon);
-            c.arg("bench-floor");
+            let mut c = Command::new(binaries.floor()?);
             let floor = spawn_until_line(&mut c, "the floor", Stream::Stderr, "floor attached", ATTACH_LIMIT)?;
             Ok(Running { _floor: Some(floor), ..Running::default() })
         }
@@ -191,13 +189,13 @@ pub(super) fn start(tracer: &Tracer, daemon: &Path) -> anyhow::Result<Running> {
         Tracer::Ours { extra, .. } => {
             let mut args = vec!["--interval", "1s"];
             args.extend(extra);
-            let ours = Daemon::start_attached(daemon, &args)?;
+            let ours = Daemon::start_attached(&binaries.daemon, &args)?;
             Ok(Running { _scraper: Some(Scraper::start(ours.addr.clone())), _daemon: Some(ours), ..Running::default() })
         }
     }
 }
 
-pub fn measure(daemon: &Path, plan: &Plan) -> anyhow::Result<Vec<Row>> {
+pub fn measure(binaries: &Binaries, plan: &Plan) -> anyhow::Result<Vec<Row>> {
     let total = plan.workloads.len() * plan.tracers.len() * plan.pairs;
     let mut done = 0;
     let started = Instant::now();
@@ -219,7 +217,7 @@ pub fn measure(daemon: &Path, plan: &Plan) -> anyhow::Result<Vec<Row>> {
                     off = Some(run_workload(w)?);
                 }
                 let on = {
-                    let _tracer = start(t, daemon)?;
+                    let _tracer = start(t, binaries)?;
                     run_workload(w)?
                 };
                 if !off_first {
