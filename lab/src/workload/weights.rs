@@ -17,7 +17,7 @@ pub fn weight(nice: i32) -> u64 {
     SCHED_PRIO_TO_WEIGHT[(nice.clamp(-20, 19) + 20) as usize]
 }
 
-/// `se.load.weight` from /proc/<tid>/sched, unscaled: 64-bit kernels show it with 10 extra bits
+/// `se.load.weight` from `/proc/<tid>/sched`, unscaled: 64-bit kernels show it with 10 extra bits
 /// of resolution (`scale_load`), and no unscaled weight is 1024 × another table entry.
 pub fn parse_sched_weight(sched: &str) -> Option<u64> {
     let raw = parse_sched_field(sched, "se.load.weight")?;
@@ -25,7 +25,7 @@ pub fn parse_sched_weight(sched: &str) -> Option<u64> {
     Some(if scaled { raw / 1024 } else { raw })
 }
 
-/// An integer field of /proc/<tid>/sched (`name   :   value`).
+/// An integer field of `/proc/<tid>/sched` (`name   :   value`).
 pub fn parse_sched_field(sched: &str, name: &str) -> Option<u64> {
     let line = sched.lines().find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))?;
     line.rsplit(':').next()?.trim().parse().ok()
