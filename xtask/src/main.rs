@@ -9,7 +9,7 @@ mod setup;
 mod test;
 
 use clap::{Parser, Subcommand};
-pub use latency_lab::workspace_root;
+use latency_lab::workspace_root;
 
 #[derive(Debug, Parser)]
 #[command(about = "Project tasks for the run-queue latency monitor")]
