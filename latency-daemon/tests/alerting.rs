@@ -3,8 +3,6 @@
 //! nothing; dead sinks never hurt measurement; the culprit named is the hog that really ran.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::{
     io::{Read as _, Write as _},
     net::TcpListener,
@@ -15,20 +13,27 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{
-    alertmanager::Alertmanager,
-    assert_nothing_attached,
-    cgroup::TestCgroup,
-    daemon::{Daemon, sample},
-    web,
-    workload::{Kind, Park, cpus, gettid, phase, set_thread_name},
+use latency_lab::{
+    daemon::Daemon,
+    oracle::bpftool,
+    services::{Alertmanager, TestCgroup},
+    web::{self, sample},
+    workload::{Body, Crew, cpus, gettid, group, set_thread_name},
 };
 use serde_json::Value;
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+
+/// Nothing of ours (a STAMPS map, or a program using one) is loaded within 5 s.
+fn assert_nothing_attached() {
+    bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
+}
 
 /// A config file alerting only on delays of tasks in `cgroup`, so the machine's own background
 /// noise cannot fire anything.
 fn cgroup_only_config(cgroup: &str, threshold: &str) -> (std::path::PathBuf, String) {
-    let dir = std::env::temp_dir().join(format!("runqlat-alert-{}-{}", std::process::id(), web::free_port()));
+    let port = web::free_port().expect("a free port");
+    let dir = std::env::temp_dir().join(format!("runqlat-alert-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("latency-daemon.toml");
     std::fs::write(&file, format!("[alert_cgroup_max_delay]\n\"{cgroup}\" = \"{threshold}\"\n")).unwrap();
@@ -49,27 +54,33 @@ fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) 
 
 #[test]
 fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
-    let am = Alertmanager::start();
-    let cg = TestCgroup::new("alert");
+    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
+    let cg = TestCgroup::new("alert").expect("a test cgroup");
     let (dir, file) = cgroup_only_config(&cg.path, "5ms");
-    let daemon = Daemon::start(&[
-        "--config",
-        &file,
-        "--interval",
-        "1s",
-        "--window",
-        "2s",
-        "--alertmanager-url",
-        &am.url(),
-        "--alert-resend",
-        "1s",
-        "--alert-resolve-after",
-        "1",
-    ]);
+    let daemon = Daemon::start(
+        DAEMON,
+        &[
+            "--config",
+            &file,
+            "--interval",
+            "1s",
+            "--window",
+            "2s",
+            "--alertmanager-url",
+            &am.url(),
+            "--alert-resend",
+            "1s",
+            "--alert-resolve-after",
+            "1",
+        ],
+    )
+    .expect("latency-daemon run");
     // 4×CPUs spinners in the cgroup: each waits several ms for its turn.
-    let spinners: Vec<_> = (0..4 * cpus()).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"])).collect();
+    let spinners: Vec<_> =
+        (0..4 * cpus()).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"]).expect("a spinner")).collect();
     let started = Instant::now();
-    let alert = wait_until(Duration::from_secs(12), "the alert in Alertmanager", || am.ours("cgroup", &cg.path).pop());
+    let ours = |label: &str, value: &str| am.ours(label, value).unwrap_or_else(|e| panic!("{e:#}"));
+    let alert = wait_until(Duration::from_secs(12), "the alert in Alertmanager", || ours("cgroup", &cg.path).pop());
     let took = started.elapsed();
     eprintln!("fired after {took:?}: {alert:#}");
     // Within two 2 s windows of the load starting (plus a second for the last drain and send).
@@ -82,7 +93,7 @@ fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
     let depth: u32 =
         a["queue_depth"].as_str().unwrap_or_default().parse().unwrap_or_else(|_| panic!("queue_depth: {a}"));
     assert!(depth >= 1, "spinners queue behind each other: depth {depth}");
-    let text = daemon.metrics();
+    let text = daemon.metrics().expect("GET /metrics");
     assert!(
         text.contains(&format!(
             "runqlat_alert_active{{reason=\"{}\",cgroup=\"{}\"}} 1",
@@ -94,11 +105,9 @@ fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
     );
 
     drop(spinners);
-    wait_until(Duration::from_secs(15), "the alert to resolve", || {
-        am.ours("cgroup", &cg.path).is_empty().then_some(())
-    });
+    wait_until(Duration::from_secs(15), "the alert to resolve", || ours("cgroup", &cg.path).is_empty().then_some(()));
     assert!(daemon.log().iter().any(|l| l.contains("\"event\":\"resolved\"")), "no resolve logged: {:?}", daemon.log());
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -110,15 +119,18 @@ const SLEEPER: &str = "use Time::HiRes qw(time); my $m = 0; while (1) { my $t = 
 
 #[test]
 fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
-    let am = Alertmanager::start();
-    let cg = TestCgroup::new("quiet");
+    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
+    let cg = TestCgroup::new("quiet").expect("a test cgroup");
     let (dir, file) = cgroup_only_config(&cg.path, "5ms");
-    let daemon =
-        Daemon::start(&["--config", &file, "--interval", "1s", "--window", "2s", "--alertmanager-url", &am.url()]);
+    let daemon = Daemon::start(
+        DAEMON,
+        &["--config", &file, "--interval", "1s", "--window", "2s", "--alertmanager-url", &am.url()],
+    )
+    .expect("latency-daemon run");
     let longest = dir.join("longest-sleep-ns");
-    let _sleeper = cg.spawn(&["perl", "-e", SLEEPER, longest.to_str().unwrap()]);
+    let _sleeper = cg.spawn(&["perl", "-e", SLEEPER, longest.to_str().unwrap()]).expect("the sleeper");
     std::thread::sleep(Duration::from_secs(30));
-    let text = daemon.metrics();
+    let text = daemon.metrics().expect("GET /metrics");
     let count = sample(&text, &format!("runqlat_cgroup_delay_seconds_count{{cgroup=\"{}\"}}", cg.path)).unwrap_or(0.0);
     assert!(count > 1000.0, "the sleeper was not measured ({count} delays)");
     // This VM's host now and then leaves a vCPU stalled for over 5 ms (seen: a 15 ms wait on
@@ -141,7 +153,7 @@ fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
         eprintln!("alert corroborated by the sleeper's own clock ({delay} ns ≤ {longest_ns} ns): {alert}");
     }
     if fired.is_empty() {
-        assert!(am.ours("cgroup", &cg.path).is_empty(), "fired: {:?}", am.alerts());
+        assert!(am.ours("cgroup", &cg.path).expect("alerts").is_empty(), "fired: {:?}", am.alerts());
     }
     let total: f64 = ["wakeup", "preempt"]
         .iter()
@@ -149,7 +161,7 @@ fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
         .sum();
     // The log is read after the counters: everything counted must have been logged.
     assert!(total <= fired.len() as f64, "alerts counted {total}, logged {}: {:?}", fired.len(), daemon.log());
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -186,33 +198,39 @@ fn rss_kib(pid: u32) -> u64 {
 fn dead_sinks_never_hurt_measurement() {
     let (hole, stop_hole) = black_hole();
     // Nothing listens on this port: every Alertmanager send is refused.
-    let refused = format!("http://127.0.0.1:{}", web::free_port());
-    let daemon = Daemon::start(&[
-        "--interval",
-        "1s",
-        "--window",
-        "1s",
-        // Low enough to breach every window on a loaded machine; no cooldown, resolve at once:
-        // the alert flaps and every flap is a notification.
-        "--alert-max-delay",
-        "200us",
-        "--alert-cooldown",
-        "0s",
-        "--alert-resolve-after",
-        "1",
-        "--alert-resend",
-        "200ms",
-        "--alertmanager-url",
-        &refused,
-        "--alert-webhook",
-        &format!("http://{hole}/hook"),
-    ]);
-    let pid = daemon.proc.child.id();
-    let mut park = Park::default();
-    let load = std::thread::spawn(move || phase(&mut park, "sinkload", Kind::Spin, 2 * cpus(), 34.0));
+    let refused = format!("http://127.0.0.1:{}", web::free_port().expect("a free port"));
+    let daemon = Daemon::start(
+        DAEMON,
+        &[
+            "--interval",
+            "1s",
+            "--window",
+            "1s",
+            // Low enough to breach every window on a loaded machine; no cooldown, resolve at once:
+            // the alert flaps and every flap is a notification.
+            "--alert-max-delay",
+            "200us",
+            "--alert-cooldown",
+            "0s",
+            "--alert-resolve-after",
+            "1",
+            "--alert-resend",
+            "200ms",
+            "--alertmanager-url",
+            &refused,
+            "--alert-webhook",
+            &format!("http://{hole}/hook"),
+        ],
+    )
+    .expect("latency-daemon run");
+    let pid = daemon.pid();
+    let load = std::thread::spawn(move || {
+        let mut crew = Crew::default();
+        crew.phase(group("sinkload", Body::Spin, 2 * cpus()), 34.0).expect("the workload")
+    });
     std::thread::sleep(Duration::from_secs(4));
     let rss_early = rss_kib(pid);
-    let drains_early = sample(&daemon.metrics(), "runqlat_drains_total").unwrap();
+    let drains_early = sample(&daemon.metrics().expect("GET /metrics"), "runqlat_drains_total").unwrap();
     let watched = Instant::now();
     let mut slowest = Duration::ZERO;
     // Long enough for the webhook's four 5 s attempts (and backoff) to run out.
@@ -224,7 +242,7 @@ fn dead_sinks_never_hurt_measurement() {
         assert_eq!(web::get(&daemon.addr, "/healthz", &[]).unwrap().status, 200, "unhealthy with dead sinks");
         std::thread::sleep(Duration::from_millis(300));
     }
-    let text = daemon.metrics();
+    let text = daemon.metrics().expect("GET /metrics");
     let drains_late = sample(&text, "runqlat_drains_total").unwrap();
     let watched = watched.elapsed().as_secs_f64();
     let rss_late = rss_kib(pid);
@@ -258,7 +276,7 @@ fn dead_sinks_never_hurt_measurement() {
     );
     assert!(slowest < Duration::from_millis(500), "/metrics took {slowest:?}");
     assert!(rss_late < rss_early + 8 * 1024, "memory grew from {rss_early} to {rss_late} KiB");
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }
 
@@ -321,16 +339,20 @@ fn nice(value: i32) {
 #[test]
 fn the_alert_names_the_hog_that_ran() {
     let (catcher, bodies) = webhook_catcher();
-    let daemon = Daemon::start(&[
-        "--interval",
-        "1s",
-        "--window",
-        "2s",
-        "--alert-max-delay",
-        "5ms",
-        "--alert-webhook",
-        &format!("http://{catcher}/hook"),
-    ]);
+    let daemon = Daemon::start(
+        DAEMON,
+        &[
+            "--interval",
+            "1s",
+            "--window",
+            "2s",
+            "--alert-max-delay",
+            "5ms",
+            "--alert-webhook",
+            &format!("http://{catcher}/hook"),
+        ],
+    )
+    .expect("latency-daemon run");
     let cpu = cpus() - 1;
     let stop = Arc::new(AtomicBool::new(false));
     let (s1, s2) = (stop.clone(), stop.clone());
@@ -376,6 +398,6 @@ fn the_alert_names_the_hog_that_ran() {
         assert!(kept_ns * 10 >= delay * 9, "the runs kept cover {kept_ns} of a {delay} ns wait: {worst}");
     }
     assert_eq!(worst["cpu"].as_u64(), Some(cpu as u64));
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }

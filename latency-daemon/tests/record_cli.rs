@@ -3,18 +3,24 @@
 //! thread names cannot break either output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::{
     process::{Command, Output},
     time::Duration,
 };
 
-use common::{
-    DAEMON, Recorder, assert_nothing_attached,
-    workload::{Kind, Park, cpus, phase, set_thread_name},
+use latency_lab::{
+    oracle::bpftool,
+    recorder::Recorder,
+    workload::{Body, Crew, cpus, group, set_thread_name},
 };
 use serde_json::Value;
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+
+/// Nothing of ours (a STAMPS map, or a program using one) is loaded within 5 s.
+fn assert_nothing_attached() {
+    bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
+}
 
 fn daemon(args: &[&str]) -> Output {
     Command::new(DAEMON).args(args).output().expect("run latency-daemon")
@@ -86,19 +92,19 @@ fn without_capabilities_the_missing_ones_are_named() {
 fn record_json(args: &[&str], work: impl FnOnce()) -> Value {
     let mut all = vec!["--duration", "10m", "--json"];
     all.extend_from_slice(args);
-    let rec = Recorder::start(&all);
+    let rec = Recorder::start(DAEMON, &all).expect("record attaches");
     work();
-    let json = rec.stop();
+    let json = rec.stop().expect("record reports");
     assert_nothing_attached();
     serde_json::from_str(&json).unwrap_or_else(|e| panic!("not JSON ({e}): {json}"))
 }
 
 #[test]
 fn a_full_task_map_is_counted_not_hidden() {
-    let mut park = Park::default();
+    let mut crew = Crew::default();
     let me = std::process::id().to_string();
     let v = record_json(&["--max-tasks", "2", "--pid", &me], || {
-        phase(&mut park, "many", Kind::Sleep1ms, 6, 0.3);
+        crew.phase(group("many", Body::Sleep1ms, 6), 0.3).expect("the workload");
     });
     let tasks = v["tasks"].as_array().unwrap();
     assert!(tasks.len() <= 2, "{} tasks in a map of 2", tasks.len());
@@ -107,11 +113,11 @@ fn a_full_task_map_is_counted_not_hidden() {
 
 #[test]
 fn delays_over_the_ceiling_are_discarded_and_counted() {
-    let mut park = Park::default();
+    let mut crew = Crew::default();
     let me = std::process::id().to_string();
     // 4×CPUs spinners wait several ms for each turn: far above a 1 ms ceiling.
     let v = record_json(&["--ceiling", "1ms", "--pid", &me], || {
-        phase(&mut park, "over", Kind::Spin, 4 * cpus(), 1.0);
+        crew.phase(group("over", Body::Spin, 4 * cpus()), 1.0).expect("the workload");
     });
     let discarded = v["discarded"]["over_ceiling"].as_u64().unwrap();
     assert!(discarded > 10, "only {discarded} delays over 1 ms discarded");
@@ -144,10 +150,10 @@ fn hostile_thread_names_keep_both_outputs_intact() {
 
     let (t, tx) = run();
     let v = {
-        let rec = Recorder::start(&["--duration", "10m", "--json", "--pid", &me]);
+        let rec = Recorder::start(DAEMON, &["--duration", "10m", "--json", "--pid", &me]).expect("record attaches");
         let (t2, tx2) = run();
         std::thread::sleep(Duration::from_millis(300));
-        let json = rec.stop();
+        let json = rec.stop().expect("record reports");
         drop(tx2);
         t2.join().unwrap();
         serde_json::from_str::<Value>(&json).unwrap_or_else(|e| panic!("hostile name broke the JSON ({e}): {json}"))
@@ -156,10 +162,10 @@ fn hostile_thread_names_keep_both_outputs_intact() {
     assert!(names.contains(&"a\"b\\c\nd\u{fffd}\u{fffd}"), "hostile name not reported as is: {names:?}");
 
     // Text: the name is escaped, so it stays on one table row.
-    let rec = Recorder::start(&["--duration", "10m", "--pid", &me, "--top", "0"]);
+    let rec = Recorder::start(DAEMON, &["--duration", "10m", "--pid", &me, "--top", "0"]).expect("record attaches");
     let (t3, tx3) = run();
     std::thread::sleep(Duration::from_millis(300));
-    let text = rec.stop();
+    let text = rec.stop().expect("record reports");
     drop(tx3);
     t3.join().unwrap();
     drop(tx);
@@ -173,10 +179,10 @@ fn hostile_thread_names_keep_both_outputs_intact() {
 
 #[test]
 fn sigterm_reports_and_detaches() {
-    let rec = Recorder::start(&["--duration", "10m", "--json"]);
+    let rec = Recorder::start(DAEMON, &["--duration", "10m", "--json"]).expect("record attaches");
     std::thread::sleep(Duration::from_millis(500));
     // Recorder::stop sends SIGINT; SIGTERM must behave the same.
-    let json = rec.stop_with(libc::SIGTERM);
+    let json = rec.stop_with(libc::SIGTERM).expect("record reports on SIGTERM");
     let v: Value = serde_json::from_str(&json).unwrap();
     assert!(v["duration_ns"].as_u64().unwrap() >= 400_000_000);
     assert!(v["cpus"].as_array().unwrap().len() >= cpus());

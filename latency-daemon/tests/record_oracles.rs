@@ -8,29 +8,36 @@
 //! run-queue`, which reads the clock the kernel's run_delay reads.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::OnceLock,
+};
 
-use std::{collections::HashMap, sync::OnceLock};
-
-use common::{
-    Recorder, Sysctl, assert_nothing_attached,
-    oracle::{PerfLatency, PerfSched, schedstat},
-    workload::{Done, Kind, Park, cpus, phase},
+use latency_lab::{
+    guard::Sysctl,
+    oracle::{
+        bpftool,
+        perf::{Perf, PerfLatency},
+        run_delay::Schedstat,
+    },
+    recorder::Recorder,
+    workload::{Crew, Done, Mode, cpus, default_plan},
 };
 use serde_json::Value;
 
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 const PHASE_SECS: f64 = 2.0;
 
 struct Run {
-    /// Threads by tid, with the phase they belonged to.
-    threads: Vec<(String, Done)>,
+    /// Threads by tid; each one's group is the phase it belonged to.
+    threads: Vec<Done>,
     /// Our per-task rows by tid (monotonic clock, the default).
     ours: HashMap<u32, Value>,
     /// The same from the recorder that used the run queue's clock.
     ours_rq: HashMap<u32, Value>,
     /// run_delay by tid, read by each thread as its last act before parking.
     run_delay: HashMap<u32, u64>,
-    perf: HashMap<u32, PerfLatency>,
+    perf: BTreeMap<u32, PerfLatency>,
     report: Value,
 }
 
@@ -39,7 +46,7 @@ fn run() -> &'static Run {
     static RUN: OnceLock<Run> = OnceLock::new();
     RUN.get_or_init(|| {
         let result = std::panic::catch_unwind(measure);
-        assert_nothing_attached();
+        bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
         match result {
             Ok(run) => run,
             Err(e) => std::panic::resume_unwind(e),
@@ -49,32 +56,33 @@ fn run() -> &'static Run {
 
 fn measure() -> Run {
     // run_delay is only kept while delay accounting is on; it must be on before threads start.
-    let _delayacct = Sysctl::set("kernel.task_delayacct", "1");
+    let _delayacct = Sysctl::set("kernel.task_delayacct", "1").expect("set kernel.task_delayacct");
     let dir = std::env::temp_dir().join(format!("runqlat-oracles-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let me = std::process::id().to_string();
 
-    let perf = PerfSched::start(&dir);
-    let recorder = Recorder::start(&["--duration", "10m", "--json", "--pid", &me]);
-    let recorder_rq = Recorder::start(&["--duration", "10m", "--json", "--pid", &me, "--clock", "run-queue"]);
-    let n = cpus();
-    let mut park = Park::default();
+    let mut perf = Perf::start(&dir.join("perf-sched.data")).expect("perf (cargo xtask setup installs linux-perf)");
+    perf.wait_ready().expect("perf sched record");
+    let recorder = Recorder::start(DAEMON, &["--duration", "10m", "--json", "--pid", &me]).expect("record");
+    let recorder_rq = Recorder::start(DAEMON, &["--duration", "10m", "--json", "--pid", &me, "--clock", "run-queue"])
+        .expect("record --clock run-queue");
+    // The experiment's phases, one after another: cpu N/2 spinners, io N 1 ms sleepers, compete
+    // 4N spinners, each thread parked once done.
+    let mut crew = Crew::default();
     let mut threads = Vec::new();
-    for (label, kind, count) in
-        [("cpu", Kind::Spin, (n / 2).max(1)), ("io", Kind::Sleep1ms, n), ("compete", Kind::Spin, 4 * n)]
-    {
-        for d in phase(&mut park, label, kind, count, PHASE_SECS) {
-            threads.push((label.to_string(), d));
-        }
+    for mode in [Mode::Cpu, Mode::Io, Mode::Compete] {
+        threads.extend(crew.phase(default_plan(mode), PHASE_SECS).expect("a workload phase"));
     }
     // Every workload thread is parked (blocked): their counters are final.
-    let json = recorder.stop();
-    let json_rq = recorder_rq.stop();
-    let perf = perf.stop();
-    let run_delay = threads.iter().map(|(_, d)| (d.tid, d.run_delay_ns)).collect();
+    let json = recorder.stop().expect("record");
+    let json_rq = recorder_rq.stop().expect("record --clock run-queue");
+    let perf = perf.stop(false).expect("perf sched latency");
+    assert!(perf.lost.is_none(), "perf lost events, its numbers are incomplete: {:?}", perf.lost);
+    let run_delay = threads.iter().map(|d| (d.tid, d.run_delay_ns)).collect();
     // The oracle is live: the kernel kept accounting for these threads all along.
-    assert!(threads.iter().all(|(_, d)| schedstat(d.tid).1 >= d.run_delay_ns));
-    drop(park);
+    let kernel = |tid| Schedstat::of_thread(std::process::id(), tid).expect("schedstat").run_delay_ns;
+    assert!(threads.iter().all(|d| kernel(d.tid) >= d.run_delay_ns));
+    drop(crew);
     let _ = std::fs::remove_dir_all(&dir);
 
     let report: Value =
@@ -82,7 +90,7 @@ fn measure() -> Run {
     let report_rq: Value = serde_json::from_str(&json_rq).unwrap_or_else(|e| panic!("not JSON ({e}): {json_rq}"));
     assert_eq!(report["clock"], "monotonic");
     assert_eq!(report_rq["clock"], "run_queue");
-    Run { threads, ours: by_tid(&report), ours_rq: by_tid(&report_rq), run_delay, perf, report }
+    Run { threads, ours: by_tid(&report), ours_rq: by_tid(&report_rq), run_delay, perf: perf.latency, report }
 }
 
 fn by_tid(report: &Value) -> HashMap<u32, Value> {
@@ -122,7 +130,7 @@ fn delay_sums_equal_the_kernels_run_delay() {
     let run = run();
     let mut lines = Vec::new();
     let mut bad = Vec::new();
-    for (_, d) in &run.threads {
+    for d in &run.threads {
         let t = ours_rq(run, d);
         let sum = u(t, "delay_sum_ns") as f64;
         let count = u(t, "delay_count") as f64;
@@ -161,13 +169,14 @@ fn delay_sums_equal_the_kernels_run_delay() {
 fn default_clock_counts_the_same_delays() {
     let run = run();
     let mut lines = Vec::new();
-    for (phase, d) in &run.threads {
+    for d in &run.threads {
+        let phase = d.group.as_str();
         let (mono, rq) = (ours(run, d), ours_rq(run, d));
         let (n_mono, n_rq) = (u(mono, "delay_count") as f64, u(rq, "delay_count") as f64);
         let (s_mono, s_rq) = (u(mono, "delay_sum_ns") as f64, u(rq, "delay_sum_ns") as f64);
         let kernel = run.run_delay[&d.tid] as f64;
         // perf prints only avg (µs resolution) and count: its sum is approximate.
-        let perf = run.perf.get(&d.tid).map_or(0.0, |p| p.avg_ms * 1e6 * p.switches as f64);
+        let perf = run.perf.get(&d.tid).map_or(0.0, |p| p.avg_ms * 1e6 * p.delays as f64);
         lines.push(format!(
             "{:<12} monotonic {:>13.0} ns / {:>5}   run-queue clock {:>13.0} ns / {:>5}   run_delay {:>13.0} ns   perf ≈{:>13.0} ns",
             d.name, s_mono, n_mono, s_rq, n_rq, kernel, perf
@@ -193,7 +202,8 @@ fn default_clock_counts_the_same_delays() {
 fn sleepers_wake_and_spinners_are_preempted() {
     let run = run();
     let mut sleeper_avg = Vec::new();
-    for (phase, d) in run.threads.iter().filter(|(p, _)| p == "io") {
+    for d in run.threads.iter().filter(|d| d.group == "io") {
+        let phase = &d.group;
         let t = ours(run, d);
         let count = u(t, "delay_count") as f64;
         let wakeups = u(t, "delay_wakeup_count") as f64;
@@ -209,7 +219,7 @@ fn sleepers_wake_and_spinners_are_preempted() {
     }
     let sleepers = sleeper_avg.iter().sum::<f64>() / sleeper_avg.len() as f64;
     let (mut preempt, mut all, mut sum) = (0.0, 0.0, 0.0);
-    for (_, d) in run.threads.iter().filter(|(p, _)| p == "compete") {
+    for d in run.threads.iter().filter(|d| d.group == "compete") {
         let t = ours(run, d);
         preempt += u(t, "delay_preempt_count") as f64;
         all += u(t, "delay_count") as f64;
@@ -235,7 +245,7 @@ fn busy_threads_max_delay_matches_perf_sched() {
     let run = run();
     let mut lines = Vec::new();
     let mut compared = 0;
-    for (_, d) in run.threads.iter().filter(|(p, _)| p == "cpu" || p == "compete") {
+    for d in run.threads.iter().filter(|d| d.group == "cpu" || d.group == "compete") {
         let t = ours(run, d);
         let Some(p) = run.perf.get(&d.tid) else {
             panic!("perf sched latency has no row for {} (tid {})", d.name, d.tid)
@@ -244,10 +254,10 @@ fn busy_threads_max_delay_matches_perf_sched() {
         let count = u(t, "delay_count");
         lines.push(format!(
             "{:<12} ours max {:>9.3} ms ({count} delays)  perf max {:>9.3} ms ({} delays)",
-            d.name, ours_ms, p.max_ms, p.switches
+            d.name, ours_ms, p.max_ms, p.delays
         ));
-        if count < 100 && p.switches != count {
-            lines.push(format!("{:<12} not compared: perf saw {} of our {count} delays", "", p.switches));
+        if count < 100 && p.delays != count {
+            lines.push(format!("{:<12} not compared: perf saw {} of our {count} delays", "", p.delays));
             continue;
         }
         // 5 %, plus 5 µs: perf prints ms with 3 decimals, and its probe and ours run at different

@@ -3,8 +3,6 @@
 //! and the lifecycle (SIGHUP with a broken file, SIGTERM within 2 s, bad configuration).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::{
     process::{Command, Stdio},
     sync::{
@@ -14,14 +12,26 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{
-    DAEMON, Guarded, assert_nothing_attached,
-    cgroup::TestCgroup,
-    daemon::{Daemon, sample},
-    prometheus::Prometheus,
-    web,
-    workload::{Kind, Park, cpus, phase, set_thread_name},
+use latency_lab::{
+    daemon::Daemon,
+    guard::Proc,
+    oracle::bpftool,
+    services::{Prometheus, TestCgroup},
+    web::{self, sample},
+    workload::{Body, Crew, cpus, group, set_thread_name},
 };
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+
+/// Nothing of ours (a STAMPS map, or a program using one) is loaded within 5 s.
+fn assert_nothing_attached() {
+    bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// The single value of an instant query, if it has one.
+fn scalar(prom: &Prometheus, promql: &str) -> Option<f64> {
+    prom.scalar(promql).unwrap_or_else(|e| panic!("{e:#}"))
+}
 
 /// Scrapes /metrics every 100 ms in the background, keeping (drains, wakeup count, preempt count)
 /// of every distinct exposition, so a Prometheus sample can be matched to what we served.
@@ -46,27 +56,28 @@ fn record_expositions(addr: String, stop: Arc<AtomicBool>) -> std::thread::JoinH
 
 #[test]
 fn prometheus_reads_exact_classic_and_native_histograms() {
-    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s"]);
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "2s"]).expect("latency-daemon run");
     let stop = Arc::new(AtomicBool::new(false));
     let recorder = record_expositions(daemon.addr.clone(), stop.clone());
-    let prom = Prometheus::start(&daemon.addr);
+    let prom = Prometheus::start(&daemon.addr).expect("prometheus (cargo xtask setup installs it)");
 
     // 4×CPUs spinners for 10 s: run-queue delays of several ms.
-    let mut park = Park::default();
-    phase(&mut park, "prom", Kind::Spin, 4 * cpus(), 10.0);
+    let mut crew = Crew::default();
+    crew.phase(group("prom", Body::Spin, 4 * cpus()), 10.0).expect("the workload");
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::SeqCst);
     let ours = recorder.join().unwrap();
-    drop(park);
+    drop(crew);
 
-    let health = prom.target_health();
+    let health = prom.target_health().expect("prometheus targets");
     assert!(!health.contains("\"down\"") && health.matches("\"up\"").count() == 2, "scrapes failing: {health}");
 
-    let classic = prom
-        .scalar("histogram_quantile(0.99, sum by (le) (rate(runqlat_delay_seconds_bucket{job=\"classic\"}[8s])))")
-        .expect("classic p99");
-    let native = prom
-        .scalar("histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"native\"}[8s])))")
+    let classic = scalar(
+        &prom,
+        "histogram_quantile(0.99, sum by (le) (rate(runqlat_delay_seconds_bucket{job=\"classic\"}[8s])))",
+    )
+    .expect("classic p99");
+    let native = scalar(&prom, "histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"native\"}[8s])))")
         .expect("native p99");
     eprintln!("p99 over 8 s: classic {classic} s, native {native} s");
     assert!(classic.is_finite() && classic > 0.0, "classic p99 {classic}");
@@ -77,11 +88,11 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
     // Exact totals: the drain count of Prometheus's latest sample says which exposition it got;
     // we saw the same one, and its counts must be the same to the delay.
     for job in ["classic", "native"] {
-        let drains = prom.scalar(&format!("runqlat_drains_total{{job=\"{job}\"}}")).unwrap() as u64;
+        let drains = scalar(&prom, &format!("runqlat_drains_total{{job=\"{job}\"}}")).unwrap() as u64;
         let total = if job == "classic" {
-            prom.scalar("sum(runqlat_delay_seconds_count{job=\"classic\"})").unwrap()
+            scalar(&prom, "sum(runqlat_delay_seconds_count{job=\"classic\"})").unwrap()
         } else {
-            prom.scalar("sum(histogram_count(runqlat_delay_seconds{job=\"native\"}))").unwrap()
+            scalar(&prom, "sum(histogram_count(runqlat_delay_seconds{job=\"native\"}))").unwrap()
         } as u64;
         let (_, w, p) = ours
             .iter()
@@ -92,16 +103,16 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
 
     // Counters never went back in any scrape.
     for counter in ["runqlat_delay_seconds_count", "runqlat_context_switches_total", "runqlat_cpu_idle_seconds_total"] {
-        let resets = prom.scalar(&format!("sum(resets({counter}{{job=\"classic\"}}[1m]))")).unwrap();
+        let resets = scalar(&prom, &format!("sum(resets({counter}{{job=\"classic\"}}[1m]))")).unwrap();
         assert_eq!(resets, 0.0, "{counter} decreased");
     }
     // The window gauges: the exact max bounds the estimated p99.9.
-    let max = prom.scalar("max(runqlat_delay_window_max_seconds{job=\"classic\",reason=\"preempt\"})").unwrap();
-    let p999 =
-        prom.scalar("max(runqlat_delay_window_seconds{job=\"classic\",reason=\"preempt\",q=\"0.999\"})").unwrap_or(0.0);
+    let max = scalar(&prom, "max(runqlat_delay_window_max_seconds{job=\"classic\",reason=\"preempt\"})").unwrap();
+    let p999 = scalar(&prom, "max(runqlat_delay_window_seconds{job=\"classic\",reason=\"preempt\",q=\"0.999\"})")
+        .unwrap_or(0.0);
     assert!(max > 0.001 && p999 <= max, "window max {max}, p99.9 {p999}");
 
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }
 
@@ -109,9 +120,11 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
 /// carry hostile names, which must come through escaped in the exposition and intact in JSON.
 #[test]
 fn real_scrapes_pass_promtool_with_hostile_names() {
-    let cg = TestCgroup::new("we\"ird\\name with space");
-    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s", "--per-task"]);
-    let spinners: Vec<Guarded> = (0..3).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"])).collect();
+    let cg = TestCgroup::new("we\"ird\\name with space").expect("a test cgroup");
+    let daemon =
+        Daemon::start(DAEMON, &["--interval", "1s", "--window", "2s", "--per-task"]).expect("latency-daemon run");
+    let spinners: Vec<Proc> =
+        (0..3).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"]).expect("a spinner in the cgroup")).collect();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let hostile = std::thread::spawn(move || {
         set_thread_name(b"a\"b\\c\nd\xff\xfe");
@@ -119,7 +132,7 @@ fn real_scrapes_pass_promtool_with_hostile_names() {
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_millis(1)) {}
     });
     std::thread::sleep(Duration::from_secs(5));
-    let text = daemon.metrics();
+    let text = daemon.metrics().expect("GET /metrics");
     drop(spinners);
     drop(tx);
     hostile.join().unwrap();
@@ -129,14 +142,14 @@ fn real_scrapes_pass_promtool_with_hostile_names() {
     let out = promtool_check(&text);
     assert!(out.is_empty(), "promtool check metrics:\n{out}");
 
-    let json = daemon.get("/api/v1/snapshot");
+    let json = daemon.get("/api/v1/snapshot").expect("GET /api/v1/snapshot");
     assert_eq!(json.status, 200);
     let v: serde_json::Value = serde_json::from_slice(&json.body).expect("snapshot JSON");
     assert!(v["histograms"]["preempt"]["count"].as_u64().unwrap() > 0);
     // With per-task statistics on, the hostile thread is in the window's tasks, name intact.
     let comms: Vec<&str> = v["tasks"].as_array().unwrap().iter().filter_map(|t| t["comm"].as_str()).collect();
     assert!(comms.contains(&"a\"b\\c\nd\u{fffd}\u{fffd}"), "hostile thread missing from {comms:?}");
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }
 
@@ -146,15 +159,17 @@ fn real_scrapes_pass_promtool_with_hostile_names() {
 /// delays), B waits only while A runs for microseconds.
 #[test]
 fn a_delay_lands_in_the_cgroup_of_the_task_that_waited() {
-    let a = TestCgroup::new("waiter");
-    let b = TestCgroup::new("hog");
-    let daemon = Daemon::start(&["--interval", "1s", "--window", "2s"]);
+    let a = TestCgroup::new("waiter").expect("a test cgroup");
+    let b = TestCgroup::new("hog").expect("a test cgroup");
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "2s"]).expect("latency-daemon run");
     let cpu = (cpus() - 1).to_string();
-    let _hog = b.spawn(&["taskset", "-c", &cpu, "nice", "-n", "-10", "sh", "-c", "while :; do :; done"]);
-    let _waiter =
-        a.spawn(&["taskset", "-c", &cpu, "nice", "-n", "19", "perl", "-e", "select(undef,undef,undef,0.001) while 1"]);
+    let _hog =
+        b.spawn(&["taskset", "-c", &cpu, "nice", "-n", "-10", "sh", "-c", "while :; do :; done"]).expect("the hog");
+    let _waiter = a
+        .spawn(&["taskset", "-c", &cpu, "nice", "-n", "19", "perl", "-e", "select(undef,undef,undef,0.001) while 1"])
+        .expect("the waiter");
     std::thread::sleep(Duration::from_secs(6));
-    let text = daemon.metrics();
+    let text = daemon.metrics().expect("GET /metrics");
     let series = |cg: &TestCgroup, what: &str| {
         let key = format!("runqlat_cgroup_delay_seconds_{what}{{cgroup=\"{}\"}}", cg.path);
         sample(&text, &key).unwrap_or_else(|| panic!("no {key}:\n{}", grep(&text, "runqlat_cgroup")))
@@ -168,7 +183,7 @@ fn a_delay_lands_in_the_cgroup_of_the_task_that_waited() {
         a_sum > 5.0 * b_sum,
         "waiter's delay {a_sum} s is not ≫ the hog's {b_sum} s: attributed to the wrong cgroup?"
     );
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }
 
@@ -178,24 +193,26 @@ fn sighup_with_a_broken_file_keeps_serving_and_sigterm_detaches_fast() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("latency-daemon.toml");
     std::fs::write(&file, "window = \"2s\"\n").unwrap();
-    let daemon = Daemon::start(&["--config", file.to_str().unwrap(), "--interval", "1s"]);
-    let landing = daemon.get("/").text();
+    let mut daemon =
+        Daemon::start(DAEMON, &["--config", file.to_str().unwrap(), "--interval", "1s"]).expect("latency-daemon run");
+    let get = |daemon: &Daemon, path: &str| daemon.get(path).unwrap_or_else(|e| panic!("{e:#}"));
+    let landing = get(&daemon, "/").text();
     assert!(landing.contains("\"window\": \"2s\""), "{landing}");
 
     std::fs::write(&file, "window = [not toml\n").unwrap();
-    daemon.proc.signal(libc::SIGHUP);
+    daemon.signal(libc::SIGHUP);
     wait_for_log(&daemon, "reload failed");
-    assert_eq!(daemon.get("/healthz").status, 200, "unhealthy after a bad reload");
-    assert!(daemon.get("/").text().contains("\"window\": \"2s\""), "the old configuration was not kept");
+    assert_eq!(get(&daemon, "/healthz").status, 200, "unhealthy after a bad reload");
+    assert!(get(&daemon, "/").text().contains("\"window\": \"2s\""), "the old configuration was not kept");
 
     std::fs::write(&file, "window = \"3s\"\nmax_cgroups = 2048\n").unwrap();
-    daemon.proc.signal(libc::SIGHUP);
+    daemon.signal(libc::SIGHUP);
     wait_for_log(&daemon, "reloaded");
-    let landing = daemon.get("/").text();
+    let landing = get(&daemon, "/").text();
     assert!(landing.contains("\"window\": \"3s\""), "window not reloaded: {landing}");
     assert!(daemon.log().iter().any(|l| l.contains("max_cgroups") && l.contains("restart")), "{:?}", daemon.log());
 
-    let took = daemon.stop();
+    let took = daemon.stop().expect("SIGTERM");
     assert!(took < Duration::from_secs(2), "SIGTERM took {took:?}");
     assert_nothing_attached();
     let _ = std::fs::remove_dir_all(&dir);
@@ -207,6 +224,7 @@ fn sighup_with_a_broken_file_keeps_serving_and_sigterm_detaches_fast() {
 fn runs_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
     let caps = "-all,+bpf,+perfmon";
     let daemon = Daemon::start_under(
+        DAEMON,
         &[
             "setpriv",
             "--reuid=65534",
@@ -218,14 +236,15 @@ fn runs_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
             "--",
         ],
         &["--interval", "1s", "--window", "2s"],
-    );
+    )
+    .expect("latency-daemon run as nobody");
     std::thread::sleep(Duration::from_secs(3));
-    let text = daemon.metrics();
+    let text = daemon.metrics().expect("GET /metrics");
     let delays = sample(&text, "runqlat_delay_seconds_count{reason=\"wakeup\"}").unwrap();
     assert!(delays > 0.0, "no delays measured as nobody");
-    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.proc.child.id())).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
     assert!(status.lines().any(|l| l.starts_with("Uid:") && l.contains("65534")), "{status}");
-    assert!(daemon.stop() < Duration::from_secs(2));
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }
 

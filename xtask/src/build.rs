@@ -1,7 +1,9 @@
 //! `cargo xtask build [--release]`: setup, then `cargo build -p latency-daemon` (whose build.rs
-//! builds the kernel program). Out: the daemon binary's path.
+//! builds the kernel program). Out: the daemon binary's path; and, for the bench, the paths of
+//! latency-daemon's floor example and pipeline benchmark.
 use std::env;
 use std::path::PathBuf;
+use std::process::Stdio;
 
 use anyhow::{Context as _, bail};
 
@@ -23,23 +25,57 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 /// Builds latency-daemon and returns the binary's path.
 pub fn daemon(release: bool) -> anyhow::Result<PathBuf> {
-    let root = workspace_root();
-    let mut build = cmd::cargo()?;
-    build.current_dir(&root).args(["build", "--package", "latency-daemon"]);
+    let mut args = vec!["build", "--package", "latency-daemon"];
     if release {
-        build.arg("--release");
+        args.push("--release");
     }
-    cmd::run(&mut build).context("building latency-daemon failed")?;
+    cargo(&args, "building latency-daemon failed")?;
     let profile = if release { "release" } else { "debug" };
-    let binary = target_dir(root).join(profile).join("latency-daemon");
-    if !binary.is_file() {
-        bail!("cargo build succeeded but {} does not exist", binary.display());
+    existing(target_dir().join(profile).join("latency-daemon"))
+}
+
+/// Builds the bench's floor (latency-daemon's example `floor`, release) and returns its path.
+pub fn floor() -> anyhow::Result<PathBuf> {
+    cargo(&["build", "--release", "--package", "latency-daemon", "--example", "floor"], "building the floor failed")?;
+    existing(target_dir().join("release").join("examples").join("floor"))
+}
+
+/// Builds latency-daemon's bench target `pipeline` and returns its executable, which cargo names
+/// with a hash: the `compiler-artifact` message for target `pipeline` says where it is.
+pub fn pipeline_bench() -> anyhow::Result<PathBuf> {
+    let mut build = cmd::cargo()?;
+    build
+        .current_dir(workspace_root())
+        .args(["bench", "--package", "latency-daemon", "--bench", "pipeline", "--no-run", "--message-format=json"])
+        // Cargo's progress (on stderr) streams as usual; the messages come on stdout.
+        .stderr(Stdio::inherit());
+    let messages = cmd::stdout(&mut build).context("building the pipeline benchmark failed")?;
+    let executable = messages.lines().find_map(|line| {
+        let message: serde_json::Value = serde_json::from_str(line).ok()?;
+        let ours = message["reason"] == "compiler-artifact" && message["target"]["name"] == "pipeline";
+        ours.then(|| message["executable"].as_str().map(PathBuf::from)).flatten()
+    });
+    existing(executable.context("cargo named no executable for the bench target `pipeline`")?)
+}
+
+/// `cargo ARGS` in the workspace, output streaming; `failed` says what did not work.
+fn cargo(args: &[&str], failed: &'static str) -> anyhow::Result<()> {
+    let mut build = cmd::cargo()?;
+    build.current_dir(workspace_root()).args(args);
+    cmd::run(&mut build).context(failed)
+}
+
+/// `path`, if the build really left a file there.
+fn existing(path: PathBuf) -> anyhow::Result<PathBuf> {
+    if !path.is_file() {
+        bail!("cargo build succeeded but {} does not exist", path.display());
     }
-    Ok(binary)
+    Ok(path)
 }
 
 /// Cargo's target directory: $CARGO_TARGET_DIR (relative to where cargo ran) or `<root>/target`.
-fn target_dir(root: PathBuf) -> PathBuf {
+fn target_dir() -> PathBuf {
+    let root = workspace_root();
     match env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => root.join(dir),
         None => root.join("target"),

@@ -1,41 +1,13 @@
 //! Running external programs: a command in, its success (or stdout) out, and the command line
-//! in every error so a failure says what was run.
+//! in every error so a failure says what was run. `show`, `run` and `stdout` are the lab's; this
+//! adds what only the build needs: cargo with bpf-linker on PATH.
 use std::env;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context as _, bail};
-
-/// The command line as a user would type it, for messages.
-pub fn show(cmd: &Command) -> String {
-    // PATH is left out: we only ever append $CARGO_HOME/bin, and it would drown the rest.
-    let envs = cmd
-        .get_envs()
-        .filter(|(k, _)| *k != "PATH")
-        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())));
-    let words = std::iter::once(cmd.get_program()).chain(cmd.get_args());
-    envs.chain(words.map(|w| w.to_string_lossy().into_owned())).collect::<Vec<_>>().join(" ")
-}
-
-/// Runs with the terminal attached (its output streams as it comes); fails unless it exits 0.
-pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
-    let status = cmd.status().with_context(|| format!("could not start `{}`", show(cmd)))?;
-    if !status.success() {
-        bail!("`{}` failed ({status})", show(cmd));
-    }
-    Ok(())
-}
-
-/// Runs quietly and returns stdout; fails unless it exits 0, quoting its stderr.
-pub fn stdout(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("could not start `{}`", show(cmd)))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        bail!("`{}` failed ({}): {}", show(cmd), out.status, stderr.trim());
-    }
-    String::from_utf8(out.stdout).with_context(|| format!("`{}` printed non-UTF-8", show(cmd)))
-}
+use anyhow::Context as _;
+pub use latency_lab::cmd::{run, show, stdout};
 
 /// $CARGO_HOME, where `cargo install` puts binaries and where we keep bpf-linker's LLVM prefix.
 pub fn cargo_home() -> anyhow::Result<PathBuf> {

@@ -7,11 +7,9 @@ mod demo;
 mod run;
 mod setup;
 mod test;
-mod workload;
-
-use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
+use latency_lab::workspace_root;
 
 #[derive(Debug, Parser)]
 #[command(about = "Project tasks for the run-queue latency monitor")]
@@ -31,12 +29,12 @@ enum Command {
     /// Setup, then the whole test suite (needs root and a real kernel).
     Test(test::Args),
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
-    Bench(bench::Args),
+    Bench(latency_lab::bench::Args),
     /// The experiment's loads as named threads: cpu, io, compete, stall (lat3), nice.
-    Workload(workload::Args),
+    Workload(latency_lab::workload::Args),
     /// Release build, then every workload mode watched by `record`, perf sched, runqlat and the
     /// kernel's run_delay at once; writes demo-report/ (report.md, report.json, delays.svg).
-    Demo(demo::Args),
+    Demo(latency_lab::demo::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,14 +44,7 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(&args),
-        Command::Workload(args) => workload::run(&args),
+        Command::Workload(args) => latency_lab::workload::run(&args),
         Command::Demo(args) => demo::run(&args),
     }
-}
-
-/// The workspace root, where every cargo command runs.
-fn workspace_root() -> PathBuf {
-    let xtask_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // xtask/ is a direct child of the root (see `members` in the root Cargo.toml).
-    xtask_dir.parent().map_or_else(|| xtask_dir.join(".."), Path::to_path_buf)
 }

@@ -56,7 +56,7 @@ fn extra_steps() -> Vec<Step> {
         // would exceed 90 s, or anything stays attached or running.
         run: Box::new(|| {
             let mut demo = std::process::Command::new(std::env::current_exe()?);
-            demo.current_dir(workspace_root()).args(crate::demo::SHORT_FORM);
+            demo.current_dir(workspace_root()).args(latency_lab::demo::SHORT_FORM);
             println!("test: $ {}", cmd::show(&demo));
             cmd::run(&mut demo)
         }),

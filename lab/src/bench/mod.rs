@@ -1,0 +1,143 @@
+//! `cargo xtask bench`: what the monitor costs the machine it watches. In: release builds of the
+//! daemon, the floor program and the pipeline benchmark, perf, hackbench, runqlat. Out: tables
+//! on stdout and bench-report/{bench,drain}.{md,json}.
+//!
+//! - inprog.rs: time inside each tracer's programs per event, from the kernel's BPF stats;
+//! - overhead.rs: added time per scheduler event of each tracer, from interleaved off/on pairs;
+//! - cost.rs: the daemon's own CPU, memory and scrape latency during a storm;
+//! - drain.rs: what a drain and an encode cost, by CPU count.
+mod cost;
+mod drain;
+mod inprog;
+mod overhead;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+use crate::workspace_root;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Off/on pairs per workload and tracer (medians are reported).
+    #[arg(long, default_value_t = 11)]
+    pairs: usize,
+    /// The CI guard: pinned `perf bench sched pipe` only, runqlat vs ours, few pairs; fails
+    /// only if ours costs more than runqlat (a gross regression), writes no report.
+    #[arg(long)]
+    guard: bool,
+    /// Only the daemon's own cost and the drain figures (a few minutes), printed and written to
+    /// bench-report/daemon.md; the full report needs the whole run.
+    #[arg(long, conflicts_with = "guard")]
+    daemon_only: bool,
+}
+
+impl Args {
+    /// Whether this run attaches the floor program (the in-program and pair tables do).
+    pub fn needs_floor(&self) -> bool {
+        !self.daemon_only
+    }
+
+    /// Whether this run times the drain pipeline on synthetic maps (the drain tables do).
+    pub fn needs_pipeline(&self) -> bool {
+        !self.guard
+    }
+}
+
+/// What the caller built for the bench; `floor` and `pipeline` only if `Args` needs them.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// A release build of latency-daemon.
+    pub daemon: PathBuf,
+    /// latency-daemon's example `floor`: an empty program on our tracepoints until SIGTERM.
+    pub floor: Option<PathBuf>,
+    /// latency-daemon's bench target `pipeline` (`[--json]`): drain and encode on synthetic maps.
+    pub pipeline: Option<PathBuf>,
+}
+
+impl Binaries {
+    fn floor(&self) -> anyhow::Result<&Path> {
+        self.floor.as_deref().context("this bench needs the floor program, and it was not built")
+    }
+
+    fn pipeline(&self) -> anyhow::Result<&Path> {
+        self.pipeline.as_deref().context("this bench needs the pipeline benchmark, and it was not built")
+    }
+}
+
+/// The whole bench, its guard or the daemon's part, as `args` say. The caller has prepared the
+/// machine and built `binaries` (xtask's `bench` does, then calls this).
+pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
+    let daemon = binaries.daemon.as_path();
+    let started = Instant::now();
+    if args.guard {
+        let tracers = [overhead::Tracer::Floor, overhead::Tracer::Runqlat, overhead::ours_default()];
+        let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
+        let rows = inprog::measure(binaries, &pinned, &tracers, 3)?;
+        print!("{}", inprog::table(&rows));
+        let floor = rows[0].ns_per_event;
+        let (runqlat, ours) = (rows[1].ns_per_event - floor, rows[2].ns_per_event - floor);
+        println!(
+            "bench guard: ours {ours:.0} ns/event, runqlat {runqlat:.0} ns/event beyond the floor ({:.1} s)",
+            started.elapsed().as_secs_f64()
+        );
+        if ours > runqlat {
+            bail!("ours adds {ours:.0} ns per scheduler event, more than runqlat's {runqlat:.0}");
+        }
+        return Ok(());
+    }
+    if args.daemon_only {
+        let cost = cost::measure(daemon)?;
+        print!("{}", cost.table());
+        drain::run(binaries, 10)?;
+        let dir = workspace_root().join("bench-report");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("daemon.md"), format!("# The daemon during a storm\n\n```\n{}```\n", cost.table()))?;
+        return Ok(());
+    }
+    let inprog_rows = inprog::measure(binaries, &overhead::workloads(), &overhead::all_tracers(), 5)?;
+    let inprog_table = inprog::table(&inprog_rows);
+    print!("{inprog_table}");
+    let effects = inprog::effects(&inprog_rows);
+    print!("{effects}");
+    let rows = overhead::measure(binaries, &overhead::full_plan(args.pairs))?;
+    let overhead_table = overhead::table(&rows);
+    print!("{overhead_table}");
+    let cost = cost::measure(daemon)?;
+    print!("{}", cost.table());
+    drain::run(binaries, 10)?;
+
+    let dir = workspace_root().join("bench-report");
+    std::fs::create_dir_all(&dir)?;
+    let md = format!(
+        "# What the monitor costs\n\n`cargo xtask bench --pairs {}` on {} CPUs, {:.0} s.\n\n\
+         ## Time inside the programs per scheduler event (kernel BPF stats, medians of 5)\n\n\
+         ```\n{inprog_table}```\n\n\
+         ## What each switchable choice costs (the rows above, minus the default)\n\n\
+         ```\n{effects}```\n\n\
+         ## Added wall time per scheduler event (medians of interleaved off/on pairs)\n\n```\n{overhead_table}```\n\n\
+         ## The daemon itself during a storm\n\n```\n{}```\n",
+        args.pairs,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        started.elapsed().as_secs_f64(),
+        cost.table()
+    );
+    std::fs::write(dir.join("bench.md"), md)?;
+    let json = format!(
+        "{{\"in_program\":{},\"overhead\":{},\"daemon\":{}}}\n",
+        inprog::json(&inprog_rows),
+        overhead::json(&rows),
+        cost.json()
+    );
+    std::fs::write(dir.join("bench.json"), json)?;
+    println!("bench: wrote {} ({:.0} s)", dir.join("bench.md").display(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The middle value (the upper one of an even count); NaN if there is none.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}

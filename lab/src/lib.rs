@@ -1,0 +1,43 @@
+//! The experiment kit shared by xtask and latency-daemon's integration tests: in, the daemon's
+//! binaries and root on a real kernel; out, measurements cross-checked against independent
+//! oracles, and the machine left as it was.
+//!
+//! # Layout
+//!
+//! - [`guard`]: what the lab starts and changes, undone on every exit path: child processes,
+//!   sysctls, caught signals; and readers of the children's output.
+//! - [`oracle`]: independent views of the same delays: the kernel's run_delay, `perf sched`,
+//!   libbpf-tools `runqlat`; and bpftool for what stays loaded.
+//! - [`workload`]: the experiment itself: its modes, the plan of named threads, and the crew
+//!   that runs a plan in this process (tests) or in `xtask workload` (the demo).
+//! - [`recorder`]: `latency-daemon record` in the background.
+//! - [`recording`]: what `record --json` prints (schema 1), typed for the demo.
+//! - [`daemon`]: `latency-daemon run` on a loopback port of its own.
+//! - [`web`]: HTTP GET over std, free loopback ports, samples in Prometheus text.
+//! - [`services`]: real Prometheus and Alertmanager, and cgroups of a test's own.
+//! - [`demo`]: the perf-sched experiment cross-checked (`cargo xtask demo`).
+//! - [`bench`](mod@bench): what the monitor costs (`cargo xtask bench`).
+//! - [`cmd`]: running a program, with its command line in every error.
+//!
+//! `demo` and `bench` are drivers: they use everything else, and nothing imports them. `cmd`,
+//! `guard` and `web` import nothing else of the lab but each other.
+pub mod bench;
+pub mod cmd;
+pub mod daemon;
+pub mod demo;
+pub mod guard;
+pub mod oracle;
+pub mod recorder;
+pub mod recording;
+pub mod services;
+pub mod web;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root, where the demo's and the bench's reports go by default.
+pub fn workspace_root() -> PathBuf {
+    let lab_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // lab/ is a direct child of the root (see `members` in the root Cargo.toml).
+    lab_dir.parent().map_or_else(|| lab_dir.join(".."), Path::to_path_buf)
+}

@@ -1,0 +1,173 @@
+//! `perf sched`, an oracle that rebuilds every delay from its own trace: in, a trace file to
+//! write; out, `perf sched latency -p` rows by tid, perf's complaint about lost events, and how
+//! often each CPU switched into and out of idle in the trace.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde::Serialize;
+
+use crate::cmd;
+use crate::guard::{Lines, Proc, check_interrupted, piped};
+
+/// `perf sched record` needs this long to open its events on every CPU (measured: ~1.5 s on
+/// this 2-CPU VM; it prints nothing when it is ready).
+const PERF_WARMUP: Duration = Duration::from_millis(1500);
+const STOP_LIMIT: Duration = Duration::from_secs(30);
+/// The largest trace whose idle switches are counted (6 s of `io` alone: ~4 MB).
+const IDLE_COUNT_MAX_BYTES: u64 = 24 << 20;
+
+/// One row of `perf sched latency -p`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PerfLatency {
+    pub comm: String,
+    /// perf calls it "Switches"; it is the number of delays perf rebuilt for the task.
+    pub delays: u64,
+    pub avg_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PerfResult {
+    pub latency: BTreeMap<u32, PerfLatency>,
+    /// perf's own complaint about lost events, if any.
+    pub lost: Option<String>,
+    pub data_bytes: u64,
+    /// From perf's trace: per CPU, switches into and out of the idle task. Equal numbers mean
+    /// the trace holds the events raised while a CPU idles; see the demo's report for why they
+    /// differ.
+    pub idle_switches: Vec<(u32, u64, u64)>,
+}
+
+/// `perf sched record -a` writing to a file.
+#[derive(Debug)]
+pub struct Perf {
+    proc: Proc,
+    stderr: Lines,
+    file: PathBuf,
+    started: Instant,
+}
+
+impl Perf {
+    pub fn start(file: &Path) -> anyhow::Result<Perf> {
+        ensure_tracefs()?;
+        let mut command = Command::new("perf");
+        command.args(["sched", "record", "-a", "-m", "16M", "-o"]).arg(file);
+        let mut proc = Proc::spawn(piped(&mut command), "perf sched record")?;
+        let stderr = Lines::read(proc.take_stderr().context("perf's stderr")?);
+        Ok(Perf { proc, stderr, file: file.to_owned(), started: Instant::now() })
+    }
+
+    /// Returns once perf has had the time it needs to open its events.
+    pub fn wait_ready(&mut self) -> anyhow::Result<()> {
+        while self.started.elapsed() < PERF_WARMUP {
+            check_interrupted()?;
+            if self.proc.exited() {
+                bail!("perf sched record exited at once: {:?}", self.stderr.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// SIGINT (perf finishes its file), then `perf sched latency -p` on it; with
+    /// `with_idle_switches`, the trace's switches into and out of idle too (slow: seconds).
+    pub fn stop(mut self, with_idle_switches: bool) -> anyhow::Result<PerfResult> {
+        let status = self.proc.stop(libc::SIGINT, STOP_LIMIT)?;
+        let stderr = self.stderr.rest().join("\n");
+        // perf exits 0, or 130 / by the signal itself, when stopped with SIGINT.
+        if !(status.success() || status.code() == Some(130) || status.code().is_none()) {
+            bail!("perf sched record failed ({status}): {stderr}");
+        }
+        let lost = stderr.lines().find(|l| l.to_lowercase().contains("lost")).map(str::to_owned);
+        let mut latency = Command::new("perf");
+        latency.args(["sched", "latency", "-p", "-i"]).arg(&self.file);
+        let latency = parse_latency(&cmd::stdout(&mut latency)?);
+        let data_bytes = std::fs::metadata(&self.file).map(|m| m.len()).unwrap_or(0);
+        // Printing the trace costs ~5 s per million events; skip it when something else on the
+        // machine filled the trace (the report then says it was not counted).
+        let idle_switches = if with_idle_switches && data_bytes <= IDLE_COUNT_MAX_BYTES {
+            idle_switches(&self.file)?
+        } else {
+            Vec::new()
+        };
+        Ok(PerfResult { latency, lost, data_bytes, idle_switches })
+    }
+}
+
+/// perf reads the sched events' formats from tracefs; `cargo xtask setup` mounts it, a test
+/// run on a fresh machine may not have.
+fn ensure_tracefs() -> anyhow::Result<()> {
+    if !Path::new("/sys/kernel/tracing/events/sched").exists() {
+        cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))
+            .context("mounting tracefs for perf")?;
+    }
+    Ok(())
+}
+
+fn idle_switches(file: &Path) -> anyhow::Result<Vec<(u32, u64, u64)>> {
+    let mut script = Command::new("perf");
+    script.args(["script", "-F", "cpu,event,trace", "-i"]).arg(file);
+    Ok(count_idle_switches(&cmd::stdout(&mut script)?))
+}
+
+/// Rows look like `  comm:tid | 12.3 ms | 45 | avg: 1.234 ms | max: 5.678 ms | …`.
+pub fn parse_latency(text: &str) -> BTreeMap<u32, PerfLatency> {
+    let mut rows = BTreeMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split('|').map(str::trim).collect();
+        if fields.len() < 5 || !fields[3].starts_with("avg:") {
+            continue;
+        }
+        let Some((comm, tid)) = fields[0].rsplit_once(':') else { continue };
+        let ms =
+            |field: &str, tag: &str| field.trim_start_matches(tag).trim().trim_end_matches("ms").trim().parse().ok();
+        let (Ok(tid), Some(avg_ms), Some(max_ms)) = (tid.parse::<u32>(), ms(fields[3], "avg:"), ms(fields[4], "max:"))
+        else {
+            continue;
+        };
+        let delays = fields[2].parse().unwrap_or(0);
+        rows.insert(tid, PerfLatency { comm: comm.to_owned(), delays, avg_ms, max_ms });
+    }
+    rows
+}
+
+/// `perf script -F cpu,event,trace` lines: `[001] sched:sched_switch: prev_comm=… prev_pid=0 …`.
+pub fn count_idle_switches(text: &str) -> Vec<(u32, u64, u64)> {
+    let mut per_cpu: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for line in text.lines().filter(|l| l.contains("sched_switch:")) {
+        let cpu = line.trim_start().strip_prefix('[').and_then(|l| l.split(']').next()).and_then(|c| c.parse().ok());
+        let Some(cpu) = cpu else { continue };
+        let entry = per_cpu.entry(cpu).or_default();
+        entry.0 += u64::from(line.contains(" next_pid=0 "));
+        entry.1 += u64::from(line.contains(" prev_pid=0 "));
+    }
+    per_cpu.into_iter().map(|(cpu, (into, out))| (cpu, into, out)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_latency_rows_by_tid() {
+        let text = "\n  Task                  |   Runtime ms  | Switches | Avg delay ms    | Max delay ms    |\n \
+                    ---------\n  compete/3:1234        |    812.113 ms |      214 | avg:  17.116 ms | max:  24.001 ms | max start: 1.0 s | max end: 1.0 s\n  \
+                    a:b:77                |      1.0 ms |        1 | avg:   0.004 ms | max:   0.004 ms |\n";
+        let rows = parse_latency(text);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[&1234], PerfLatency { comm: "compete/3".into(), delays: 214, avg_ms: 17.116, max_ms: 24.001 });
+        assert_eq!(rows[&77].comm, "a:b");
+    }
+
+    #[test]
+    fn idle_switches_per_cpu() {
+        let text = "[000] sched:sched_switch: prev_comm=a prev_pid=5 prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120\n\
+                    [000] sched:sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=a next_pid=5 next_prio=120\n\
+                    [001] sched:sched_switch: prev_comm=b prev_pid=6 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120\n\
+                    [001] sched:sched_waking: comm=b pid=6 prio=120 target_cpu=001\n";
+        assert_eq!(count_idle_switches(text), [(0, 1, 1), (1, 1, 0)]);
+    }
+}

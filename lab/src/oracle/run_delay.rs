@@ -1,0 +1,74 @@
+//! The kernel's own account of a thread's waiting (`run_delay`, kept while
+//! kernel.task_delayacct=1): in, a thread (any, or the caller itself); out, its schedstat —
+//! time on a CPU, time waiting on a run queue, timeslices.
+use anyhow::Context as _;
+
+/// One /proc/…/schedstat line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedstat {
+    /// Time on a CPU, ns (exact, unlike utime + stime in 10 ms ticks).
+    pub cpu_ns: u64,
+    /// Time waiting on a run queue, ns.
+    pub run_delay_ns: u64,
+    pub timeslices: u64,
+}
+
+impl Schedstat {
+    pub fn parse(text: &str) -> Option<Schedstat> {
+        let mut fields = text.split_whitespace().map(str::parse::<u64>);
+        let mut next = || fields.next()?.ok();
+        Some(Schedstat { cpu_ns: next()?, run_delay_ns: next()?, timeslices: next()? })
+    }
+
+    /// Thread `tid` of process `pid`.
+    pub fn of_thread(pid: u32, tid: u32) -> anyhow::Result<Schedstat> {
+        read(&format!("/proc/{pid}/task/{tid}/schedstat"))
+    }
+
+    /// The calling thread's own.
+    pub fn own() -> anyhow::Result<Schedstat> {
+        read("/proc/thread-self/schedstat")
+    }
+}
+
+fn read(path: &str) -> anyhow::Result<Schedstat> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    Schedstat::parse(&text).with_context(|| format!("{path} holds `{}`", text.trim()))
+}
+
+/// CPU time of every thread of `pid` so far, ns. Threads that exited are not counted.
+pub fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let dir = format!("/proc/{pid}/task");
+    let mut ns = 0;
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
+        let tid = entry?.file_name().to_string_lossy().parse::<u32>().ok();
+        // A thread may exit between the listing and the read.
+        ns += tid.and_then(|tid| Schedstat::of_thread(pid, tid).ok()).map_or(0, |s| s.cpu_ns);
+    }
+    Ok(ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_fields() {
+        let s = Schedstat::parse("812113000 17116000 214\n");
+        assert_eq!(s, Some(Schedstat { cpu_ns: 812_113_000, run_delay_ns: 17_116_000, timeslices: 214 }));
+        assert_eq!(Schedstat::parse("1 2"), None);
+        assert_eq!(Schedstat::parse("1 x 3"), None);
+    }
+
+    #[test]
+    fn this_thread_is_on_a_cpu() {
+        // The kernel adds a running thread's time at its next tick or switch: run, then sleep.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(5);
+        while std::time::Instant::now() < until {}
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let own = Schedstat::own().unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(own.cpu_ns > 0 && own.timeslices > 0, "{own:?}");
+        let me = std::process::id();
+        assert!(process_cpu_ns(me).unwrap_or_else(|e| panic!("{e:#}")) >= own.cpu_ns);
+    }
+}

@@ -1,0 +1,83 @@
+//! A cgroup v2 directory of a test's own under the cgroup2 mount (found in /proc/self/mountinfo,
+//! wherever it is): in, a name; out, the directory, its path as the daemon labels it, and
+//! processes started inside. Everything inside is killed and the directory removed on drop.
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+
+use crate::guard::Proc;
+
+#[derive(Debug)]
+pub struct TestCgroup {
+    dir: PathBuf,
+    /// Its path as the daemon labels it: relative to the cgroup2 mount, starting with '/'.
+    pub path: String,
+}
+
+impl TestCgroup {
+    /// `runqlat-test-<our pid>-<name>` right under the cgroup2 mount.
+    pub fn new(name: &str) -> anyhow::Result<TestCgroup> {
+        let mount = cgroup2_mount()?;
+        let top = format!("runqlat-test-{}-{name}", std::process::id());
+        let dir = mount.join(&top);
+        std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(TestCgroup { dir, path: format!("/{top}") })
+    }
+
+    /// Starts `argv` inside this cgroup (a shell moves itself in, then execs it).
+    pub fn spawn(&self, argv: &[&str]) -> anyhow::Result<Proc> {
+        let procs = self.dir.join("cgroup.procs");
+        let script = format!("echo $$ > '{}' && exec \"$@\"", procs.display().to_string().replace('\'', "'\\''"));
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(script).arg("sh").args(argv).stdout(Stdio::null()).stderr(Stdio::null());
+        Proc::spawn(&mut command, "cgroup workload")
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Kill anything still inside (each Proc kills its own; this catches what they started).
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                // SAFETY: kill(2) on processes in a cgroup this process created for itself.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Where cgroup2 is mounted: the mount point (5th field) of the mountinfo line whose filesystem
+/// type (after " - ") is cgroup2.
+fn cgroup2_mount() -> anyhow::Result<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    find_cgroup2(&info).context("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+fn find_cgroup2(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        right.starts_with("cgroup2 ").then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup2_wherever_it_is_mounted() {
+        let hybrid = "25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                      26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n\
+                      27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        assert_eq!(find_cgroup2(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(find_cgroup2("27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"), None);
+    }
+}

@@ -1,0 +1,59 @@
+//! Real components the daemon works with, run for a test on loopback: Prometheus, Alertmanager,
+//! and cgroups of the test's own. Each is stopped or removed when its guard goes.
+mod alertmanager;
+mod cgroup;
+mod prometheus;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+pub use alertmanager::Alertmanager;
+pub use cgroup::TestCgroup;
+pub use prometheus::Prometheus;
+
+use crate::guard::Proc;
+use crate::web;
+
+/// How long a service may take to answer `/-/ready`.
+const READY_LIMIT: Duration = Duration::from_secs(30);
+
+/// A service's own directory, removed with everything in it when dropped.
+#[derive(Debug)]
+struct Scratch(PathBuf);
+
+impl Scratch {
+    /// `<tmp>/<prefix>-<our pid>-<a free port>`: unique among concurrent tests.
+    fn new(prefix: &str) -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), web::free_port()?));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts `program ARGS`, quiet, and returns it once `addr/-/ready` answers 200 (within 30 s).
+fn serve(program: &str, args: &[String], addr: &str) -> anyhow::Result<Proc> {
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let proc = Proc::spawn(&mut command, program).with_context(|| format!("cargo xtask setup installs {program}"))?;
+    let deadline = Instant::now() + READY_LIMIT;
+    while web::get(addr, "/-/ready", &[]).map(|r| r.status).ok() != Some(200) {
+        if Instant::now() > deadline {
+            bail!("{program} did not become ready within {READY_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(proc)
+}
