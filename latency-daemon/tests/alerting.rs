@@ -15,6 +15,7 @@ use std::{
 
 use latency_lab::{
     daemon::Daemon,
+    guard::Scratch,
     oracle::bpftool,
     services::{Alertmanager, TestCgroup},
     web::{self, sample},
@@ -31,10 +32,8 @@ fn assert_nothing_attached() {
 
 /// A config file alerting only on delays of tasks in `cgroup`, so the machine's own background
 /// noise cannot fire anything.
-fn cgroup_only_config(cgroup: &str, threshold: &str) -> (std::path::PathBuf, String) {
-    let port = web::free_port().expect("a free port");
-    let dir = std::env::temp_dir().join(format!("runqlat-alert-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+fn cgroup_only_config(cgroup: &str, threshold: &str) -> (Scratch, String) {
+    let dir = Scratch::new("runqlat-alert").expect("a scratch directory");
     let file = dir.join("latency-daemon.toml");
     std::fs::write(&file, format!("[alert_cgroup_max_delay]\n\"{cgroup}\" = \"{threshold}\"\n")).unwrap();
     let path = file.to_str().unwrap().to_string();
@@ -56,7 +55,7 @@ fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) 
 fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
     let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
     let cg = TestCgroup::new("alert").expect("a test cgroup");
-    let (dir, file) = cgroup_only_config(&cg.path, "5ms");
+    let (_dir, file) = cgroup_only_config(&cg.path, "5ms");
     let daemon = Daemon::start(
         DAEMON,
         &[
@@ -109,7 +108,6 @@ fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
     assert!(daemon.log().iter().any(|l| l.contains("\"event\":\"resolved\"")), "no resolve logged: {:?}", daemon.log());
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The sleeper reports, through a file, the longest of its own 1 ms sleeps on its own clock.
@@ -163,7 +161,6 @@ fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
     assert!(total <= fired.len() as f64, "alerts counted {total}, logged {}: {:?}", fired.len(), daemon.log());
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// An HTTP server that accepts connections and never answers; it holds every socket.

@@ -14,7 +14,7 @@ use std::{
 };
 
 use latency_lab::{
-    guard::Sysctl,
+    guard::{Scratch, Sysctl},
     oracle::{
         bpftool,
         perf::{Perf, PerfLatency},
@@ -57,8 +57,7 @@ fn run() -> &'static Run {
 fn measure() -> Run {
     // run_delay is only kept while delay accounting is on; it must be on before threads start.
     let _delayacct = Sysctl::set("kernel.task_delayacct", "1").expect("set kernel.task_delayacct");
-    let dir = std::env::temp_dir().join(format!("runqlat-oracles-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("runqlat-oracles").expect("a scratch directory");
     let me = std::process::id().to_string();
 
     let mut perf = Perf::start(&dir.join("perf-sched.data")).expect("perf (cargo xtask setup installs linux-perf)");
@@ -83,7 +82,6 @@ fn measure() -> Run {
     let kernel = |tid| Schedstat::of_thread(std::process::id(), tid).expect("schedstat").run_delay_ns;
     assert!(threads.iter().all(|d| kernel(d.tid) >= d.run_delay_ns));
     drop(crew);
-    let _ = std::fs::remove_dir_all(&dir);
 
     let report: Value =
         serde_json::from_str(&json).unwrap_or_else(|e| panic!("record --json is not JSON ({e}): {json}"));

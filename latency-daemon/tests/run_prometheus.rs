@@ -14,7 +14,7 @@ use std::{
 
 use latency_lab::{
     daemon::Daemon,
-    guard::Proc,
+    guard::{Proc, Scratch},
     oracle::bpftool,
     services::{Prometheus, TestCgroup},
     web::{self, sample},
@@ -189,8 +189,7 @@ fn a_delay_lands_in_the_cgroup_of_the_task_that_waited() {
 
 #[test]
 fn sighup_with_a_broken_file_keeps_serving_and_sigterm_detaches_fast() {
-    let dir = std::env::temp_dir().join(format!("runqlat-conf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("runqlat-conf").expect("a scratch directory");
     let file = dir.join("latency-daemon.toml");
     std::fs::write(&file, "window = \"2s\"\n").unwrap();
     let mut daemon =
@@ -215,7 +214,6 @@ fn sighup_with_a_broken_file_keeps_serving_and_sigterm_detaches_fast() {
     let took = daemon.stop().expect("SIGTERM");
     assert!(took < Duration::from_secs(2), "SIGTERM took {took:?}");
     assert_nothing_attached();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What deploy/systemd/latency-daemon.service grants: an unprivileged user with CAP_BPF and

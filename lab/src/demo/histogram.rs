@@ -3,6 +3,7 @@
 //! slot 0 also 0 µs). The grids do not line up: for display each of our buckets goes whole to the
 //! slot of its geometric midpoint; for agreement, runqlat's count in a slot must lie between
 //! what our buckets say must be in it and what may be (those straddling its bounds).
+use latency_common::buckets::{UPPER_NS, ZERO_BUCKET, bucket_of_native};
 use serde::Serialize;
 
 use crate::recording::Bucket;
@@ -21,13 +22,14 @@ pub fn runqlat_slot(ns: u64) -> usize {
     if us == 0 { 0 } else { (us.ilog2() as usize).min(LAST_SLOT) }
 }
 
-/// Bucket `le`'s bounds in ns: (exclusive low, inclusive high); the zero bucket starts at 0.
+/// Bucket `le`'s bounds in ns: (exclusive low, inclusive high), from the kernel's own table; the
+/// zero bucket starts at 0.
 fn bounds_ns(le_seconds: Option<f64>) -> (u64, u64) {
     let Some(le) = le_seconds else { return (u64::MAX / 2, u64::MAX / 2) };
-    let i = native_index(le);
-    // The kernel compares with floor(1e9 · 2^(i/8)); the zero bucket holds 0 …
-    let at = |i: i32| (1e9 * 2f64.powf(f64::from(i) / 8.0)).floor() as u64;
-    (if i <= -160 { 0 } else { at(i - 1) }, at(i))
+    match bucket_of_native(native_index(le)) {
+        Some(k) => (UPPER_NS[k - 1], UPPER_NS[k]),
+        None => (0, UPPER_NS[ZERO_BUCKET]),
+    }
 }
 
 /// The runqlat slot our bucket with upper bound `le_seconds` goes to: its geometric midpoint's.

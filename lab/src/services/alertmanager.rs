@@ -4,8 +4,9 @@
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use super::{Scratch, serve};
+use super::serve;
 use crate::guard::Proc;
+use crate::guard::Scratch;
 use crate::web;
 
 #[derive(Debug)]

@@ -4,7 +4,6 @@ mod alertmanager;
 mod cgroup;
 mod prometheus;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,29 +18,6 @@ use crate::web;
 
 /// How long a service may take to answer `/-/ready`.
 const READY_LIMIT: Duration = Duration::from_secs(30);
-
-/// A service's own directory, removed with everything in it when dropped.
-#[derive(Debug)]
-struct Scratch(PathBuf);
-
-impl Scratch {
-    /// `<tmp>/<prefix>-<our pid>-<a free port>`: unique among concurrent tests.
-    fn new(prefix: &str) -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), web::free_port()?));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Starts `program ARGS`, quiet, and returns it once `addr/-/ready` answers 200 (within 30 s).
 fn serve(program: &str, args: &[String], addr: &str) -> anyhow::Result<Proc> {
