@@ -3,7 +3,7 @@
 //! if any step failed.
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use crate::{cmd, setup, workspace_root};
 
@@ -21,26 +21,35 @@ struct Step {
     run: Box<dyn FnOnce() -> anyhow::Result<()>>,
 }
 
-/// Steps after `cargo test`, in order. Append here: promtool rule tests, the demo's short form,
-/// the bench guard.
+/// Steps after `cargo test`, in order: promtool (rules, their tests, the metrics schema), the demo's
+/// short form, the bench guard.
 fn extra_steps() -> Vec<Step> {
     let mut steps = vec![Step {
-        name: "promtool rules",
+        name: "promtool",
         // The fleet's rules must load without a lint warning (`--lint-fatal`: exit 3 on one), and
-        // their unit tests must pass. Both run even if the first fails, so one run shows both.
+        // their unit tests must pass; the golden metrics schema (what `cargo test` pins) must pass
+        // promtool's exposition lint. All run even if one fails, so one run shows every problem.
         run: Box::new(|| {
-            let commands: [&[&str]; 2] = [
-                &["check", "rules", "--lint=all", "--lint-fatal", "deploy/prometheus/rules.yml"],
-                &["test", "rules", "deploy/prometheus/rules_test.yml"],
+            let commands: [(&[&str], Option<&str>); 3] = [
+                (&["check", "rules", "--lint=all", "--lint-fatal", "deploy/prometheus/rules.yml"], None),
+                (&["test", "rules", "deploy/prometheus/rules_test.yml"], None),
+                (&["check", "metrics"], Some("latency-daemon/tests/golden/metrics.prom")),
             ];
             let mut failed = Vec::new();
-            for args in commands {
+            for (args, stdin) in commands {
                 let mut promtool = std::process::Command::new("promtool");
                 promtool.current_dir(workspace_root()).args(args);
-                println!("test: $ {}", cmd::show(&promtool));
+                let mut shown = cmd::show(&promtool);
+                if let Some(file) = stdin {
+                    let path = workspace_root().join(file);
+                    let input = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+                    promtool.stdin(input);
+                    shown = format!("{shown} < {file}");
+                }
+                println!("test: $ {shown}");
                 if let Err(err) = cmd::run(&mut promtool) {
                     eprintln!("test: {err:#}");
-                    failed.push(cmd::show(&promtool));
+                    failed.push(shown);
                 }
             }
             if !failed.is_empty() {
