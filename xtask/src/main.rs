@@ -5,6 +5,8 @@ mod build;
 mod cmd;
 mod demo;
 mod run;
+#[cfg(test)]
+mod readme_layout;
 mod setup;
 mod test;
 
