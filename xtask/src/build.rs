@@ -34,10 +34,14 @@ pub fn daemon(release: bool) -> anyhow::Result<PathBuf> {
     existing(target_dir().join(profile).join("latency-daemon"))
 }
 
-/// Builds the bench's floor (latency-daemon's example `floor`, release) and returns its path.
+/// Builds the bench's floor (latency-daemon's example `floor`) and returns its path. The dev
+/// profile on purpose: the kernel object is the same in every profile (aya-build always builds it
+/// with --release), the loader's speed does not matter, and `cargo test` has built exactly this
+/// already (examples get dev-dependencies, whose feature set would make a release build recompile
+/// the library and the kernel programs: ≈ 40 s in the test suite's bench guard).
 pub fn floor() -> anyhow::Result<PathBuf> {
-    cargo(&["build", "--release", "--package", "latency-daemon", "--example", "floor"], "building the floor failed")?;
-    existing(target_dir().join("release").join("examples").join("floor"))
+    cargo(&["build", "--package", "latency-daemon", "--example", "floor"], "building the floor failed")?;
+    existing(target_dir().join("debug").join("examples").join("floor"))
 }
 
 /// Builds latency-daemon's bench target `pipeline` and returns its executable, which cargo names

@@ -4,9 +4,9 @@ mod bench;
 mod build;
 mod cmd;
 mod demo;
-mod run;
 #[cfg(test)]
 mod readme_layout;
+mod run;
 mod setup;
 mod test;
 

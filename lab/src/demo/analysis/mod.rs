@@ -2,150 +2,18 @@
 //! accounts); out, a `Summary` — the experiment's table row, per-thread agreement with each
 //! oracle, runqlat's histogram beside ours, the stall and nice findings — and a `Check` for
 //! every figure that has a tolerance. Pure: no I/O, so every rule is unit-tested.
-use serde::Serialize;
+mod summary;
 
+pub use self::summary::{Check, Nice, NiceGroup, PerfRow, Stall, Summary, ThreadRow};
 use super::histogram::{self, SlotRow};
-use super::session::{Gap, Measured};
+use super::session::Measured;
 use crate::oracle::perf::PerfLatency;
-use crate::recording::{Attribution, Bucket, Task};
+use crate::recording::Task;
 use crate::workload::{Done, Mode, STALL_LOOP, weights};
 
 /// perf is compared on threads with at least this many delays (in both views): below it, one
 /// delay perf rebuilds differently moves the average by more than the tolerance.
 pub const PERF_MIN_DELAYS: u64 = 100;
-
-/// One thing checked against a tolerance.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// Which acceptance item: "run_delay", "perf avg", "perf max", "stall", "ordering", …
-    pub item: &'static str,
-    pub subject: String,
-    /// The figures and the tolerance, in words.
-    pub detail: String,
-    pub ok: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PerfRow {
-    pub delays: u64,
-    pub avg_ms: f64,
-    pub max_ms: f64,
-    /// Ours / perf's.
-    pub avg_ratio: f64,
-    pub max_ratio: f64,
-    /// Why it was not held to the tolerance, if it was not.
-    pub skipped: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ThreadRow {
-    pub name: String,
-    pub tid: u32,
-    pub group: String,
-    pub nice: i32,
-    pub delays: u64,
-    pub wakeup: u64,
-    pub preempt: u64,
-    pub voluntary: u64,
-    pub involuntary: u64,
-    pub sum_ns: u64,
-    pub avg_ns: f64,
-    pub max_ns: u64,
-    pub max_reason: Option<String>,
-    pub runtime_ns: u64,
-    /// The thread's own CLOCK_THREAD_CPUTIME_ID at its end.
-    pub cpu_ns: u64,
-    /// Our sum on the run queue's clock, and the kernel's run_delay.
-    pub rq_sum_ns: u64,
-    pub rq_delays: u64,
-    pub run_delay_ns: u64,
-    /// (ours on the rq clock − run_delay) and its tolerance: 2 % + 2 µs per delay + the allowance.
-    pub run_delay_diff_ns: i64,
-    pub run_delay_tolerance_ns: u64,
-    /// The part of the tolerance allowed for the kernel's delayed-dequeue artifact (see `run_delay_gap`).
-    pub run_delay_allowance_ns: u64,
-    /// Switches of this thread the kernel raised no tracepoint for (then run_delay is not held).
-    pub untraced: u64,
-    /// `se.nr_migrations` of the thread, and its longest sleep (`io`).
-    pub migrations: Option<u64>,
-    pub longest_sleep_ns: u64,
-    pub perf: Option<PerfRow>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Stall {
-    pub largest_gap_ns: u64,
-    /// When the largest gap and our largest delay of the loop thread ended (CLOCK_MONOTONIC):
-    /// a few µs apart when they are the same event (the gap = the delay plus the switch out
-    /// and back to user space).
-    pub largest_gap_end_ns: u64,
-    pub seconds: Vec<Gap>,
-    pub our_max_ns: u64,
-    pub our_max_at_ns: u64,
-    pub our_max_reason: Option<String>,
-    pub tolerance_ns: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct NiceGroup {
-    pub group: String,
-    pub nice: i32,
-    pub threads: usize,
-    /// From the table (kernel/sched/core.c) and as the kernel showed it for these threads.
-    pub table_weight: u64,
-    pub kernel_weight: Option<u64>,
-    pub cpu_ns: u64,
-    pub runtime_ns: u64,
-    pub delays: u64,
-    pub avg_ns: f64,
-    pub max_ns: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Nice {
-    pub groups: Vec<NiceGroup>,
-    /// CPU time of the first group / the second; the weights' ratio.
-    pub cpu_ratio: f64,
-    pub weight_ratio: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Summary {
-    pub mode: Mode,
-    pub threads: usize,
-    pub cpus: usize,
-    pub secs: f64,
-    /// Over the workload threads, from our monotonic recorder.
-    pub delays: u64,
-    pub voluntary: u64,
-    pub involuntary: u64,
-    pub avg_ns: f64,
-    pub max_ns: u64,
-    pub max_thread: String,
-    pub runtime_per_thread_ns: f64,
-    /// Over the recorder's span (machine-wide, as `record` reports CPUs), and that span.
-    pub idle_pct: f64,
-    /// CPU time of everything else (other users of the machine, the watchers), same span.
-    pub others_pct: f64,
-    pub system_switches: u64,
-    pub recorded_ns: u64,
-    pub workload_ns: u64,
-    pub steal_ns: u64,
-    pub rows: Vec<ThreadRow>,
-    /// The whole workload process (its main thread too), ours re-binned beside runqlat's.
-    pub histogram: Vec<SlotRow>,
-    /// Delays runqlat has in a slot none of ours could be in (see `histogram::unexplained`).
-    pub histogram_unexplained: f64,
-    /// Ours for the whole process, both reasons, in our own buckets (the figure's input).
-    pub buckets: Vec<Bucket>,
-    pub worst: Option<Attribution>,
-    pub stall: Option<Stall>,
-    pub nice: Option<Nice>,
-    pub perf_data_bytes: u64,
-    pub perf_idle_switches: Vec<(u32, u64, u64)>,
-    pub took_s: f64,
-    pub checks: Vec<Check>,
-}
 
 pub fn summarize(m: &Measured, tick_ns: u64) -> Summary {
     let mut checks = Vec::new();
@@ -503,53 +371,4 @@ pub fn ordering_checks(summaries: &[Summary]) -> Vec<Check> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_delay_tolerance_is_2_percent_2us_per_delay_and_1ms() {
-        let none = Unseen::default();
-        let gap = run_delay_gap(1_000_000_000, 100, 1_000_000_000, none);
-        assert_eq!((gap.diff_ns, gap.tolerance_ns), (0, 20_000_000 + 200_000 + 1_000_000));
-        let gap = run_delay_gap(0, 0, 1_000_000, none);
-        assert_eq!((gap.diff_ns, gap.tolerance_ns), (-1_000_000, 1_020_000));
-    }
-
-    #[test]
-    fn sleeps_after_migrations_widen_only_the_kernel_side() {
-        let io = Unseen { migrations: 4, longest_sleep_ns: 1_100_000, ..Unseen::default() };
-        // The kernel counting 4.8 ms more than us over 1500 delays: inside, with 4 migrations…
-        let gap = run_delay_gap(6_100_000, 1_500, 10_900_000, io);
-        assert_eq!(gap.allowance_ns, 1_000_000 + 4_400_000);
-        assert!(gap.diff_ns.unsigned_abs() <= gap.tolerance_ns);
-        // …outside without them,
-        let gap = run_delay_gap(6_100_000, 1_500, 10_900_000, Unseen { migrations: 0, ..io });
-        assert!(gap.diff_ns.unsigned_abs() > gap.tolerance_ns);
-        // and us counting more is never excused by sleeps.
-        let gap = run_delay_gap(10_900_000, 1_500, 6_100_000, io);
-        assert_eq!(gap.allowance_ns, 1_000_000);
-        assert!(gap.diff_ns.unsigned_abs() > gap.tolerance_ns);
-    }
-
-    #[test]
-    fn an_untraced_switch_may_hide_one_delay_as_large_as_the_largest_seen() {
-        let spinner = Unseen { untraced: 1, largest_delay_ns: 20_000_000, ..Unseen::default() };
-        // compete/0 as seen: the kernel 12 ms above us over 130 delays, one untraced switch.
-        let gap = run_delay_gap(1_495_000_000, 130, 1_507_000_000, spinner);
-        assert_eq!(gap.allowance_ns, 21_000_000);
-        assert!(gap.diff_ns.unsigned_abs() <= gap.tolerance_ns);
-        // 2 % + 2 µs per delay + 1 ms + one largest delay is 51.4 ms; 60 ms missing is out.
-        let gap = run_delay_gap(1_447_000_000, 130, 1_507_000_000, spinner);
-        assert!(gap.diff_ns.unsigned_abs() > gap.tolerance_ns);
-    }
-
-    #[test]
-    fn perf_tolerance_is_5_percent_plus_5us() {
-        assert!(within_perf_tolerance(24.001, 24.001));
-        assert!(within_perf_tolerance(105.0, 100.0));
-        assert!(!within_perf_tolerance(105.1, 100.0));
-        // A 20 µs max: 5 % is 1 µs, the 5 µs carries it.
-        assert!(within_perf_tolerance(0.025, 0.020));
-        assert!(!within_perf_tolerance(0.027, 0.020));
-    }
-}
+mod tests;
