@@ -34,13 +34,14 @@ pub fn daemon(release: bool) -> anyhow::Result<PathBuf> {
     existing(target_dir().join(profile).join("latency-daemon"))
 }
 
-/// Builds the bench's floor (latency-daemon's example `floor`) and returns its path. The dev
-/// profile on purpose: the kernel object is the same in every profile (aya-build always builds it
-/// with --release), the loader's speed does not matter, and `cargo test` has built exactly this
-/// already (examples get dev-dependencies, whose feature set would make a release build recompile
-/// the library and the kernel programs: ≈ 40 s in the test suite's bench guard).
+/// Builds the bench's floor (latency-daemon's example `floor`) exactly as the test suite builds
+/// it, and returns its path. Any profile would do (aya-build always builds the kernel object with
+/// --release, and the loader's speed does not matter), but examples get dev-dependencies, and any
+/// other package selection or profile resolves features differently and recompiles the library
+/// and the kernel programs (25–40 s). After `cargo test --workspace` this takes a second.
 pub fn floor() -> anyhow::Result<PathBuf> {
-    cargo(&["build", "--package", "latency-daemon", "--example", "floor"], "building the floor failed")?;
+    println!("build: the floor example, as `cargo test --workspace` builds it…");
+    cargo(&["test", "--workspace", "--no-run"], "building the floor failed")?;
     existing(target_dir().join("debug").join("examples").join("floor"))
 }
 
