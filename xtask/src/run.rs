@@ -14,7 +14,7 @@ pub const DEFAULT_ARGS: &[&str] = &["run"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Passed to latency-daemon (default: `record`); put `--` first to pass `--help` and such.
+    /// Passed to latency-daemon (default: `run`, the service); put `--` first to pass `--help` and such.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<OsString>,
 }
