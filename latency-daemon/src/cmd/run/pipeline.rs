@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use latency_common::{Reason, WindowMax};
+use latency_common::Reason;
 use tokio::sync::watch;
 
 use super::log;
@@ -24,7 +24,7 @@ use crate::{
         cgroup_series::CgroupSeries,
         exposition::Exposition,
         report::Meta,
-        snapshot::{self, CpuMax, Snapshot},
+        snapshot::{self, CpuMax, Snapshot, WindowSlot},
         window::Window,
     },
 };
@@ -54,7 +54,7 @@ pub(super) struct Drainer {
     alerts: Engine,
     notifier: Option<Notifier>,
     /// What we last read from each WINDOW_MAX slot (by epoch parity), to spot late writes.
-    last_read: [Vec<(Reason, u32, WindowMax)>; 2],
+    last_read: [WindowSlot; 2],
     exposition: Exposition,
 }
 
