@@ -230,7 +230,8 @@ impl Drainer {
     /// for the live view.
     fn fold_cgroups(&mut self, window: &Window) -> Vec<CgroupSummary> {
         let Some(names) = self.names.as_mut() else { return Vec::new() };
-        let top = timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
+        let top =
+            timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
         self.series.add_window(&window.cgroups, |id| names.path(id).map(str::to_string), self.config.top_cgroups);
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
         for id in names.prune() {
