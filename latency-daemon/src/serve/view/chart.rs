@@ -197,23 +197,33 @@ pub fn lines(windows: &[&WindowSummary], thresholds: [Option<u64>; Reason::COUNT
         }
         e += 1;
     }
+    // One dashed line per distinct threshold, named by the reasons it applies to.
+    let mut distinct: Vec<u64> = thresholds.iter().flatten().copied().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for t in distinct {
+        let reasons: Vec<Reason> = Reason::ALL.into_iter().filter(|r| thresholds[*r as usize] == Some(t)).collect();
+        let names: Vec<&str> = reasons.iter().map(|r| r.name()).collect();
+        let colour = match reasons.as_slice() {
+            [one] => REASON_COLOURS[*one as usize],
+            _ => "#555",
+        };
+        let py = y(t);
+        let _ = writeln!(
+            out,
+            "<line class=\"threshold\" data-reasons=\"{}\" data-ns=\"{t}\" x1=\"{LEFT}\" y1=\"{py:.1}\" \
+             x2=\"{:.0}\" y2=\"{py:.1}\" stroke=\"{colour}\" stroke-dasharray=\"8 4\"/><text x=\"{:.0}\" \
+             y=\"{:.1}\" text-anchor=\"end\" fill=\"{colour}\">alert threshold ({}): {}</text>",
+            names.join(" "),
+            w - RIGHT,
+            w - RIGHT - 4.0,
+            py - 4.0,
+            names.join(", "),
+            escape(&fmt_ns(t))
+        );
+    }
     for reason in Reason::ALL {
         let colour = REASON_COLOURS[reason as usize];
-        if let Some(t) = thresholds[reason as usize] {
-            let py = y(t);
-            let _ = writeln!(
-                out,
-                "<line class=\"threshold\" data-reason=\"{}\" data-ns=\"{t}\" x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{:.0}\" \
-                 y2=\"{py:.1}\" stroke=\"{colour}\" stroke-dasharray=\"8 4\"/><text x=\"{:.0}\" y=\"{:.1}\" \
-                 text-anchor=\"end\" fill=\"{colour}\">alert {}: {}</text>",
-                reason.name(),
-                w - RIGHT,
-                w - RIGHT - 4.0,
-                py - 4.0,
-                reason.name(),
-                escape(&fmt_ns(t))
-            );
-        }
         for (what, pick, dash) in [("p99", 0usize, ""), ("max", 1, " stroke-dasharray=\"2 3\"")] {
             let points: Vec<(usize, u64)> = windows
                 .iter()
@@ -265,7 +275,8 @@ pub fn lines(windows: &[&WindowSummary], thresholds: [Option<u64>; Reason::COUNT
 /// End times of the first, middle and last windows under the plot.
 fn time_axis(out: &mut String, windows: &[&WindowSummary], cw: f64, y: f64) {
     let n = windows.len();
-    let mut shown = vec![0, n / 2, n.saturating_sub(1)];
+    // The middle label only where there is room for three.
+    let mut shown = if n >= 6 { vec![0, n / 2, n - 1] } else { vec![0, n.saturating_sub(1)] };
     shown.dedup();
     for i in shown.into_iter().filter(|&i| i < n) {
         let w = windows[i];
@@ -349,6 +360,8 @@ mod tests {
         let b = window(2_000_000_000, &[(Reason::Preempt, 12_000_000)]);
         let svg = lines(&[&a, &b], [None, Some(10_000_000)]);
         assert_eq!(svg.matches("class=\"threshold\"").count(), 1);
+        let both = lines(&[&a, &b], [Some(10_000_000), Some(10_000_000)]);
+        assert!(both.contains("data-reasons=\"wakeup preempt\""), "one line for a shared threshold");
         assert!(svg.contains("data-reason=\"preempt\" data-what=\"p99\""));
         assert!(svg.contains("data-reason=\"wakeup\" data-what=\"max\""));
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
