@@ -134,7 +134,7 @@ pub fn heatmap(windows: &[&WindowSummary]) -> String {
     let _ = writeln!(
         out,
         "<text x=\"{LEFT}\" y=\"{:.0}\" fill=\"#555\">delay bucket (exact kernel bounds, 8 per octave); colour: \
-         delays per window, log scale, darkest = {max}</text>",
+         delays per column, log scale, darkest = {max}</text>",
         h - 4.0
     );
     out.push_str("</svg>\n");
@@ -237,15 +237,18 @@ pub fn lines(windows: &[&WindowSummary], thresholds: [Option<u64>; Reason::COUNT
             if points.is_empty() {
                 continue;
             }
-            let path: Vec<String> = points.iter().map(|&(n, v)| format!("{:.1},{:.1}", x(n), y(v))).collect();
-            let _ = writeln!(
-                out,
-                "<polyline class=\"line\" data-reason=\"{}\" data-what=\"{what}\" points=\"{}\" fill=\"none\" \
-                 stroke=\"{colour}\" stroke-width=\"{}\"{dash}/>",
-                reason.name(),
-                path.join(" "),
-                if pick == 0 { 2 } else { 1 }
-            );
+            // A window without delays of this reason breaks the line rather than bridging it.
+            for run in points.chunk_by(|a, b| b.0 == a.0 + 1) {
+                let path: Vec<String> = run.iter().map(|&(n, v)| format!("{:.1},{:.1}", x(n), y(v))).collect();
+                let _ = writeln!(
+                    out,
+                    "<polyline class=\"line\" data-reason=\"{}\" data-what=\"{what}\" points=\"{}\" fill=\"none\" \
+                     stroke=\"{colour}\" stroke-width=\"{}\"{dash}/>",
+                    reason.name(),
+                    path.join(" "),
+                    if pick == 0 { 2 } else { 1 }
+                );
+            }
             for &(n, v) in &points {
                 let _ = writeln!(
                     out,
@@ -299,6 +302,40 @@ fn time_axis(out: &mut String, windows: &[&WindowSummary], cw: f64, y: f64) {
             clock_utc(w.start_unix_ns + w.duration_ns)
         );
     }
+}
+
+/// One standalone SVG document: a title, the heatmap and the lines below it (`record --svg`).
+pub fn figure(title: &str, windows: &[&WindowSummary], thresholds: [Option<u64>; Reason::COUNT]) -> String {
+    let parts = [heatmap(windows), lines(windows, thresholds)];
+    let mut y = 28.0;
+    let mut width: f64 = PLOT_W;
+    let mut body = String::new();
+    for part in &parts {
+        let (w, h) = size(part);
+        // Nested at its offset: the same drawing as on the live page.
+        body.push_str(&part.replacen(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\"",
+            &format!("<svg x=\"0\" y=\"{y:.0}\""),
+            1,
+        ));
+        y += h + 12.0;
+        width = width.max(w);
+    }
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{y:.0}\" viewBox=\"0 0 {width:.0} {y:.0}\" \
+         font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{LEFT}\" y=\"18\" \
+         font-size=\"14\">{}</text>\n{body}</svg>\n",
+        escape(title)
+    )
+}
+
+/// The `width` and `height` of an SVG this module wrote.
+fn size(svg: &str) -> (f64, f64) {
+    let attr = |name: &str| {
+        let start = svg.find(&format!(" {name}=\"")).map(|i| i + name.len() + 3)?;
+        svg[start..].split('"').next()?.parse::<f64>().ok()
+    };
+    (attr("width").unwrap_or(PLOT_W), attr("height").unwrap_or(0.0))
 }
 
 fn empty_svg(why: &str) -> String {
@@ -364,7 +401,23 @@ mod tests {
         assert!(both.contains("data-reasons=\"wakeup preempt\""), "one line for a shared threshold");
         assert!(svg.contains("data-reason=\"preempt\" data-what=\"p99\""));
         assert!(svg.contains("data-reason=\"wakeup\" data-what=\"max\""));
+        // Wakeup has delays in the first window only: a one-point line, not a bridge to later ones.
+        let c = window(4_000_000_000, &[(Reason::Wakeup, 6_000)]);
+        let gap = lines(&[&a, &b, &c], [None, None]);
+        assert_eq!(gap.matches("data-reason=\"wakeup\" data-what=\"p99\"").count(), 2);
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+
+    #[test]
+    fn a_figure_stacks_heatmap_and_lines_in_one_document() {
+        let a = window(0, &[(Reason::Wakeup, 5_000), (Reason::Preempt, 8_000_000)]);
+        let svg = figure("record <5s>", &[&a, &a], [None, None]);
+        assert!(svg.starts_with("<svg xmlns") && svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("xmlns").count(), 1, "nested drawings need no namespace of their own");
+        assert_eq!(svg.matches("<svg").count(), 3);
+        assert!(svg.contains("record &lt;5s&gt;"));
+        assert_eq!(svg.matches("class=\"cell\"").count(), 4);
+        assert_eq!(size(&heatmap(&[&a])).0, LEFT + PLOT_W + RIGHT);
     }
 
     #[test]
