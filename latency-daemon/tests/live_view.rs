@@ -53,7 +53,8 @@ fn chromium_renders_the_heatmap_and_the_snapshot_s_numbers() {
         let dom = browser::dump_dom(&url, (1200, 1800)).expect("chromium --dump-dom");
         let after = snapshot();
         let start = attr_after(&dom, "id=\"last-window\"", "data-start-unix-ns").expect("the last-window table");
-        let same = [before, after].into_iter().find(|s| s["start_unix_ns"].to_string() == start);
+        let start: u64 = start.parse().expect("a number");
+        let same = [before, after].into_iter().find(|s| s["start_unix_ns"].as_u64() == Some(start));
         if let Some(s) = same {
             matched = Some((dom, s));
             break;
