@@ -239,7 +239,8 @@ local p = import '../lib/panels.libsonnet';
           'Daemon alerts firing now',
           "Alerts the daemon's own rules ([alert] in its configuration) are firing, by reason and cgroup of the task that waited. Its notifications, the log and its live view (/) name the victim and who ran meanwhile.",
           'none',
-          [p.target('max by (instance, reason, cgroup) (runqlat_alert_active%s)' % on(reason))],
+          // `without (job)`: labels the daemon may add to alerts later (namespace, pod) stay visible.
+          [p.target('max without (job) (runqlat_alert_active%s)' % on(reason + pods))],
           hide=['Value'],
         ),
         p.timeseries(
