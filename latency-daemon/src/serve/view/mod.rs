@@ -57,20 +57,24 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td.name,th.name{tex
 /// The whole page.
 pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
     let refresh = e.window_seconds.round().clamp(2.0, 30.0);
+    let last_drain = if e.drains == 0 {
+        "none yet".to_string()
+    } else {
+        format!("the last at {} UTC", chart::clock_utc((e.last_drain_unix * 1e9) as u64))
+    };
     let mut out = String::with_capacity(128 * 1024);
     let _ = write!(
         out,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{refresh}\"><title>latency-daemon: run-queue latency</title>\
          <style>{STYLE}</style></head><body>\n<h1>Run-queue latency — latency-daemon {}</h1>\n\
-         <p class=\"note\">Kernel {}, {} clock; windows of {} s; {} drains, the last at {} UTC. This page \
+         <p class=\"note\">Kernel {}, {} clock; windows of {} s; {} drains, {last_drain}. This page \
          reloads every {refresh} s.</p>\n",
         escape(e.version),
         escape(&e.kernel),
         clock_name(e.clock),
         e.window_seconds,
         e.drains,
-        chart::clock_utc((e.last_drain_unix * 1e9) as u64),
     );
     let windows: Vec<&WindowSummary> = e.timeline.windows().collect();
     match e.timeline.last() {

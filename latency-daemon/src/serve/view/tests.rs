@@ -110,6 +110,7 @@ fn before_the_first_window_and_without_alerting() {
     let e = Exposition { version: "test", ..Exposition::default() };
     let html = page(&e, &Config::default(), "{}");
     assert!(html.contains("id=\"waiting\""));
+    assert!(html.contains("0 drains, none yet."));
     assert!(html.contains("Alerting is off"));
     assert!(!html.contains("class=\"cell\""));
 }
