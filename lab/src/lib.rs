@@ -14,17 +14,23 @@
 //! - [`recording`]: what `record --json` prints (schema 1), typed for the demo.
 //! - [`daemon`]: `latency-daemon run` on a loopback port of its own.
 //! - [`web`]: HTTP GET over std, free loopback ports, samples in Prometheus text.
-//! - [`services`]: real Prometheus and Alertmanager, and cgroups of a test's own.
+//! - [`services`]: real Prometheus (a test's own configuration, or the shipped scrape.yml and
+//!   rules.yml) and Alertmanager, and cgroups of a test's own.
+//! - [`grafana`]: a dashboard's queries and variables, substituted as Grafana would, and a lint.
+//! - [`browser`]: headless Chromium loading a page: its rendered DOM and a screenshot.
 //! - [`demo`]: the perf-sched experiment cross-checked (`cargo xtask demo`).
 //! - [`bench`](mod@bench): what the monitor costs (`cargo xtask bench`).
 //! - [`cmd`]: running a program, with its command line in every error.
 //!
 //! `demo` and `bench` are drivers: they use everything else, and nothing imports them. `cmd`,
-//! `guard` and `web` import nothing else of the lab but each other.
+//! `guard` and `web` import nothing else of the lab but each other; `grafana` only the workspace
+//! root; `browser` only `guard`.
 pub mod bench;
+pub mod browser;
 pub mod cmd;
 pub mod daemon;
 pub mod demo;
+pub mod grafana;
 pub mod guard;
 pub mod oracle;
 pub mod recorder;

@@ -37,6 +37,11 @@ pub struct RecordArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Also write the run as an SVG heatmap (delays per exact kernel bucket × time, one column
+    /// per second or per 1/120 of the run) with p99 lines to FILE; the text output is unchanged.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
+
     /// Only record these processes or threads (tgid or tid); repeatable or comma-separated.
     #[arg(short, long = "pid", value_name = "PID", value_delimiter = ',', value_parser = parse_pid)]
     pub pids: Vec<u32>,
@@ -87,6 +92,7 @@ mod tests {
         let Command::Record(r) = parse(&["record"]).unwrap().command else { panic!() };
         assert_eq!(r.duration, Duration::from_secs(6));
         assert!(!r.json);
+        assert!(r.svg.is_none());
         assert!(r.pids.is_empty());
         assert_eq!(r.ceiling, Duration::from_secs(600));
     }

@@ -12,9 +12,11 @@
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
 //!   process's cost, cgroup v2 id → path.
 //! - `model`   — plain data and pure functions, no I/O: `Snapshot`, `Window`, `Report` (the JSON
-//!   schema), `Attribution`, cgroup series, `Exposition`, bucket math (`distribution`).
-//! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `http`
-//!   (the hardened transport).
+//!   schema), `Attribution`, cgroup series, `Exposition`, the live view's `Timeline`, bucket math
+//!   (`distribution`).
+//! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
+//!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened
+//!   transport).
 //! - `alert`   — rules → transitions, typed by `Reason`; `notify`: the log, Alertmanager and
 //!   webhook sinks.
 //! - `config`  — flags, `RUNQLAT_*` variables and the TOML file (`args`) → one validated `Config`.

@@ -119,6 +119,7 @@ fn exposition() -> Exposition {
         drain_errors: 1,
         drain_cpu_seconds: 0.0015,
         last_drain_unix: 1_700_000_015.0,
+        ..Exposition::default()
     }
 }
 

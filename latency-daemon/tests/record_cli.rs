@@ -188,3 +188,31 @@ fn sigterm_reports_and_detaches() {
     assert!(v["cpus"].as_array().unwrap().len() >= cpus());
     assert_nothing_attached();
 }
+
+/// `record --svg FILE` writes the run as a heatmap (a column per second) beside the unchanged
+/// text report, and the heatmap's cells hold every delay the report counts.
+#[test]
+fn record_svg_writes_the_heatmap_and_keeps_the_text() {
+    let dir = latency_lab::guard::Scratch::new("runqlat-svg").expect("a scratch directory");
+    let svg = dir.join("run.svg");
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let crew = Crew::spawn(group("svg", Body::Spin, 2 * cpus()), 3.5, &tx).expect("the workload");
+    let out = daemon(&["record", "--duration", "3s", "--svg", svg.to_str().unwrap()]);
+    drop(crew);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("Run-queue delay over "), "the text report changed:\n{text}");
+    let drawing = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(drawing.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && drawing.ends_with("</svg>\n"));
+    // Three periods of 1 s (the last one may be a sliver more).
+    let columns = drawing.matches("class=\"column\"").count();
+    assert!((3..=4).contains(&columns), "{columns} columns");
+    let in_cells: u64 =
+        drawing.split("data-n=\"").skip(1).filter_map(|s| s.split('"').next()?.parse::<u64>().ok()).sum();
+    let counted: u64 = ["wakeup delays: ", "preempt delays: "]
+        .iter()
+        .filter_map(|p| text.split(p).nth(1)?.split([',', '\n']).next()?.trim().parse::<u64>().ok())
+        .sum();
+    assert!(counted > 0 && in_cells == counted, "cells hold {in_cells} delays, the report {counted}");
+    assert_nothing_attached();
+}

@@ -3,6 +3,7 @@
 mod bench;
 mod build;
 mod cmd;
+mod dashboard;
 mod demo;
 #[cfg(test)]
 mod readme_layout;
@@ -30,6 +31,8 @@ enum Command {
     Run(run::Args),
     /// Setup, then the whole test suite (needs root and a real kernel).
     Test(test::Args),
+    /// Format the Grafana mixin (deploy/grafana) and regenerate its dashboards' JSON.
+    Dashboard,
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
     Bench(latency_lab::bench::Args),
     /// The experiment's loads as named threads: cpu, io, compete, stall (lat3), nice.
@@ -45,6 +48,7 @@ fn main() -> anyhow::Result<()> {
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
+        Command::Dashboard => dashboard::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Workload(args) => latency_lab::workload::run(&args),
         Command::Demo(args) => demo::run(&args),

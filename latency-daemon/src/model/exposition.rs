@@ -13,6 +13,7 @@ use latency_common::{
 use super::{
     distribution::{cgroup_bound, native_bound},
     snapshot::Snapshot,
+    timeline::{LastAlert, Timeline},
     window::Window,
 };
 
@@ -48,6 +49,10 @@ pub struct Exposition {
     /// CPU time the drain thread spent draining (excludes waiting for a CPU).
     pub drain_cpu_seconds: f64,
     pub last_drain_unix: f64,
+    /// The last closed windows, for the live view (shared: a drain republishes it without a copy).
+    pub timeline: Arc<Timeline>,
+    /// The most recent alert fired, with its attribution.
+    pub last_alert: Option<Arc<LastAlert>>,
 }
 
 /// Classic buckets (non-cumulative counts per `le` in `bounds`, native indices) from kernel

@@ -1,5 +1,5 @@
 //! Plain data and pure functions: snapshots of the kernel maps, windows, reports, attributions,
-//! cgroup series and the exposition a scrape reads. No I/O, no aya, no prometheus-client, so
+//! cgroup series, the exposition a scrape reads and the timeline the live view draws. No I/O, no aya, no prometheus-client, so
 //! every stage is tested without root.
 pub mod attribution;
 pub mod cgroup_series;
@@ -7,6 +7,8 @@ pub mod distribution;
 pub mod exposition;
 pub mod report;
 pub mod snapshot;
+pub mod timeline;
+pub mod units;
 pub mod wall;
 pub mod window;
 

@@ -1,11 +1,13 @@
 //! Serving what the drain loop published: `metrics` names and encodes every metric family,
-//! `encode` turns the registry into a scrape body, `routes` answers each endpoint, and `http` is
+//! `encode` turns the registry into a scrape body, `routes` answers each endpoint, `view` draws the
+//! live page (and the heatmap `record --svg` writes), and `http` is
 //! the hardened HTTP/1.1 transport underneath. `Instruments` are what the daemon measures about
 //! itself while serving.
 pub mod encode;
 pub mod http;
 pub mod metrics;
 pub mod routes;
+pub mod view;
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! HTTP request → reply for the daemon's endpoints: `/` (landing page), `/metrics` (Prometheus
+//! HTTP request → reply for the daemon's endpoints: `/` (the live view, `view`), `/heatmap.svg`,
+//! `/metrics` (Prometheus
 //! text, OpenMetrics or protobuf with native histograms, by Accept), `/healthz`,
 //! `/api/v1/snapshot` (the last window as `record --json` prints it). Everything is encoded from
 //! the latest published exposition; nothing here touches the kernel.
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 use super::{
     encode::{Format, Metrics},
     http::{Handler, Reply, Request, StatusCode},
+    view,
 };
 use crate::{config::Config, model::exposition::Exposition};
 
@@ -83,29 +85,25 @@ impl Routes {
         }
     }
 
+    /// The live view: the latest exposition and the running configuration.
     fn landing(&self) -> String {
-        let config = self.config().and_then(|c| serde_json::to_string_pretty(&*c).ok()).unwrap_or_default();
-        format!(
-            "<!doctype html><html><head><meta charset=\"utf-8\"><title>latency-daemon</title></head><body>\n\
-             <h1>latency-daemon {}</h1>\n<p>Run-queue latency (wakeup/preemption to running), measured in the kernel.</p>\n\
-             <ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/healthz\">/healthz</a></li>\
-             <li><a href=\"/api/v1/snapshot\">/api/v1/snapshot</a> (the last window, as <code>record --json</code>)</li></ul>\n\
-             <h2>Effective configuration</h2>\n<pre>{}</pre>\n</body></html>\n",
-            env!("CARGO_PKG_VERSION"),
-            html_escape(&config)
-        )
+        let config = self.config().unwrap_or_default();
+        let json = serde_json::to_string_pretty(&*config).unwrap_or_default();
+        view::page(&self.latest.borrow().clone(), &config, &json)
     }
-}
 
-/// Escape for HTML element content (the configuration is shown in a `<pre>`).
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    fn heatmap(&self) -> String {
+        let e = self.latest.borrow().clone();
+        let windows: Vec<_> = e.timeline.windows().collect();
+        view::chart::heatmap(&windows)
+    }
 }
 
 impl Handler for Routes {
     fn handle(&self, req: &Request<'_>) -> Reply {
         match req.path {
             "/" => Reply::new(StatusCode::OK, "text/html; charset=utf-8", self.landing()),
+            "/heatmap.svg" => Reply::new(StatusCode::OK, "image/svg+xml", self.heatmap()),
             "/metrics" => match self.metrics.encode(format_param(req.query).unwrap_or_else(|| negotiate(req.accept))) {
                 Ok((content_type, body)) => Reply::new(StatusCode::OK, content_type, body),
                 Err(_) => {
@@ -159,10 +157,5 @@ mod tests {
         assert_eq!(format_param(Some("a=b&format=protobuf")), Some(Format::Protobuf));
         assert_eq!(format_param(Some("format=xml")), None);
         assert_eq!(format_param(None), None);
-    }
-
-    #[test]
-    fn html_is_escaped() {
-        assert_eq!(html_escape("<a href=\"x\">&"), "&lt;a href=\"x\"&gt;&amp;");
     }
 }

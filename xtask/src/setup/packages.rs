@@ -1,5 +1,6 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
-//! generators, Prometheus). In: `dpkg-query`; out: the missing ones installed, services not started.
+//! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
+//! test). In: `dpkg-query`; out: the missing ones installed, services not started.
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -9,8 +10,17 @@ use anyhow::Context as _;
 use super::Check;
 use crate::cmd;
 
-const PACKAGES: &[&str] =
-    &["linux-perf", "bpftool", "libbpf-tools", "rt-tests", "stress-ng", "prometheus", "prometheus-alertmanager"];
+const PACKAGES: &[&str] = &[
+    "linux-perf",
+    "bpftool",
+    "libbpf-tools",
+    "rt-tests",
+    "stress-ng",
+    "prometheus",
+    "prometheus-alertmanager",
+    "jsonnet",
+    "chromium",
+];
 
 #[derive(Debug)]
 pub struct DebPackages;

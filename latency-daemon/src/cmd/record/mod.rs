@@ -1,8 +1,9 @@
 //! The one-shot `record` command: attach, measure for a duration (or until Ctrl-C) with a
-//! progress line, detach, then print the report as tables (`render`) or JSON.
+//! progress line, detach, then print the report as tables (`render`) or JSON; with `--svg`,
+//! also draw the run over time (a column per period) as the live view's heatmap.
 mod render;
 
-use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
+use std::{io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
 
 use tokio::{signal::unix::SignalKind, time::Instant};
 
@@ -18,8 +19,14 @@ use crate::{
         attribution::attribution,
         report::{Meta, Report},
         snapshot::{self, Snapshot},
+        timeline::WindowSummary,
+        units::fmt_ns,
     },
+    serve::view::chart,
 };
+
+/// At most this many columns in `--svg`: longer runs get longer columns.
+const SVG_COLUMNS: u64 = 120;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -31,6 +38,8 @@ pub enum RecordError {
     Signal(#[source] std::io::Error),
     #[error("cannot write the report: {0}")]
     Output(#[source] std::io::Error),
+    #[error("cannot write {}: {source}", path.display())]
+    Svg { path: PathBuf, source: std::io::Error },
 }
 
 /// `latency-daemon record`: exit 0 with the report printed, 1 when it could not measure.
@@ -72,10 +81,33 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         humantime::format_duration(args.duration)
     ));
 
-    wait(args.duration).await?;
+    // --svg: the histograms every period, each period's delta a column.
+    let period = Duration::from_secs(args.duration.as_secs().div_ceil(SVG_COLUMNS).max(1));
+    let mut columns = Columns { before_last: None, previous: start.clone(), columns: Vec::new() };
+    let probe_ref = &probe;
+    wait(args.duration, period, || {
+        if args.svg.is_some()
+            && let Ok(now) = drain::snapshot(probe_ref, drain::Extras { tasks: false, cgroups: false })
+        {
+            columns.add(now, &meta);
+        }
+    })
+    .await?;
 
     probe.detach()?;
     let end = drain::snapshot(&probe, drain::Extras { tasks: true, cgroups: false })?;
+    if let Some(path) = &args.svg {
+        columns.finish(end.clone(), &meta);
+        let title = format!(
+            "latency-daemon record: {} on {}, a column per {}",
+            fmt_ns(end.taken_ns.saturating_sub(start.taken_ns)),
+            meta.kernel,
+            humantime::format_duration(period)
+        );
+        let windows: Vec<&WindowSummary> = columns.columns.iter().collect();
+        std::fs::write(path, chart::figure(&title, &windows, [None, None]))
+            .map_err(|source| RecordError::Svg { path: path.clone(), source })?;
+    }
     let maxima = snapshot::maxima(&drain::window_slot(&probe, 0)?, 0);
     let incidents = drain::incidents(&probe, 0)?;
     drop(probe);
@@ -100,16 +132,47 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
     stdout.flush().map_err(RecordError::Output)
 }
 
-/// Sleep for `duration` or until SIGINT/SIGTERM, drawing a progress line on a terminal.
-async fn wait(duration: Duration) -> Result<(), RecordError> {
+/// `--svg`'s columns: each period's delays, from the snapshot before. Together they hold every
+/// delay of the run, exactly once.
+struct Columns {
+    /// Where the last column starts.
+    before_last: Option<Snapshot>,
+    previous: Snapshot,
+    columns: Vec<WindowSummary>,
+}
+
+impl Columns {
+    fn add(&mut self, now: Snapshot, meta: &Meta) {
+        let r = Report::between(&self.previous, &now, &[], meta);
+        self.columns.push(WindowSummary::of_report(&r, false, Vec::new()));
+        self.before_last = Some(std::mem::replace(&mut self.previous, now));
+    }
+
+    /// The end of the run: a column of its own, or, if it is only a sliver (< 100 ms) after the
+    /// last period, the last column widened to it.
+    fn finish(&mut self, end: Snapshot, meta: &Meta) {
+        let sliver = end.taken_ns < self.previous.taken_ns + 100_000_000;
+        if sliver && let Some(before) = self.before_last.take() {
+            self.columns.pop();
+            self.previous = before;
+        }
+        self.add(end, meta);
+    }
+}
+
+/// Sleep for `duration` or until SIGINT/SIGTERM, drawing a progress line on a terminal and
+/// calling `each_period` every `period`.
+async fn wait(duration: Duration, period: Duration, mut each_period: impl FnMut()) -> Result<(), RecordError> {
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt()).map_err(RecordError::Signal)?;
     let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate()).map_err(RecordError::Signal)?;
     let started = Instant::now();
     let deadline = started + duration;
     let tty = std::io::stderr().is_terminal();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut periods = tokio::time::interval_at(started + period, period);
     loop {
         tokio::select! {
+            _ = periods.tick() => each_period(),
             _ = tokio::time::sleep_until(deadline) => break,
             _ = sigint.recv() => { if tty { eprintln!() } eprintln!("latency-daemon: interrupted; reporting what was measured"); return Ok(()) }
             _ = sigterm.recv() => { if tty { eprintln!() } eprintln!("latency-daemon: terminated; reporting what was measured"); return Ok(()) }

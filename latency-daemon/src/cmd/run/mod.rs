@@ -85,9 +85,10 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     };
     let probe = Probe::load(&options)?;
     log(&format!(
-        "attached; draining every {}, windows of {}, serving http://{}/metrics",
+        "attached; draining every {}, windows of {}, serving http://{}/metrics and the live view at http://{}/",
         humantime::format_duration(config.interval),
         humantime::format_duration(config.window),
+        config.listen,
         config.listen
     ));
 

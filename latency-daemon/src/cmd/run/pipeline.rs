@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::log;
 use crate::{
-    alert::{Engine, Transition, notify::Notifier},
+    alert::{Alert, Engine, Transition, notify::Notifier},
     config::Config,
     host::{cgroups::CgroupNames, clock, system},
     kernel::{
@@ -25,6 +25,7 @@ use crate::{
         exposition::Exposition,
         report::Meta,
         snapshot::{self, CpuMax, Snapshot, WindowSlot},
+        timeline::{self, CgroupSummary, LastAlert, WindowSummary},
         window::Window,
     },
 };
@@ -146,7 +147,8 @@ impl Drainer {
             let maxima = self.close_epoch()?;
             let mut window = Window::close(&start, &now, &maxima, &self.meta);
             self.attribute(&mut window, closed)?;
-            self.fold_cgroups(&window);
+            let top = self.fold_cgroups(&window);
+            Arc::make_mut(&mut self.exposition.timeline).push(WindowSummary::of_report(&window.report, true, top));
             self.exposition.window = Some(Arc::new(window));
             self.window_start = Some(now.clone());
             self.drains_in_window = 0;
@@ -192,19 +194,44 @@ impl Drainer {
             if let Transition::Fired(a) = &t {
                 self.exposition.alerts_total[a.key.reason as usize] += 1;
             }
+            self.note_last_alert(&t);
             if let Some(n) = &self.notifier {
                 n.send(t);
             }
         }
         self.exposition.alerts_active =
             self.alerts.active().iter().map(|a| (a.key.reason, a.key.cgroup.clone())).collect();
+        // While the last alert fires, its worst delay may grow.
+        let firing = self.exposition.last_alert.as_ref().filter(|l| l.resolved_unix_ns.is_none());
+        if let Some(last) = firing
+            && let Some(a) = self.alerts.active().into_iter().find(|a| same_alert(a, last))
+            && a.worst != last.worst
+        {
+            self.exposition.last_alert = Some(Arc::new(last_alert(a)));
+        }
         self.exposition.alerts_suppressed = self.alerts.suppressed;
         window.report.attributed = attributed;
         Ok(())
     }
 
-    fn fold_cgroups(&mut self, window: &Window) {
-        let Some(names) = self.names.as_mut() else { return };
+    /// The last fired alert for the live view: replaced when one fires, marked when it resolves.
+    fn note_last_alert(&mut self, t: &Transition) {
+        match t {
+            Transition::Fired(a) => self.exposition.last_alert = Some(Arc::new(last_alert(a))),
+            Transition::Resolved(a) => {
+                if self.exposition.last_alert.as_deref().is_some_and(|last| same_alert(a, last)) {
+                    self.exposition.last_alert = Some(Arc::new(last_alert(a)));
+                }
+            }
+        }
+    }
+
+    /// Folds the window's cgroups into the exported series; returns the window's top cgroups
+    /// for the live view.
+    fn fold_cgroups(&mut self, window: &Window) -> Vec<CgroupSummary> {
+        let Some(names) = self.names.as_mut() else { return Vec::new() };
+        let top =
+            timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
         self.series.add_window(&window.cgroups, |id| names.path(id).map(str::to_string), self.config.top_cgroups);
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
         for id in names.prune() {
@@ -213,5 +240,20 @@ impl Drainer {
                 Err(e) => log(&format!("cannot delete cgroup {id} from the kernel map: {e}")),
             }
         }
+        top
     }
+}
+
+fn last_alert(a: &Alert) -> LastAlert {
+    LastAlert {
+        threshold_ns: a.threshold_ns,
+        fired_unix_ns: a.since_unix_ns,
+        resolved_unix_ns: a.resolved_unix_ns,
+        worst: a.worst.clone(),
+    }
+}
+
+/// The same alert: its key (reason and cgroup of the victim) and when it fired.
+fn same_alert(a: &Alert, last: &LastAlert) -> bool {
+    a.since_unix_ns == last.fired_unix_ns && a.key.reason == last.worst.reason && a.key.cgroup == last.worst.cgroup
 }

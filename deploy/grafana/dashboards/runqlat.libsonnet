@@ -1,0 +1,332 @@
+// The run-queue latency dashboard: the delay distribution as a heatmap (native and classic),
+// quantiles per node and reason, the exact window max against the alert threshold, the share of
+// delays above 2^-7 s, who waits (top cgroups; pods once the daemon labels them), per-CPU switches
+// and idle, what the monitor lost, the daemon's own health, and active alerts.
+local p = import '../lib/panels.libsonnet';
+
+{
+  grafanaDashboards+:: {
+    'runqlat.json':
+      local c = $._config;
+      // Series of one node set: the native job (every family but the classic `le` buckets).
+      local on(extra='') = '{%s, instance=~"$instance"%s}' % [c.runqlatSelector, extra];
+      // The classic job: runqlat_delay_seconds_{bucket,count,sum}.
+      local classic(extra='') = '{%s, instance=~"$instance"%s}' % [c.classicSelector, extra];
+      local reason = ', reason=~"$reason"';
+      local pods = ', namespace=~"$namespace", pod=~"$pod"';
+      local quantiles = [['0.5', 'p50'], ['0.99', 'p99'], ['0.999', 'p99.9']];
+      local rate(series) = 'rate(%s[$__rate_interval])' % series;
+
+      local distribution = [
+        p.heatmap(
+          'Delay heatmap (native histogram)',
+          "Run-queue delays per second in each of the kernel's buckets (schema 3: 8 per octave, exact), summed over the nodes and reasons selected. Needs Prometheus with --enable-feature=native-histograms scraping the `runqlat` job over protobuf, and a Grafana that draws native histograms in the heatmap panel; otherwise use the classic panel beside it.",
+          [p.target('sum(%s)' % rate('runqlat_delay_seconds' + on(reason)), format='heatmap')],
+        ),
+        p.heatmap(
+          'Delay heatmap (classic buckets)',
+          'The same from the classic `le` buckets of the `runqlat_classic` job (one per octave by default, all on kernel bucket bounds): for Prometheus without native histograms.',
+          [p.target('sum by (le) (%s)' % rate('runqlat_delay_seconds_bucket' + classic(reason)), legend='{{le}}', format='heatmap')],
+          classic=true,
+        ),
+      ];
+
+      local quantilePanels = [
+        p.timeseries(
+          'Delay quantiles per node and reason (native)',
+          "p50, p99 and p99.9 of run-queue delay over the rate interval, interpolated inside the native histogram's buckets (9 % wide): within one bucket of the truth.",
+          's',
+          [
+            p.target(
+              'histogram_quantile(%s, sum by (instance, reason) (%s))' % [q[0], rate('runqlat_delay_seconds' + on(reason))],
+              legend=q[1] + ' {{instance}} {{reason}}',
+            )
+            for q in quantiles
+          ],
+          log=true,
+        ),
+        p.timeseries(
+          'Delay quantiles per node and reason (classic)',
+          'The same quantiles from the classic `le` buckets (powers of two): up to a factor of 2 off, exact where a quantile lands on a bound. For Prometheus without native histograms.',
+          's',
+          [
+            p.target(
+              'histogram_quantile(%s, sum by (instance, reason, le) (%s))' % [q[0], rate('runqlat_delay_seconds_bucket' + classic(reason))],
+              legend=q[1] + ' {{instance}} {{reason}}',
+            )
+            for q in quantiles
+          ],
+          log=true,
+        ),
+      ];
+
+      local worstPanels = [
+        p.timeseries(
+          'Window max against the alert threshold',
+          "The exact largest delay of the last completed window (15 s by default), from the kernel, per node and reason; the dashed line is the threshold of RunQueueDelayHigh (deploy/prometheus/rules.yml). The window's p99 estimate beside it.",
+          's',
+          [
+            p.target('max by (instance, reason) (runqlat_delay_window_max_seconds%s)' % on(reason), legend='max {{instance}} {{reason}}'),
+            p.target('max by (instance, reason) (runqlat_delay_window_seconds%s)' % on(reason + ', q="0.99"'), legend='window p99 {{instance}} {{reason}}'),
+          ],
+          log=true,
+          thresholdLine=c.windowMaxAlertSeconds,
+        ),
+        p.timeseries(
+          'Share of delays above ' + c.overLabel,
+          'The fraction of delays longer than %s. Classic: (_count − _bucket{le="%s"}) / _count, exact because the bound is a kernel bucket bound. Native: 1 − histogram_fraction(0, %s, …), exact for the same reason.' % [c.overLabel, c.overLe, c.overLe],
+          'percentunit',
+          [
+            p.target(
+              '(sum by (instance, reason) (%(count)s) - sum by (instance, reason) (%(bucket)s)) / sum by (instance, reason) (%(count)s)' % {
+                count: rate('runqlat_delay_seconds_count' + classic(reason)),
+                bucket: rate('runqlat_delay_seconds_bucket' + classic(reason + ', le="%s"' % c.overLe)),
+              },
+              legend='classic {{instance}} {{reason}}',
+            ),
+            p.target(
+              '1 - histogram_fraction(0, %s, sum by (instance, reason) (%s))' % [c.overLe, rate('runqlat_delay_seconds' + on(reason))],
+              legend='native {{instance}} {{reason}}',
+            ),
+          ],
+          max=1,
+        ),
+      ];
+
+      local volumePanels = [
+        p.timeseries(
+          'Delays per second',
+          'How many times per second a task waited for a CPU (every wakeup or preemption that ended in a switch), per node and reason.',
+          'short',
+          [p.target('histogram_count(sum by (instance, reason) (%s))' % rate('runqlat_delay_seconds' + on(reason)), legend='{{instance}} {{reason}}')],
+        ),
+        p.timeseries(
+          'Tasks waiting, on average',
+          "Seconds of waiting per second: the average number of runnable tasks that were waiting for a CPU (Little's law over the delays), per node and reason.",
+          'short',
+          [p.target('histogram_sum(sum by (instance, reason) (%s))' % rate('runqlat_delay_seconds' + on(reason)), legend='{{instance}} {{reason}}')],
+          stack=true,
+        ),
+      ];
+
+      local whoPanels = [
+        p.timeseries(
+          'Top cgroups by time waited',
+          'Tasks of each cgroup waiting on average (seconds waited per second), the %d cgroups that waited most. The cgroup is the v2 path of the task that waited; the daemon keeps the top N per window and sums the rest in cgroup="other". The namespace and pod variables filter once the daemon labels cgroups with them; until then "All" matches every series.' % c.topCgroups,
+          'short',
+          [p.target('topk(%d, sum by (instance, namespace, pod, cgroup) (%s))' % [c.topCgroups, rate('runqlat_cgroup_delay_seconds_sum' + on(pods))], legend='{{instance}} {{namespace}} {{pod}} {{cgroup}}')],
+        ) { width:: 14 },
+        p.table(
+          'Cgroups: time waited and p99',
+          "Over the dashboard's time range: seconds waited per second (A) and the p99 delay from the per-cgroup buckets (B, every other octave, so up to a factor of 4 off), per cgroup (and namespace and pod where the daemon sets them).",
+          's',
+          [
+            p.target('topk(%d, sum by (instance, namespace, pod, cgroup) (rate(runqlat_cgroup_delay_seconds_sum%s[$__range])))' % [c.topCgroups, on(pods)]),
+            p.target('histogram_quantile(0.99, sum by (instance, namespace, pod, cgroup, le) (rate(runqlat_cgroup_delay_seconds_bucket%s[$__range])))' % on(pods)),
+          ],
+        ) { width:: 10 },
+      ];
+
+      local cpuPanels = [
+        p.timeseries(
+          'Context switches per CPU',
+          'Switches per second on each CPU by the kind of the task switched out: voluntary (it blocked) or involuntary (preempted, still runnable). Not an alert signal: a node can switch often with no one waiting.',
+          'short',
+          [p.target('sum by (instance, cpu, kind) (%s)' % rate('runqlat_context_switches_total' + on()), legend='{{instance}} cpu {{cpu}} {{kind}}')],
+        ),
+        p.timeseries(
+          'Idle per CPU',
+          'The share of time each CPU ran its idle task. Delays while a CPU sits idle point at placement (affinity, cgroup limits), not at a shortage.',
+          'percentunit',
+          [p.target('sum by (instance, cpu) (%s)' % rate('runqlat_cpu_idle_seconds_total' + on()), legend='{{instance}} cpu {{cpu}}')],
+          max=1,
+        ),
+      ];
+
+      local lossPanels = [
+        p.timeseries(
+          'Lost, discarded and untraced',
+          'Per second: entries the monitor could not keep (lost, by map: a full map, a tid beyond the stamp array, a late window max), delays not believed (discarded, by why), and context switches the kernel made without a tracepoint (untraced: the delay around each is missing from every tracer). Should stay at 0 apart from untraced.',
+          'short',
+          [
+            p.target('sum by (instance, map) (%s)' % rate('runqlat_lost_total' + on()), legend='lost {{instance}} {{map}}'),
+            p.target('sum by (instance, why) (%s)' % rate('runqlat_discarded_total' + on()), legend='discarded {{instance}} {{why}}'),
+            p.target('sum by (instance) (%s)' % rate('runqlat_untraced_switches_total' + on()), legend='untraced {{instance}}'),
+          ],
+        ),
+      ];
+
+      local healthPanels = [
+        p.timeseries(
+          'Drain: duration p99 and CPU',
+          'How long one read of the kernel maps takes (p99 of runqlat_drain_duration_seconds, waiting for a CPU included) and the CPU it uses (runqlat_drain_cpu_seconds_total, seconds per second).',
+          's',
+          [
+            p.target('histogram_quantile(0.99, sum by (instance, le) (%s))' % rate('runqlat_drain_duration_seconds_bucket' + on()), legend='drain p99 {{instance}}'),
+            p.target('sum by (instance) (%s)' % rate('runqlat_drain_cpu_seconds_total' + on()), legend='drain CPU {{instance}}'),
+          ],
+          log=true,
+        ),
+        p.timeseries(
+          'Scrape: encode p99 and duration',
+          'Time to encode /metrics (p99 of runqlat_scrape_encode_duration_seconds) and the whole scrape as Prometheus saw it (scrape_duration_seconds), per job.',
+          's',
+          [
+            p.target('histogram_quantile(0.99, sum by (instance, le) (%s))' % rate('runqlat_scrape_encode_duration_seconds_bucket' + on()), legend='encode p99 {{instance}}'),
+            p.target('max by (instance, job) (scrape_duration_seconds{%s, instance=~"$instance"} or scrape_duration_seconds{%s, instance=~"$instance"})' % [c.runqlatSelector, c.classicSelector], legend='scrape {{instance}} {{job}}'),
+          ],
+          log=true,
+        ),
+        p.timeseries(
+          'Daemon CPU and memory',
+          "The daemon's own CPU (share of one core) and resident memory.",
+          'percentunit',
+          [
+            p.target('sum by (instance) (%s)' % rate('process_cpu_seconds_total' + on()), legend='CPU {{instance}}'),
+            p.target('max by (instance) (process_resident_memory_bytes%s)' % on(), legend='RSS {{instance}}'),
+          ],
+        ) {
+          fieldConfig+: {
+            overrides: [{
+              matcher: { id: 'byFrameRefID', options: 'B' },
+              properties: [{ id: 'unit', value: 'bytes' }, { id: 'custom.axisPlacement', value: 'right' }],
+            }],
+          },
+        },
+        p.stat(
+          'Since the last drain',
+          'Seconds since the daemon last read the kernel maps (it drains every --interval, 1 s by default); RunqlatNotDraining fires above 30 s.',
+          's',
+          [p.target('time() - max by (instance) (runqlat_last_drain_timestamp_seconds%s)' % on(), legend='{{instance}}')],
+        ),
+      ];
+
+      local servingPanels = [
+        p.timeseries(
+          'Up, drains and failures',
+          "Whether each job's scrape succeeds (up), drains per second, and drains that failed per second (the previous values stay published).",
+          'short',
+          [
+            p.target('max by (instance, job) (up{%s, instance=~"$instance"} or up{%s, instance=~"$instance"})' % [c.runqlatSelector, c.classicSelector], legend='up {{instance}} {{job}}'),
+            p.target('sum by (instance) (%s)' % rate('runqlat_drains_total' + on()), legend='drains/s {{instance}}'),
+            p.target('sum by (instance) (%s)' % rate('runqlat_drain_errors_total' + on()), legend='failed drains/s {{instance}}'),
+          ],
+        ),
+        p.timeseries(
+          'HTTP requests by outcome',
+          "Requests per second to the daemon's HTTP server by outcome: ok, not_found, busy (connection limit), timeout, too_large, malformed, …",
+          'reqps',
+          [p.target('sum by (instance, outcome) (%s)' % rate('runqlat_http_requests_total' + on()), legend='{{instance}} {{outcome}}')],
+        ),
+        p.table(
+          'Build',
+          'Version, kernel and clock of each daemon (runqlat_build_info).',
+          'none',
+          [p.target('max by (instance, version, kernel, clock) (runqlat_build_info%s)' % on())],
+          hide=['Value'],
+        ),
+      ];
+
+      local alertPanels = [
+        p.table(
+          'Prometheus alerts (rules.yml)',
+          'Pending and firing alerts of deploy/prometheus/rules.yml for the selected nodes (and RunqlatAbsent, which has no instance).',
+          'none',
+          [p.target('max by (alertname, alertstate, instance, map) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', c.alertNames))],
+          hide=['Value'],
+        ),
+        p.table(
+          'Daemon alerts firing now',
+          "Alerts the daemon's own rules ([alert] in its configuration) are firing, by reason and cgroup of the task that waited. Its notifications, the log and its live view (/) name the victim and who ran meanwhile.",
+          'none',
+          // `without (job)`: labels the daemon may add to alerts later (namespace, pod) stay visible.
+          [p.target('max without (job) (runqlat_alert_active%s)' % on(reason + pods))],
+          hide=['Value'],
+        ),
+        p.timeseries(
+          'Daemon alerts fired and suppressed',
+          "Alerts fired per second by the daemon's own rules, per reason, and breaches that fell in a cooldown (suppressed).",
+          'short',
+          [
+            p.target('sum by (instance, reason) (%s)' % rate('runqlat_alerts_total' + on(reason)), legend='fired {{instance}} {{reason}}'),
+            p.target('sum by (instance) (%s)' % rate('runqlat_alerts_suppressed_total' + on()), legend='suppressed {{instance}}'),
+          ],
+        ),
+      ];
+
+      {
+        uid: c.dashboardUid,
+        title: c.dashboardTitle,
+        description: "Run-queue latency (wakeup or preemption to running) measured in the kernel by latency-daemon: distribution, tails, exact worst case, who waits, and the monitor's own health.",
+        tags: c.dashboardTags,
+        editable: true,
+        graphTooltip: 1,
+        schemaVersion: 39,
+        version: 1,
+        refresh: c.refresh,
+        time: { from: c.timeFrom, to: 'now' },
+        timepicker: {},
+        timezone: '',
+        fiscalYearStartMonth: 0,
+        liveNow: false,
+        weekStart: '',
+        links: [],
+        annotations: {
+          list: [{
+            builtIn: 1,
+            datasource: { type: 'grafana', uid: '-- Grafana --' },
+            enable: true,
+            hide: true,
+            iconColor: 'rgba(0, 211, 255, 1)',
+            name: 'Annotations & Alerts',
+            type: 'dashboard',
+          }],
+        },
+        templating: {
+          list: [
+            p.datasourceVariable,
+            p.labelVariable(
+              'instance',
+              'Node',
+              'label_values(runqlat_build_info{%s}, instance)' % c.runqlatSelector,
+              '.+',
+              'The daemons (one per node) to show.',
+            ),
+            p.labelVariable(
+              'reason',
+              'Reason',
+              'label_values(runqlat_delay_window_max_seconds{%s, instance=~"$instance"}, reason)' % c.runqlatSelector,
+              '.+',
+              'wakeup: the task was woken; preempt: it was preempted while runnable.',
+            ),
+            p.labelVariable(
+              'namespace',
+              'Namespace',
+              'label_values(runqlat_cgroup_delay_seconds_count{%s, instance=~"$instance"}, namespace)' % c.runqlatSelector,
+              '.*',
+              'Kubernetes namespace of the cgroup that waited, where the daemon labels cgroups with it; empty otherwise, and "All" (.*) then matches series without the label.',
+            ),
+            p.labelVariable(
+              'pod',
+              'Pod',
+              'label_values(runqlat_cgroup_delay_seconds_count{%s, instance=~"$instance", namespace=~"$namespace"}, pod)' % c.runqlatSelector,
+              '.*',
+              'Kubernetes pod of the cgroup that waited, where the daemon labels cgroups with it; empty otherwise, and "All" (.*) then matches series without the label.',
+            ),
+          ],
+        },
+        panels: p.layout([
+          { title: 'Delay distribution', height: 9, panels: distribution },
+          { title: 'Tails and the worst case', height: 8, panels: quantilePanels },
+          { title: 'Thresholds', height: 8, panels: worstPanels },
+          { title: 'How much waiting', height: 7, panels: volumePanels },
+          { title: 'Who waits', height: 9, panels: whoPanels },
+          { title: 'CPUs', height: 7, panels: cpuPanels },
+          { title: 'What the monitor could not see', height: 6, panels: lossPanels },
+          { title: 'The daemon itself', height: 7, panels: healthPanels },
+          { title: 'Serving', height: 7, panels: servingPanels },
+          { title: 'Alerts', height: 7, panels: alertPanels },
+        ]),
+      },
+  },
+}

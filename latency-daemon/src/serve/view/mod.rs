@@ -1,0 +1,237 @@
+//! The live view at `/`: the latest published `Exposition` and the running `Config` in; one
+//! self-contained HTML page out (server-rendered SVG, no script, no external resource, refreshed by
+//! `<meta http-equiv="refresh">`): the last windows as a heatmap of exact kernel buckets, p99 and
+//! max per reason against the alert thresholds, the last window's figures and top cgroups, the last
+//! alert with its attribution, then the links and the effective configuration. Every value that
+//! comes from the machine (cgroup paths, thread names) is HTML-escaped.
+pub mod chart;
+
+use std::fmt::Write as _;
+
+use latency_common::Reason;
+
+use crate::{
+    config::Config,
+    model::{
+        clock_name,
+        exposition::Exposition,
+        timeline::{LastAlert, ReasonSummary, WindowSummary},
+        units::fmt_ns,
+    },
+};
+
+/// Escape for HTML text and attribute values alike.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escape for element content only (`<pre>`), where quotes need none: the configuration's JSON
+/// stays readable in the page's source.
+pub fn escape_text(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Each reason's alert threshold for a task in no particular cgroup (the reason's own, else the
+/// global one); None when it has none.
+pub fn thresholds(config: &Config) -> [Option<u64>; Reason::COUNT] {
+    let rules = config.alert.rules();
+    Reason::ALL.map(|r| rules.per_reason_ns[r as usize].or(rules.max_delay_ns))
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:16px;color:#222;max-width:1100px}\
+h1{font-size:20px}h2{font-size:16px;margin-top:24px}table{border-collapse:collapse}\
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td.name,th.name{text-align:left}\
+.note{color:#666;font-size:13px}pre{background:#f6f6f6;padding:8px;overflow:auto}";
+
+/// The whole page.
+pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
+    let refresh = e.window_seconds.round().clamp(2.0, 30.0);
+    let last_drain = if e.drains == 0 {
+        "none yet".to_string()
+    } else {
+        format!("the last at {} UTC", chart::clock_utc((e.last_drain_unix * 1e9) as u64))
+    };
+    let mut out = String::with_capacity(128 * 1024);
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{refresh}\"><title>latency-daemon: run-queue latency</title>\
+         <style>{STYLE}</style></head><body>\n<h1>Run-queue latency — latency-daemon {}</h1>\n\
+         <p class=\"note\">Kernel {}, {} clock; windows of {} s; {} drains, {last_drain}. This page \
+         reloads every {refresh} s.</p>\n",
+        escape(e.version),
+        escape(&e.kernel),
+        clock_name(e.clock),
+        e.window_seconds,
+        e.drains,
+    );
+    let windows: Vec<&WindowSummary> = e.timeline.windows().collect();
+    match e.timeline.last() {
+        Some(last) => {
+            last_window(&mut out, last, config);
+            let _ = write!(
+                out,
+                "<h2 id=\"heatmap\">Delays over the last {} windows</h2>\n{}",
+                windows.len(),
+                chart::heatmap(&windows)
+            );
+            let _ = write!(
+                out,
+                "<h2 id=\"lines\">p99 and max per reason</h2>\n{}",
+                chart::lines(&windows, thresholds(config))
+            );
+            cgroups(&mut out, last);
+        }
+        None => out.push_str("<p id=\"waiting\">No window has closed yet; this page fills in when one does.</p>\n"),
+    }
+    alerts(&mut out, e, config);
+    let _ = write!(
+        out,
+        "<h2 id=\"about\">Endpoints</h2>\n<ul><li><a href=\"/metrics\">/metrics</a></li>\
+         <li><a href=\"/healthz\">/healthz</a></li><li><a href=\"/api/v1/snapshot\">/api/v1/snapshot</a> (the last \
+         window, as <code>record --json</code>)</li><li><a href=\"/heatmap.svg\">/heatmap.svg</a> (the heatmap \
+         alone)</li></ul>\n<h2>Effective configuration</h2>\n<pre>{}</pre>\n</body></html>\n",
+        escape_text(config_json)
+    );
+    out
+}
+
+/// A figure cell: the human text, and the raw value in `data-value` for machines.
+fn cell(out: &mut String, field: &str, ns: Option<u64>) {
+    match ns {
+        Some(v) => {
+            let _ = write!(out, "<td data-field=\"{field}\" data-value=\"{v}\">{}</td>", escape(&fmt_ns(v)));
+        }
+        None => {
+            let _ = write!(out, "<td data-field=\"{field}\">–</td>");
+        }
+    }
+}
+
+fn last_window(out: &mut String, w: &WindowSummary, config: &Config) {
+    let _ = write!(
+        out,
+        "<h2>The last window</h2>\n<table id=\"last-window\" data-start-unix-ns=\"{}\" data-duration-ns=\"{}\">\
+         <tr><th class=\"name\">reason</th><th>delays</th><th>p50</th><th>p99</th><th>p99.9</th><th>max (exact)\
+         </th><th>alert threshold</th></tr>\n",
+        w.start_unix_ns, w.duration_ns
+    );
+    let thresholds = thresholds(config);
+    for reason in Reason::ALL {
+        let r: &ReasonSummary = &w.reasons[reason as usize];
+        let name = reason.name();
+        let _ = write!(
+            out,
+            "<tr><td class=\"name\">{name}</td><td data-field=\"{name}.count\" data-value=\"{}\">{}</td>",
+            r.count, r.count
+        );
+        cell(out, &format!("{name}.p50_ns"), r.p50_ns);
+        cell(out, &format!("{name}.p99_ns"), r.p99_ns);
+        cell(out, &format!("{name}.p999_ns"), r.p999_ns);
+        cell(out, &format!("{name}.max_ns"), r.max_ns);
+        cell(out, &format!("{name}.threshold_ns"), thresholds[reason as usize]);
+        out.push_str("</tr>\n");
+    }
+    let _ = writeln!(
+        out,
+        "</table>\n<p class=\"note\">Window from {} to {} UTC. The same figures as <a \
+         href=\"/api/v1/snapshot\">/api/v1/snapshot</a>.</p>",
+        chart::clock_utc(w.start_unix_ns),
+        chart::clock_utc(w.start_unix_ns + w.duration_ns)
+    );
+}
+
+fn cgroups(out: &mut String, w: &WindowSummary) {
+    out.push_str("<h2 id=\"cgroups\">Top cgroups in the last window</h2>\n");
+    if w.top_cgroups.is_empty() {
+        out.push_str("<p class=\"note\">No per-cgroup delays (per_cgroup off, or no cgroup v2).</p>\n");
+        return;
+    }
+    out.push_str(
+        "<table id=\"top-cgroups\"><tr><th class=\"name\">cgroup (of the task that waited)</th><th>delays</th>\
+         <th>time waited</th><th>tasks waiting on average</th></tr>\n",
+    );
+    for c in &w.top_cgroups {
+        let waiting = c.sum_ns as f64 / w.duration_ns.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"name\" data-cgroup=\"{name}\">{name}</td><td data-value=\"{n}\">{n}</td>\
+             <td data-value=\"{s}\">{}</td><td>{waiting:.3}</td></tr>",
+            escape(&fmt_ns(c.sum_ns)),
+            name = escape(&c.cgroup),
+            n = c.count,
+            s = c.sum_ns,
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+fn alerts(out: &mut String, e: &Exposition, config: &Config) {
+    out.push_str("<h2 id=\"alerts\">Alerts</h2>\n");
+    if !config.alert.enabled() {
+        out.push_str("<p class=\"note\">Alerting is off (no alert_max_delay or override set).</p>\n");
+    }
+    if !e.alerts_active.is_empty() {
+        out.push_str("<p>Firing now:</p><ul id=\"firing\">");
+        for (reason, cgroup) in &e.alerts_active {
+            let _ = write!(out, "<li>{} in <code>{}</code></li>", reason.name(), escape(cgroup));
+        }
+        out.push_str("</ul>\n");
+    }
+    match &e.last_alert {
+        Some(a) => last_alert(out, a),
+        None if config.alert.enabled() => out.push_str("<p class=\"note\">No alert has fired since start.</p>\n"),
+        None => {}
+    }
+}
+
+fn last_alert(out: &mut String, a: &LastAlert) {
+    let w = &a.worst;
+    let state = match a.resolved_unix_ns {
+        Some(t) => format!("resolved at {} UTC", chart::clock_utc(t)),
+        None => "firing".to_string(),
+    };
+    let _ = write!(
+        out,
+        "<table id=\"last-alert\"><tr><th class=\"name\" colspan=\"2\">The last alert: fired at {} UTC, {state}\
+         </th></tr>\n<tr><td class=\"name\">reason, cgroup</td><td class=\"name\">{}, <code>{}</code></td></tr>\n\
+         <tr><td class=\"name\">worst delay / threshold</td><td class=\"name\">{} / {}</td></tr>\n\
+         <tr><td class=\"name\">who waited</td><td class=\"name\"><code>{}</code> (tid {}, pid {}, prio {}) on CPU {}, \
+         queue depth {}</td></tr>\n<tr><td class=\"name\">who ran meanwhile</td><td class=\"name\">",
+        chart::clock_utc(a.fired_unix_ns),
+        w.reason.name(),
+        escape(&w.cgroup),
+        escape(&fmt_ns(w.delay_ns)),
+        escape(&fmt_ns(a.threshold_ns)),
+        escape(&w.victim_comm),
+        w.victim_tid,
+        w.victim_pid,
+        w.victim_prio,
+        w.cpu,
+        w.queue_depth.map_or("unknown".to_string(), |d| d.to_string()),
+    );
+    if w.culprits.is_empty() {
+        out.push_str("nothing recorded");
+    }
+    for c in &w.culprits {
+        let _ = write!(out, "<code>{}</code> (tid {}) {}<br>", escape(&c.comm), c.tid, escape(&fmt_ns(c.ran_ns)));
+    }
+    if w.culprits_truncated {
+        out.push_str("… and more than the kernel keeps");
+    }
+    out.push_str("</td></tr></table>\n");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+use std::{sync::Arc, time::Duration};
+
+use latency_common::buckets::bucket_of;
+
+use super::*;
+use crate::model::{
+    attribution::{Attribution, Culprit},
+    timeline::{CgroupSummary, Timeline},
+};
+
+const HOSTILE: &str = "/<script>alert(\"x\")</script>&'";
+
+fn summary(start: u64, wakeups: &[u64]) -> WindowSummary {
+    let mut reasons: [ReasonSummary; Reason::COUNT] = Default::default();
+    let w = &mut reasons[Reason::Wakeup as usize];
+    for &d in wakeups {
+        w.count += 1;
+        w.sum_ns += d;
+        let k = bucket_of(d) as u8;
+        match w.buckets.iter_mut().find(|b| b.0 == k) {
+            Some(b) => b.1 += 1,
+            None => w.buckets.push((k, 1)),
+        }
+    }
+    w.buckets.sort();
+    w.max_ns = wakeups.iter().copied().max();
+    w.p99_ns = w.max_ns;
+    WindowSummary {
+        start_unix_ns: start,
+        duration_ns: 2_000_000_000,
+        reasons,
+        top_cgroups: vec![CgroupSummary { cgroup: HOSTILE.into(), count: 3, sum_ns: 1_000_000 }],
+    }
+}
+
+fn exposition() -> Exposition {
+    let mut timeline = Timeline::with_capacity(4);
+    for n in 0..6u64 {
+        timeline.push(summary(n * 2_000_000_000, &[5_000, 6_000, 7_000_000 + n]));
+    }
+    let worst = Attribution {
+        reason: Reason::Wakeup,
+        delay_ns: 7_000_005,
+        cpu: 1,
+        victim_tid: 42,
+        victim_pid: 42,
+        victim_comm: "<b>victim</b>".into(),
+        victim_prio: 120,
+        cgroup: HOSTILE.into(),
+        end_ns: 0,
+        end_unix_ns: 0,
+        queue_depth: Some(3),
+        culprits: vec![Culprit { tid: 7, pid: 7, comm: "hog\"&".into(), ran_ns: 4_000_000 }],
+        culprits_truncated: false,
+    };
+    Exposition {
+        version: "test",
+        kernel: "6.18".into(),
+        window_seconds: 2.0,
+        timeline: Arc::new(timeline),
+        last_alert: Some(Arc::new(LastAlert {
+            threshold_ns: 5_000_000,
+            fired_unix_ns: 4_000_000_000,
+            resolved_unix_ns: None,
+            worst,
+        })),
+        alerts_active: vec![(Reason::Wakeup, HOSTILE.into())],
+        ..Exposition::default()
+    }
+}
+
+fn config() -> Config {
+    let mut c = Config::default();
+    c.alert.max_delay = Some(Duration::from_millis(5));
+    c
+}
+
+#[test]
+fn the_page_shows_the_last_window_exactly() {
+    let html = page(&exposition(), &config(), "{\"window\": \"2s\"}");
+    assert!(html.starts_with("<!doctype html>") && html.ends_with("</html>\n"));
+    assert!(html.contains("<meta http-equiv=\"refresh\" content=\"2\">"));
+    // The ring kept the 4 newest windows; the table is the newest.
+    assert!(html.contains("data-start-unix-ns=\"10000000000\" data-duration-ns=\"2000000000\""), "{html}");
+    assert!(html.contains("data-field=\"wakeup.count\" data-value=\"3\""));
+    assert!(html.contains("data-field=\"wakeup.max_ns\" data-value=\"7000005\""));
+    assert!(html.contains("data-field=\"wakeup.threshold_ns\" data-value=\"5000000\""));
+    assert_eq!(html.matches("class=\"column\"").count(), 4);
+    // 5 µs, 6 µs and 7 ms fall in three different buckets.
+    assert_eq!(html.matches("class=\"cell\"").count(), 4 * 3);
+    assert_eq!(html.matches("class=\"threshold\"").count(), 1, "both reasons share alert_max_delay");
+    // No script, no external resource.
+    assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href=\"http"));
+    // The configuration stays reachable and readable.
+    assert!(html.contains("<pre>{\"window\": \"2s\"}</pre>"));
+}
+
+#[test]
+fn hostile_names_are_escaped_everywhere() {
+    let html = page(&exposition(), &config(), "</pre><script>");
+    assert!(!html.contains("<script>"), "{html}");
+    assert!(!html.contains("<b>victim"));
+    assert!(html.contains("/&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;"));
+    assert!(html.contains("&lt;b&gt;victim&lt;/b&gt;"));
+    assert!(html.contains("hog&quot;&amp;"));
+}
+
+#[test]
+fn before_the_first_window_and_without_alerting() {
+    let e = Exposition { version: "test", ..Exposition::default() };
+    let html = page(&e, &Config::default(), "{}");
+    assert!(html.contains("id=\"waiting\""));
+    assert!(html.contains("0 drains, none yet."));
+    assert!(html.contains("Alerting is off"));
+    assert!(!html.contains("class=\"cell\""));
+}
