@@ -1,0 +1,294 @@
+//! One kernel's guest, end to end: in, a booted guest's console and data port; out, a
+//! `GuestResult` — timings, what `check` said, and every configuration judged (`checks`), with
+//! each `run` scrape linted by the host's `promtool`. A guest that panicked or never reached
+//! init is booted once more (TCG now and then trips a guest kernel).
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use super::checks::{self, Check, Load};
+use super::kernels::Kernel;
+use super::qemu::{self, Boot, Guest};
+use crate::recording::Recording;
+
+/// A configuration every guest attaches, as init.sh starts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    pub name: &'static str,
+    /// The command line (without the guest's ports and intervals).
+    pub command: &'static str,
+    /// The kernel program's optional paths it switches on.
+    pub knobs: &'static str,
+}
+
+pub const CONFIGS: [Config; 6] = [
+    Config { name: "run", command: "run", knobs: "per-cgroup (the service's default)" },
+    Config { name: "run-core", command: "run --per-cgroup=false", knobs: "none: the core histogram only" },
+    Config { name: "run-per-task", command: "run --per-task", knobs: "per-task, per-cgroup" },
+    Config {
+        name: "run-alerting",
+        command: "run --alert-max-delay 5ms",
+        knobs: "attribution (run ring, queue depth), per-cgroup",
+    },
+    Config { name: "record", command: "record", knobs: "per-task, per-cgroup, attribution" },
+    Config { name: "record-rq", command: "record --clock run-queue", knobs: "record's + the run queue's clock" },
+];
+
+/// The cgroup init.sh puts the sleepers in.
+const SLEEPERS_CGROUP: &str = "/vmt-sleepers";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigResult {
+    pub name: String,
+    pub command: String,
+    pub attached: bool,
+    /// From start to `attached`, all configurations loading at once (guest clock).
+    pub attach_s: Option<f64>,
+    pub exit: Option<i32>,
+    pub checks: Vec<Check>,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GuestResult {
+    pub kernel: Kernel,
+    pub cpus: u32,
+    pub accel: String,
+    pub attempts: u32,
+    /// Why the first boot was not the last, if it was not.
+    pub retried: Option<String>,
+    /// QEMU start → init (host clock).
+    pub boot_s: Option<f64>,
+    /// `check`, alone (host clock).
+    pub check_s: Option<f64>,
+    /// `check`'s own load+attach figure, and the time its programs spent in BPF_PROG_LOAD.
+    pub load_attach_ms: Option<f64>,
+    pub verifier_ms: Option<f64>,
+    /// Where the kernel program takes `prev_state` from, as `check` says.
+    pub prev_state: Option<String>,
+    pub btf: Option<String>,
+    /// Every configuration loading at once until the last says `attached` (host clock).
+    pub attach_all_s: Option<f64>,
+    /// The load, start to last thread done (host clock).
+    pub load_s: Option<f64>,
+    /// QEMU start → exit.
+    pub guest_s: f64,
+    pub configs: Vec<ConfigResult>,
+    /// Guest-wide: check, nothing left attached, run_delay agreement.
+    pub checks: Vec<Check>,
+    pub ok: bool,
+    /// The console's last lines when the guest did not finish.
+    #[serde(default)]
+    pub console_tail: Vec<String>,
+}
+
+/// Boots `guest` (twice at most) and judges what it produced.
+pub fn run(guest: &Guest<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<GuestResult> {
+    let mut boot = qemu::boot(guest, progress)?;
+    let mut attempts = 1;
+    let mut retried = None;
+    if !boot.finished && (boot.panicked || boot.at("@@ init").is_none()) {
+        let why = boot.console.iter().rev().find(|(_, l)| l.contains("panic") || l.contains("KVM internal"));
+        let why = why.map_or_else(|| "it never reached init".to_owned(), |(_, l)| l.clone());
+        progress(boot.wall_s, &format!("booting again: {why}"));
+        retried = Some(why);
+        attempts = 2;
+        boot = qemu::boot(guest, progress)?;
+    }
+    std::fs::write(guest.dir.join("console.txt"), console_text(&boot))?;
+    Ok(judge(guest, &boot, attempts, retried))
+}
+
+fn console_text(boot: &Boot) -> String {
+    boot.console.iter().map(|(t, l)| format!("[{t:7.2}] {l}\n")).collect()
+}
+
+/// `@@begin NAME` … `@@end NAME RC` sections of the data port.
+pub fn sections(data: &str) -> BTreeMap<String, (String, Option<i32>)> {
+    let mut found = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in data.lines() {
+        if let Some(name) = line.strip_prefix("@@begin ") {
+            current = Some((name.trim().to_owned(), String::new()));
+        } else if let Some(rest) = line.strip_prefix("@@end ") {
+            let rc = rest.split_whitespace().nth(1).and_then(|rc| rc.parse().ok());
+            if let Some((name, text)) = current.take() {
+                found.insert(name, (text, rc));
+            }
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    found
+}
+
+fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>) -> GuestResult {
+    let data = sections(&boot.data);
+    let text = |name: &str| data.get(name).map_or("", |(t, _)| t.as_str());
+    let rc = |name: &str| data.get(name).and_then(|(_, rc)| *rc);
+    let span = |from: &str, to: &str| Some(boot.at(to)? - boot.at(from)?);
+    let check_out = text("check");
+    let field = |prefix: &str| check_out.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned());
+    let load = Load::parse(text("workload-io"), text("workload-spin"));
+    let cpus = guest.cpus as usize;
+
+    let record = Recording::parse(text("record.out"), "monotonic").ok();
+    let record_rq = Recording::parse(text("record-rq.out"), "run_queue").ok();
+    // What record saw for the sleepers' process: the figure their cgroup must show in /metrics.
+    let sleepers_seen = record.as_ref().map(|r| {
+        r.tasks.iter().filter(|t| t.pid == load.sleepers_pid && t.pid != 0).map(|t| t.delay_count).sum::<u64>()
+    });
+    let mut configs = Vec::new();
+    for config in CONFIGS {
+        let name = config.name;
+        let times: Vec<f64> = text(&format!("{name}.times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
+        let exit = rc(&format!("{name}.out"));
+        let attached = text(&format!("{name}.err")).contains("attached");
+        let mut list = vec![Check::new(
+            "attached, exit 0",
+            attached && exit == Some(0),
+            format!("exit {exit:?}; {}", last_line(text(&format!("{name}.err")))),
+        )];
+        if let Some(recorded) = name.strip_prefix("record") {
+            let parsed = if recorded.is_empty() { record.as_ref() } else { record_rq.as_ref() };
+            match parsed {
+                Some(rec) => list.extend(checks::recording(rec, &load, cpus)),
+                None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
+            }
+        } else {
+            let prom = text(&format!("{name}.prom"));
+            list.push(promtool(prom, rc(&format!("{name}.prom"))));
+            let cgroup = (!config.command.contains("--per-cgroup=false"))
+                .then(|| sleepers_seen.map(|n| (SLEEPERS_CGROUP, n)))
+                .flatten();
+            list.extend(checks::scrape(prom, cpus, cgroup));
+        }
+        let ok = list.iter().all(|c| c.ok);
+        let attach_s = (times.len() == 2).then(|| times[1] - times[0]);
+        configs.push(ConfigResult {
+            name: name.to_owned(),
+            command: config.command.to_owned(),
+            attached,
+            attach_s,
+            exit,
+            checks: list,
+            ok,
+        });
+    }
+
+    let prev_state = field("prev_state:");
+    let mut list = vec![Check::new(
+        "check",
+        rc("check") == Some(0) && prev_state.is_some(),
+        format!("exit {:?}; {}", rc("check"), last_line(check_out)),
+    )];
+    let number = |name: &str| text(name).trim().parse::<u64>().ok();
+    let (during, after, fds) = (number("progs.attached"), number("progs.after"), number("fds.after"));
+    list.push(Check::new(
+        "nothing left attached",
+        during.is_some_and(|n| n > 0) && after == Some(0) && fds == Some(0),
+        format!(
+            "our programs in /proc/kallsyms: {during:?} while attached, {after:?} after exit; \
+             bpf-prog fds open after exit: {fds:?}"
+        ),
+    ));
+    if let Some(agreement) = record_rq.as_ref().and_then(|r| checks::run_delay(r, &load)) {
+        list.push(agreement);
+    }
+    if !boot.finished {
+        let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
+        list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
+    }
+    let ok = list.iter().all(|c| c.ok) && configs.iter().all(|c| c.ok);
+    let tail = if boot.finished { Vec::new() } else { boot.console.iter().rev().take(15).rev().map(|(_, l)| l.clone()).collect() };
+    GuestResult {
+        kernel: guest.kernel.clone(),
+        cpus: guest.cpus,
+        accel: guest.accel.to_owned(),
+        attempts,
+        retried,
+        boot_s: boot.at("@@ init"),
+        check_s: span("@@ check uptime", "@@ checked"),
+        load_attach_ms: field("load+attach:").and_then(|v| ms_in(&v)),
+        verifier_ms: field("verifier:").and_then(|v| v.split(';').next().and_then(ms_in)),
+        prev_state,
+        btf: field("BTF:"),
+        attach_all_s: span("@@ attach uptime", "@@ attached"),
+        load_s: span("@@ load uptime", "@@ loaded"),
+        guest_s: boot.wall_s,
+        configs,
+        checks: list,
+        ok,
+        console_tail: tail,
+    }
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
+}
+
+/// The first `N ms` figure in a line.
+fn ms_in(text: &str) -> Option<f64> {
+    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c == '(' || c == ';').collect();
+    words.windows(2).find(|w| w[1].starts_with("ms")).and_then(|w| w[0].parse().ok())
+}
+
+/// `promtool check metrics` on the host, the scrape on its stdin.
+fn promtool(prom: &str, wget_rc: Option<i32>) -> Check {
+    if prom.is_empty() || wget_rc != Some(0) {
+        return Check::new("scrape + promtool", false, format!("no scrape came back (wget exit {wget_rc:?})"));
+    }
+    let lint = || -> anyhow::Result<std::process::Output> {
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child.stdin.take().map(|mut stdin| stdin.write_all(prom.as_bytes())).transpose()?;
+        Ok(child.wait_with_output()?)
+    };
+    match lint() {
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+            let detail = format!("{} bytes; promtool: {}", prom.len(), if said.trim().is_empty() { "clean" } else { said.trim() });
+            Check::new("scrape + promtool", out.status.success() && said.trim().is_empty(), detail)
+        }
+        Err(e) => Check::new("scrape + promtool", false, format!("could not run promtool: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_with_their_exit_codes() {
+        let data = "noise\n@@begin check\nkernel: 5.10\nready\n@@end check 0\n@@begin meta\ncpus 2\n@@end meta \n";
+        let s = sections(data);
+        assert_eq!(s["check"], ("kernel: 5.10\nready\n".to_owned(), Some(0)));
+        assert_eq!(s["meta"], ("cpus 2\n".to_owned(), None));
+    }
+
+    #[test]
+    fn milliseconds_in_checks_lines() {
+        assert_eq!(ms_in("ok (sched_wakeup, sched_switch; 32768 stamp slots; 4697 ms)"), Some(4697.0));
+        assert_eq!(ms_in("2210 ms in BPF_PROG_LOAD"), Some(2210.0));
+        assert_eq!(ms_in("no figure"), None);
+    }
+
+    /// init.sh starts exactly these configurations, with these flags.
+    #[test]
+    fn init_starts_every_configuration() {
+        let init = include_str!("init.sh");
+        for c in CONFIGS {
+            let flags = c.command.split_once(' ').map_or("", |(_, f)| f);
+            let started = init.lines().any(|l| l.starts_with(&format!("start {} ", c.name)) && l.ends_with(flags));
+            assert!(started, "init.sh does not start {} as `{}`", c.name, c.command);
+            assert!(init.contains(&format!(" {}", c.name)), "{} missing from CONFIGS in init.sh", c.name);
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The kernels the matrix boots: in, a list of ids (`5.10`, `6.1-rt`, …) and the cache folder;
+//! out, for each an ELF `vmlinux` and its `config`, fetched once from Debian's archive through a
+//! private apt configuration (the newest package of its suite, resolved at run time, with the
+//! probe's package as fallback) and kept extracted in the cache (the .deb is deleted).
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use super::apt::{Apt, Mirrors, source_line};
+use super::vmlinux;
+use crate::cmd;
+
+/// One kernel of the matrix.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub id: &'static str,
+    /// generic, cloud or rt.
+    pub flavour: &'static str,
+    /// Where it may come from, preferred first.
+    pub suites: &'static [&'static str],
+    /// `apt-cache search --names-only` pattern of its packages.
+    pattern: &'static str,
+    /// A package and version known to exist (the probe's), if the lookup finds nothing.
+    fallback: (&'static str, &'static str),
+}
+
+pub const SPECS: [Spec; 8] = [
+    Spec {
+        id: "5.10",
+        flavour: "generic",
+        suites: &["bullseye-security", "bullseye"],
+        pattern: r"^linux-image-5\.10\.0-[0-9]+-amd64-unsigned$",
+        fallback: ("linux-image-5.10.0-46-amd64-unsigned", "5.10.262-1"),
+    },
+    // bullseye-security lists rt images it does not serve (404): the download falls back to
+    // the next candidate, bullseye's own.
+    Spec {
+        id: "5.10-rt",
+        flavour: "rt",
+        suites: &["bullseye-security", "bullseye"],
+        pattern: r"^linux-image-5\.10\.0-[0-9]+-rt-amd64-unsigned$",
+        fallback: ("linux-image-5.10.0-32-rt-amd64-unsigned", "5.10.223-1"),
+    },
+    Spec {
+        id: "6.1",
+        flavour: "generic",
+        suites: &["bookworm-security", "bookworm"],
+        pattern: r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$",
+        fallback: ("linux-image-6.1.0-57-amd64-unsigned", "6.1.192-3"),
+    },
+    Spec {
+        id: "6.1-rt",
+        flavour: "rt",
+        suites: &["bookworm-security", "bookworm"],
+        pattern: r"^linux-image-6\.1\.0-[0-9]+-rt-amd64-unsigned$",
+        fallback: ("linux-image-6.1.0-57-rt-amd64-unsigned", "6.1.192-3"),
+    },
+    Spec {
+        id: "6.1-cloud",
+        flavour: "cloud",
+        suites: &["bookworm-security", "bookworm"],
+        pattern: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
+        fallback: ("linux-image-6.1.0-57-cloud-amd64-unsigned", "6.1.192-3"),
+    },
+    Spec {
+        id: "6.12",
+        flavour: "generic",
+        suites: &["bookworm-security"],
+        pattern: r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$",
+        fallback: ("linux-image-6.12.118+deb12-amd64-unsigned", "6.12.118-1~deb12u1"),
+    },
+    Spec {
+        id: "6.12-trixie",
+        flavour: "generic",
+        suites: &["trixie-security", "trixie"],
+        pattern: r"^linux-image-6\.12\.[0-9]+\+deb13-amd64-unsigned$",
+        fallback: ("linux-image-6.12.118+deb13-amd64-unsigned", "6.12.118-1"),
+    },
+    Spec {
+        id: "6.12-bpo",
+        flavour: "generic",
+        suites: &["bookworm-backports"],
+        pattern: r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$",
+        fallback: ("linux-image-6.12.95+deb12-amd64-unsigned", "6.12.95-1~bpo12+1"),
+    },
+];
+
+/// The suites the kernel lookups need, and the mirror of each.
+fn source_lines(mirrors: &Mirrors) -> Vec<String> {
+    let mut suites: Vec<&str> = SPECS.iter().flat_map(|s| s.suites.iter().copied()).collect();
+    suites.sort_unstable();
+    suites.dedup();
+    suites
+        .iter()
+        .map(|s| source_line(if s.ends_with("-security") { &mirrors.security } else { &mirrors.archive }, s))
+        .collect()
+}
+
+pub fn spec(id: &str) -> anyhow::Result<Spec> {
+    SPECS.iter().copied().find(|s| s.id == id).with_context(|| {
+        format!("unknown kernel `{id}`; known: {}", SPECS.iter().map(|s| s.id).collect::<Vec<_>>().join(", "))
+    })
+}
+
+/// A kernel ready to boot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Kernel {
+    pub id: String,
+    pub flavour: String,
+    pub package: String,
+    pub version: String,
+    pub suite: String,
+    /// `uname -r` of the guest, from the file names in ./boot.
+    pub release: String,
+    /// How vmlinuz was compressed.
+    pub compression: String,
+    /// CONFIG_PREEMPT_RT=y in its config.
+    pub preempt_rt: bool,
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+impl Kernel {
+    pub fn vmlinux(&self) -> PathBuf {
+        self.dir.join("vmlinux")
+    }
+}
+
+/// Candidates for `spec`, best first: preferred suite, then newest version.
+fn candidates(spec: &Spec, found: &[(String, String, String)]) -> Vec<(String, String, String)> {
+    let mut list: Vec<_> = found.iter().filter(|(_, _, suite)| spec.suites.contains(&suite.as_str())).cloned().collect();
+    let rank = |suite: &str| spec.suites.iter().position(|s| *s == suite).unwrap_or(usize::MAX);
+    list.sort_by(|a, b| rank(&a.2).cmp(&rank(&b.2)).then_with(|| natural(&b.1).cmp(&natural(&a.1))));
+    list
+}
+
+/// A version as its runs of digits, for ordering 5.10.262-1 after 5.10.223-1.
+pub fn natural(version: &str) -> Vec<u64> {
+    version.split(|c: char| !c.is_ascii_digit()).filter_map(|d| d.parse().ok()).collect()
+}
+
+/// Every kernel in `ids`, fetched if not cached. A kernel that cannot be had fails the call.
+pub fn fetch(ids: &[String], cache: &Path) -> anyhow::Result<Vec<Kernel>> {
+    let specs = ids.iter().map(|id| spec(id)).collect::<anyhow::Result<Vec<_>>>()?;
+    let apt = Apt::new(&cache.join("apt-kernels"), &source_lines(&Mirrors::of_host()?))?;
+    // Offline with everything cached is fine; the lookup below then finds what is cached.
+    let updated = apt.update(false);
+    if let Err(e) = &updated {
+        println!("vmtest: apt-get update failed ({e:#}); using cached kernels where there are some");
+    }
+    let mut kernels = Vec::new();
+    for spec in specs {
+        kernels.push(fetch_one(&spec, &apt, cache).with_context(|| format!("kernel {}", spec.id))?);
+    }
+    Ok(kernels)
+}
+
+fn fetch_one(spec: &Spec, apt: &Apt, cache: &Path) -> anyhow::Result<Kernel> {
+    let found = apt.versions(spec.pattern).unwrap_or_default();
+    let mut candidates = candidates(spec, &found);
+    let (fb_package, fb_version) = spec.fallback;
+    if !candidates.iter().any(|c| c.0 == fb_package && c.1 == fb_version) {
+        candidates.push((fb_package.to_owned(), fb_version.to_owned(), spec.suites[0].to_owned()));
+    }
+    let dir = cache.join("kernels").join(spec.id);
+    // Packages an index lists but the mirror does not serve (404), remembered so each run does
+    // not ask again.
+    let missing_file = dir.join("unavailable");
+    let missing = std::fs::read_to_string(&missing_file).unwrap_or_default();
+    let available = candidates.iter().filter(|c| !missing.lines().any(|l| l == format!("{}={}", c.0, c.1)));
+    for (package, version, suite) in available.take(3) {
+        let slot = dir.join(format!("{package}_{version}"));
+        if let Some(kernel) = cached(&slot) {
+            return Ok(kernel);
+        }
+        println!("vmtest: kernel {}: fetching {package} {version} ({suite})…", spec.id);
+        match unpack(spec, apt, package, version, suite, &slot) {
+            Ok(kernel) => return Ok(kernel),
+            Err(e) => {
+                println!("vmtest: kernel {}: {package} {version}: {e:#}; trying the next", spec.id);
+                let _ = std::fs::remove_dir_all(&slot);
+                if format!("{e:#}").contains("404") {
+                    let line = format!("{missing}{package}={version}\n");
+                    let _ = std::fs::write(&missing_file, line);
+                }
+            }
+        }
+    }
+    // Offline: whatever was fetched before.
+    let slots = std::fs::read_dir(&dir).into_iter().flatten().flatten();
+    if let Some(kernel) = slots.filter_map(|e| cached(&e.path())).max_by_key(|k| natural(&k.version)) {
+        println!("vmtest: kernel {}: using the cached {} {}", spec.id, kernel.package, kernel.version);
+        return Ok(kernel);
+    }
+    bail!("no package of {} could be fetched (tried the 3 best of {} candidates)", spec.pattern, candidates.len())
+}
+
+/// A finished cache slot (its `kernel.json` is written last).
+fn cached(slot: &Path) -> Option<Kernel> {
+    let text = std::fs::read_to_string(slot.join("kernel.json")).ok()?;
+    let mut kernel: Kernel = serde_json::from_str(&text).ok()?;
+    kernel.dir = slot.to_owned();
+    kernel.vmlinux().is_file().then_some(kernel)
+}
+
+fn unpack(spec: &Spec, apt: &Apt, package: &str, version: &str, suite: &str, slot: &Path) -> anyhow::Result<Kernel> {
+    let _ = std::fs::remove_dir_all(slot);
+    let work = slot.join("work");
+    let deb = apt.download(package, version, &work)?;
+    let mut tar = Command::new("sh");
+    tar.arg("-c").arg("dpkg-deb --fsys-tarfile \"$0\" | tar -x -C \"$1\" ./boot").arg(&deb).arg(&work);
+    cmd::stdout(&mut tar)?;
+    let boot = work.join("boot");
+    let vmlinuz = std::fs::read_dir(&boot)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
+        .context("the package has no boot/vmlinuz-*")?;
+    let release = vmlinuz.file_name().map(|n| n.to_string_lossy().replacen("vmlinuz-", "", 1)).unwrap_or_default();
+    let config = std::fs::read_to_string(boot.join(format!("config-{release}"))).unwrap_or_default();
+    if !config.lines().any(|l| l == "CONFIG_DEBUG_INFO_BTF=y") {
+        bail!("{release} is built without CONFIG_DEBUG_INFO_BTF");
+    }
+    let compression = vmlinux::extract(&vmlinuz, &slot.join("vmlinux"))?;
+    std::fs::write(slot.join("config"), &config)?;
+    std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    let kernel = Kernel {
+        id: spec.id.to_owned(),
+        flavour: spec.flavour.to_owned(),
+        package: package.to_owned(),
+        version: version.to_owned(),
+        suite: suite.to_owned(),
+        release,
+        compression: compression.to_owned(),
+        preempt_rt: config.lines().any(|l| l == "CONFIG_PREEMPT_RT=y"),
+        dir: slot.to_owned(),
+    };
+    std::fs::write(slot.join("kernel.json"), serde_json::to_string_pretty(&kernel)?)?;
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, version: &str, suite: &str) -> (String, String, String) {
+        (name.to_owned(), version.to_owned(), suite.to_owned())
+    }
+
+    #[test]
+    fn preferred_suite_then_newest() {
+        let found = [
+            row("linux-image-5.10.0-32-rt-amd64-unsigned", "5.10.223-1", "bullseye"),
+            row("linux-image-5.10.0-44-rt-amd64-unsigned", "5.10.237-1", "bullseye-security"),
+            row("linux-image-5.10.0-46-rt-amd64-unsigned", "5.10.262-1", "bullseye-security"),
+            row("linux-image-5.10.0-46-rt-amd64-unsigned", "5.10.262-1", "trixie"),
+        ];
+        let order: Vec<String> = candidates(&SPECS[1], &found).into_iter().map(|c| c.1).collect();
+        assert_eq!(order, ["5.10.262-1", "5.10.237-1", "5.10.223-1"]);
+    }
+
+    #[test]
+    fn versions_order_numerically() {
+        assert!(natural("6.12.118-1~deb12u1") > natural("6.12.95-1~bpo12+1"));
+        assert!(natural("5.10.262-1") > natural("5.10.223-1"));
+    }
+
+    #[test]
+    fn ids_are_unique_and_unknown_ones_are_named() {
+        let mut ids: Vec<&str> = SPECS.iter().map(|s| s.id).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), SPECS.len());
+        assert!(spec("4.19").unwrap_err().to_string().contains("5.10-rt"));
+    }
+}
