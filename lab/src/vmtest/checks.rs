@@ -4,7 +4,7 @@
 //! counts and sums are judged: delay magnitudes under TCG mean nothing.
 use serde::{Deserialize, Serialize};
 
-use crate::oracle::run_delay::{Unseen, run_delay_gap};
+use crate::oracle::run_delay::{Schedstat, Unseen, run_delay_gap};
 use crate::recording::Recording;
 use crate::web::{sample, total};
 use crate::workload::Done;
@@ -34,10 +34,22 @@ pub struct Load {
 }
 
 impl Load {
-    /// From the two crews' `--json` event streams.
-    pub fn parse(sleepers: &str, spinners: &str) -> Load {
+    /// From the two crews' `--json` event streams, and `tid cpu_ns run_delay_ns slices` lines
+    /// read once every thread was parked and every recorder stopped: those run_delay figures
+    /// replace the threads' own (taken before their last report, which may still cost a wait).
+    pub fn parse(sleepers: &str, spinners: &str, schedstat: &str) -> Load {
         let (sleepers_pid, sleepers) = crew(sleepers);
-        Load { sleepers, sleepers_pid, spinners: crew(spinners).1 }
+        let mut load = Load { sleepers, sleepers_pid, spinners: crew(spinners).1 };
+        for line in schedstat.lines() {
+            let mut words = line.split_whitespace();
+            let tid = words.next().and_then(|w| w.parse::<u32>().ok());
+            let stat = Schedstat::parse(&words.collect::<Vec<_>>().join(" "));
+            if let (Some(tid), Some(stat)) = (tid, stat) {
+                let thread = load.sleepers.iter_mut().chain(&mut load.spinners).find(|d| d.tid == tid);
+                thread.into_iter().for_each(|d| d.run_delay_ns = stat.run_delay_ns);
+            }
+        }
+        load
     }
 }
 
@@ -69,7 +81,11 @@ pub fn recording(rec: &Recording, load: &Load, cpus: usize) -> Vec<Check> {
         Check::new("nothing lost", rec.losses() == 0, format!("lost {:?}, discarded {:?}", rec.lost, rec.discarded)),
     ];
     let busy = rec.cpus.iter().filter(|c| c.switches > 0).count();
-    checks.push(Check::new("every vCPU", rec.cpus.len() == cpus && busy == cpus, format!("{busy} of {cpus} switching")));
+    checks.push(Check::new(
+        "every vCPU",
+        rec.cpus.len() == cpus && busy == cpus,
+        format!("{busy} of {cpus} switching"),
+    ));
     let mut bad = Vec::new();
     for d in &load.sleepers {
         let count = rec.task(d.tid).map_or(0, |t| t.delay_count);
@@ -78,7 +94,8 @@ pub fn recording(rec: &Recording, load: &Load, cpus: usize) -> Vec<Check> {
         }
     }
     let sleeps: u64 = load.sleepers.iter().map(|d| d.sleeps).sum();
-    let detail = if bad.is_empty() { format!("{} sleepers, {sleeps} sleeps", load.sleepers.len()) } else { bad.join("; ") };
+    let detail =
+        if bad.is_empty() { format!("{} sleepers, {sleeps} sleeps", load.sleepers.len()) } else { bad.join("; ") };
     checks.push(Check::new("sleepers", !load.sleepers.is_empty() && bad.is_empty(), detail));
     checks
 }
@@ -125,7 +142,9 @@ pub fn scrape(prom: &str, cpus: usize, sleepers: Option<(&str, u64)>) -> Vec<Che
     let (wakeup, preempt) = (reason("wakeup"), reason("preempt"));
     let (lost, discarded) = (total(prom, "runqlat_lost_total"), total(prom, "runqlat_discarded_total"));
     let labelled = (0..cpus)
-        .filter(|c| sample(prom, &format!("runqlat_context_switches_total{{cpu=\"{c}\",kind=\"voluntary\"}}")).is_some())
+        .filter(|c| {
+            sample(prom, &format!("runqlat_context_switches_total{{cpu=\"{c}\",kind=\"voluntary\"}}")).is_some()
+        })
         .count();
     let mut checks = vec![
         Check::new("counts", wakeup > 0.0 && preempt > 0.0, format!("wakeup {wakeup}, preempt {preempt}")),
@@ -212,7 +231,10 @@ mod tests {
     fn crews_from_their_event_streams() {
         let io = "{\"event\":\"ready\",\"pid\":42,\"mode\":\"io\",\"cpus\":2,\"secs\":3.0}\n\
                   {\"event\":\"finished\",\"wall_ns\":5}\n";
-        let load = Load::parse(io, "");
+        let load = Load::parse(io, "", "");
         assert_eq!((load.sleepers_pid, load.sleepers.len(), load.spinners.len()), (42, 0, 0));
+        let done = serde_json::to_string(&crate::workload::Event::Done(done("io/0", 7, 10, 5))).unwrap_or_default();
+        let load = Load::parse(&format!("{done}\n"), "", "7 100 900 12\n8 1 2 3\n");
+        assert_eq!(load.sleepers[0].run_delay_ns, 900);
     }
 }

@@ -132,7 +132,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
     let span = |from: &str, to: &str| Some(boot.at(to)? - boot.at(from)?);
     let check_out = text("check");
     let field = |prefix: &str| check_out.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned());
-    let load = Load::parse(text("workload-io"), text("workload-spin"));
+    let load = Load::parse(text("workload-io"), text("workload-spin"), text("schedstat"));
     let cpus = guest.cpus as usize;
 
     let record = Recording::parse(text("record.out"), "monotonic").ok();
@@ -144,7 +144,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
     let mut configs = Vec::new();
     for config in CONFIGS {
         let name = config.name;
-        let times: Vec<f64> = text(&format!("{name}.times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
+        let times: Vec<f64> =
+            text(&format!("{name}.times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
         let exit = rc(&format!("{name}.out"));
         let attached = text(&format!("{name}.err")).contains("attached");
         let mut list = vec![Check::new(
@@ -195,6 +196,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
              bpf-prog fds open after exit: {fds:?}"
         ),
     ));
+    list.push(no_btf(text("nobtf-check"), rc("nobtf-check"), text("nobtf-run"), rc("nobtf-run")));
     if let Some(agreement) = record_rq.as_ref().and_then(|r| checks::run_delay(r, &load)) {
         list.push(agreement);
     }
@@ -203,7 +205,11 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
         list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
     }
     let ok = list.iter().all(|c| c.ok) && configs.iter().all(|c| c.ok);
-    let tail = if boot.finished { Vec::new() } else { boot.console.iter().rev().take(15).rev().map(|(_, l)| l.clone()).collect() };
+    let tail = if boot.finished {
+        Vec::new()
+    } else {
+        boot.console.iter().rev().take(15).rev().map(|(_, l)| l.clone()).collect()
+    };
     GuestResult {
         kernel: guest.kernel.clone(),
         cpus: guest.cpus,
@@ -224,6 +230,19 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
         ok,
         console_tail: tail,
     }
+}
+
+/// With /sys/kernel/btf hidden, `check` and `run` exit 1 and say why in one line.
+fn no_btf(check: &str, check_rc: Option<i32>, run: &str, run_rc: Option<i32>) -> Check {
+    let check_says = check.lines().find(|l| l.starts_with("BTF:")).unwrap_or("").trim();
+    // The error is the last line; `run` may log what it found before it (cgroup2, …).
+    let run_says = last_line(run);
+    let ok = check_rc == Some(1)
+        && check_says.contains("CONFIG_DEBUG_INFO_BTF")
+        && run_rc == Some(1)
+        && run_says.contains("CONFIG_DEBUG_INFO_BTF");
+    let detail = format!("check exit {check_rc:?}: `{check_says}`; run exit {run_rc:?}: `{run_says}`");
+    Check::new("without BTF", ok, detail)
 }
 
 fn last_line(text: &str) -> &str {
@@ -254,7 +273,11 @@ fn promtool(prom: &str, wget_rc: Option<i32>) -> Check {
     match lint() {
         Ok(out) => {
             let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-            let detail = format!("{} bytes; promtool: {}", prom.len(), if said.trim().is_empty() { "clean" } else { said.trim() });
+            let detail = format!(
+                "{} bytes; promtool: {}",
+                prom.len(),
+                if said.trim().is_empty() { "clean" } else { said.trim() }
+            );
             Check::new("scrape + promtool", out.status.success() && said.trim().is_empty(), detail)
         }
         Err(e) => Check::new("scrape + promtool", false, format!("could not run promtool: {e}")),

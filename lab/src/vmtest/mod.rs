@@ -61,6 +61,8 @@ pub fn default_out() -> PathBuf {
 }
 
 pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
+    // Ctrl-C unwinds through the guards: no QEMU outlives us.
+    let _signals = crate::guard::catch_signals();
     let started = Instant::now();
     let ids: Vec<String> = if args.kernels.is_empty() {
         kernels::SPECS.iter().map(|s| s.id.to_owned()).collect()
@@ -105,7 +107,8 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
             deadline: Duration::from_secs(120 + 20 * u64::from(cpus.saturating_sub(2))),
             done: "@@ done",
         };
-        let result = guest::run(&guest, &mut |t, line| println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ ")))?;
+        let result =
+            guest::run(&guest, &mut |t, line| println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ ")))?;
         println!("vmtest:   {}", report::one_line(&result));
         results.push(result);
     }

@@ -138,7 +138,8 @@ pub fn choose_accel(kernel: &Kernel, initramfs: &Path, dir: &Path) -> anyhow::Re
     let flags = cpuinfo.lines().find(|l| l.starts_with("flags")).unwrap_or("");
     if !flags.split_whitespace().any(|f| f == "vmx" || f == "svm") {
         let module = if Path::new("/sys/module/kvm_pvm").exists() { " (it is kvm_pvm)" } else { "" };
-        let why = format!("/dev/kvm exists{module} but the CPU has no vmx/svm flag, so a stock kernel cannot run under it");
+        let why =
+            format!("/dev/kvm exists{module} but the CPU has no vmx/svm flag, so a stock kernel cannot run under it");
         return Ok(Accel { name: "tcg".into(), why });
     }
     let guest = Guest {

@@ -73,7 +73,8 @@ pub fn table(report: &Report) -> String {
             let mark = g.configs.iter().find(|r| r.name == c.name).map_or("—", |r| if r.ok { "✔" } else { "✘" });
             let _ = write!(out, " {mark} |");
         }
-        let agreement = g.checks.iter().find(|c| c.what == "run_delay").map_or("not kept", |c| if c.ok { "✔" } else { "✘" });
+        let agreement =
+            g.checks.iter().find(|c| c.what == "run_delay").map_or("not kept", |c| if c.ok { "✔" } else { "✘" });
         let retried = if g.attempts > 1 { " (2nd boot)" } else { "" };
         let _ = writeln!(
             out,
@@ -117,7 +118,13 @@ fn markdown(report: &Report) -> String {
         }
         out.push_str("| configuration | check | ok | figures |\n|---|---|---|---|\n");
         for k in &g.checks {
-            let _ = writeln!(out, "| guest | {} | {} | {} |", k.what, if k.ok { "✔" } else { "✘" }, k.detail.replace('|', "\\|"));
+            let _ = writeln!(
+                out,
+                "| guest | {} | {} | {} |",
+                k.what,
+                if k.ok { "✔" } else { "✘" },
+                k.detail.replace('|', "\\|")
+            );
         }
         for c in &g.configs {
             for k in &c.checks {
@@ -169,7 +176,10 @@ mod tests {
         let report: Report = serde_json::from_str(&json).unwrap_or_else(|e| panic!("report.json: {e}"));
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap_or_else(|e| panic!("README.md: {e}"));
         let expected = with_table(&readme, &table(&report)).unwrap_or_else(|e| panic!("{e:#}"));
-        assert!(readme == expected, "README's kernel table differs from vmtest-report/report.json: run `cargo xtask vmtest`");
+        assert!(
+            readme == expected,
+            "README's kernel table differs from vmtest-report/report.json: run `cargo xtask vmtest`"
+        );
         assert!(report.guests.iter().all(|g| g.ok), "the committed report has failures");
     }
 
