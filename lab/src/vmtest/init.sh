@@ -109,10 +109,12 @@ for name in $CONFIGS; do
   wait "$(cat /tmp/$name.pid)"
   echo $? > /tmp/$name.rc
 done
-# The kernel's run_delay of every crew thread now that nothing of theirs is in flight (each
-# thread's own last reading comes before its report, which may still cost it a wait).
+# The kernel's run_delay and voluntary switches of every crew thread now that nothing of theirs
+# is in flight (each thread's own last reading comes before its report, which may still cost
+# it a wait).
 for task in /proc/$IO/task/* /proc/$SPIN/task/*; do
-  echo "${task##*/} $(cat $task/schedstat)"
+  blocked=$(grep ^voluntary_ctxt_switches $task/status)
+  echo "${task##*/} $(cat $task/schedstat) ${blocked##*[!0-9]}"
 done > /tmp/schedstat
 exec 4>&- 5>&-
 wait $IO $SPIN

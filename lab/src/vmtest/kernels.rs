@@ -20,71 +20,39 @@ pub struct Spec {
     pub flavour: &'static str,
     /// Where it may come from, preferred first.
     pub suites: &'static [&'static str],
-    /// `apt-cache search --names-only` pattern of its packages.
-    pattern: &'static str,
+    /// Its packages' names after `linux-image-`: this prefix, digits, this suffix.
+    name: (&'static str, &'static str),
     /// A package and version known to exist (the probe's), if the lookup finds nothing.
     fallback: (&'static str, &'static str),
 }
 
+const PACKAGE: &str = "linux-image-";
+
+/// One kernel: id, flavour, suites (preferred first), package name after `linux-image-`
+/// (prefix, digits, suffix), and the probe's package (after `linux-image-`) and version as
+/// fallback.
+const fn entry(
+    id: &'static str,
+    flavour: &'static str,
+    suites: &'static [&'static str],
+    name: (&'static str, &'static str),
+    fallback: (&'static str, &'static str),
+) -> Spec {
+    Spec { id, flavour, suites, name, fallback }
+}
+
+// bullseye-security lists rt images it does not serve (404): the download falls back to the
+// next suite, bullseye's own.
+#[rustfmt::skip]
 pub const SPECS: [Spec; 8] = [
-    Spec {
-        id: "5.10",
-        flavour: "generic",
-        suites: &["bullseye-security", "bullseye"],
-        pattern: r"^linux-image-5\.10\.0-[0-9]+-amd64-unsigned$",
-        fallback: ("linux-image-5.10.0-46-amd64-unsigned", "5.10.262-1"),
-    },
-    // bullseye-security lists rt images it does not serve (404): the download falls back to
-    // the next candidate, bullseye's own.
-    Spec {
-        id: "5.10-rt",
-        flavour: "rt",
-        suites: &["bullseye-security", "bullseye"],
-        pattern: r"^linux-image-5\.10\.0-[0-9]+-rt-amd64-unsigned$",
-        fallback: ("linux-image-5.10.0-32-rt-amd64-unsigned", "5.10.223-1"),
-    },
-    Spec {
-        id: "6.1",
-        flavour: "generic",
-        suites: &["bookworm-security", "bookworm"],
-        pattern: r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$",
-        fallback: ("linux-image-6.1.0-57-amd64-unsigned", "6.1.192-3"),
-    },
-    Spec {
-        id: "6.1-rt",
-        flavour: "rt",
-        suites: &["bookworm-security", "bookworm"],
-        pattern: r"^linux-image-6\.1\.0-[0-9]+-rt-amd64-unsigned$",
-        fallback: ("linux-image-6.1.0-57-rt-amd64-unsigned", "6.1.192-3"),
-    },
-    Spec {
-        id: "6.1-cloud",
-        flavour: "cloud",
-        suites: &["bookworm-security", "bookworm"],
-        pattern: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
-        fallback: ("linux-image-6.1.0-57-cloud-amd64-unsigned", "6.1.192-3"),
-    },
-    Spec {
-        id: "6.12",
-        flavour: "generic",
-        suites: &["bookworm-security"],
-        pattern: r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$",
-        fallback: ("linux-image-6.12.118+deb12-amd64-unsigned", "6.12.118-1~deb12u1"),
-    },
-    Spec {
-        id: "6.12-trixie",
-        flavour: "generic",
-        suites: &["trixie-security", "trixie"],
-        pattern: r"^linux-image-6\.12\.[0-9]+\+deb13-amd64-unsigned$",
-        fallback: ("linux-image-6.12.118+deb13-amd64-unsigned", "6.12.118-1"),
-    },
-    Spec {
-        id: "6.12-bpo",
-        flavour: "generic",
-        suites: &["bookworm-backports"],
-        pattern: r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$",
-        fallback: ("linux-image-6.12.95+deb12-amd64-unsigned", "6.12.95-1~bpo12+1"),
-    },
+    entry("5.10", "generic", &["bullseye-security", "bullseye"], ("5.10.0-", "-amd64-unsigned"), ("5.10.0-46-amd64-unsigned", "5.10.262-1")),
+    entry("5.10-rt", "rt", &["bullseye-security", "bullseye"], ("5.10.0-", "-rt-amd64-unsigned"), ("5.10.0-32-rt-amd64-unsigned", "5.10.223-1")),
+    entry("6.1", "generic", &["bookworm-security", "bookworm"], ("6.1.0-", "-amd64-unsigned"), ("6.1.0-57-amd64-unsigned", "6.1.192-3")),
+    entry("6.1-rt", "rt", &["bookworm-security", "bookworm"], ("6.1.0-", "-rt-amd64-unsigned"), ("6.1.0-57-rt-amd64-unsigned", "6.1.192-3")),
+    entry("6.1-cloud", "cloud", &["bookworm-security", "bookworm"], ("6.1.0-", "-cloud-amd64-unsigned"), ("6.1.0-57-cloud-amd64-unsigned", "6.1.192-3")),
+    entry("6.12", "generic", &["bookworm-security"], ("6.12.", "+deb12-amd64-unsigned"), ("6.12.118+deb12-amd64-unsigned", "6.12.118-1~deb12u1")),
+    entry("6.12-trixie", "generic", &["trixie-security", "trixie"], ("6.12.", "+deb13-amd64-unsigned"), ("6.12.118+deb13-amd64-unsigned", "6.12.118-1")),
+    entry("6.12-bpo", "generic", &["bookworm-backports"], ("6.12.", "+deb12-amd64-unsigned"), ("6.12.95+deb12-amd64-unsigned", "6.12.95-1~bpo12+1")),
 ];
 
 /// The suites the kernel lookups need, and the mirror of each.
@@ -128,12 +96,25 @@ impl Kernel {
     }
 }
 
+impl Spec {
+    /// Whether `package` is one of this kernel's.
+    fn matches(&self, package: &str) -> bool {
+        let (prefix, suffix) = self.name;
+        let middle =
+            package.strip_prefix(PACKAGE).and_then(|p| p.strip_prefix(prefix)).and_then(|p| p.strip_suffix(suffix));
+        middle.is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+    }
+}
+
 /// Candidates for `spec`, best first: the newest of each suite, in the spec's order of suites
 /// (a suite that 404s one package — bullseye-security's rt images — tends to 404 them all).
 fn candidates(spec: &Spec, found: &[(String, String, String)]) -> Vec<(String, String, String)> {
     let mut list = Vec::new();
     for suite in spec.suites {
-        let newest = found.iter().filter(|(_, _, s)| s == suite).max_by_key(|(_, version, _)| natural(version));
+        let newest = found
+            .iter()
+            .filter(|(name, _, s)| s == suite && spec.matches(name))
+            .max_by_key(|(_, version, _)| natural(version));
         list.extend(newest.cloned());
     }
     list
@@ -153,19 +134,20 @@ pub fn fetch(ids: &[String], cache: &Path) -> anyhow::Result<Vec<Kernel>> {
     if let Err(e) = &updated {
         println!("vmtest: apt-get update failed ({e:#}); using cached kernels where there are some");
     }
+    // One lookup for all: apt-cache rebuilds its cache of every index on each call.
+    let found = apt.versions("^linux-image-.*-amd64-unsigned$").unwrap_or_default();
     let mut kernels = Vec::new();
     for spec in specs {
-        kernels.push(fetch_one(&spec, &apt, cache).with_context(|| format!("kernel {}", spec.id))?);
+        kernels.push(fetch_one(&spec, &apt, &found, cache).with_context(|| format!("kernel {}", spec.id))?);
     }
     Ok(kernels)
 }
 
-fn fetch_one(spec: &Spec, apt: &Apt, cache: &Path) -> anyhow::Result<Kernel> {
-    let found = apt.versions(spec.pattern).unwrap_or_default();
-    let mut candidates = candidates(spec, &found);
-    let (fb_package, fb_version) = spec.fallback;
+fn fetch_one(spec: &Spec, apt: &Apt, found: &[(String, String, String)], cache: &Path) -> anyhow::Result<Kernel> {
+    let mut candidates = candidates(spec, found);
+    let (fb_package, fb_version) = (format!("{PACKAGE}{}", spec.fallback.0), spec.fallback.1);
     if !candidates.iter().any(|c| c.0 == fb_package && c.1 == fb_version) {
-        candidates.push((fb_package.to_owned(), fb_version.to_owned(), spec.suites[0].to_owned()));
+        candidates.push((fb_package, fb_version.to_owned(), spec.suites[0].to_owned()));
     }
     let dir = cache.join("kernels").join(spec.id);
     // Packages an index lists but the mirror does not serve (404), remembered so each run does
@@ -199,8 +181,9 @@ fn fetch_one(spec: &Spec, apt: &Apt, cache: &Path) -> anyhow::Result<Kernel> {
         return Ok(kernel);
     }
     bail!(
-        "no package of {} could be fetched from {} (tried {} candidates)",
-        spec.pattern,
+        "no package {PACKAGE}{}N{} could be fetched from {} (tried {} candidates)",
+        spec.name.0,
+        spec.name.1,
         spec.suites.join(", "),
         candidates.len()
     )
@@ -268,6 +251,15 @@ mod tests {
         ];
         let order: Vec<String> = candidates(&SPECS[1], &found).into_iter().map(|c| c.1).collect();
         assert_eq!(order, ["5.10.262-1", "5.10.223-1"]);
+    }
+
+    #[test]
+    fn names_are_prefix_digits_suffix() {
+        let rt = SPECS[1];
+        assert!(rt.matches("linux-image-5.10.0-32-rt-amd64-unsigned"));
+        assert!(!rt.matches("linux-image-5.10.0-32-amd64-unsigned"));
+        assert!(!SPECS[2].matches("linux-image-6.1.0-0.deb11.48-amd64-unsigned"));
+        assert!(spec("6.12-bpo").is_ok_and(|s| s.matches("linux-image-6.12.95+deb12-amd64-unsigned")));
     }
 
     #[test]

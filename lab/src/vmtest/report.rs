@@ -117,25 +117,11 @@ fn markdown(report: &Report) -> String {
             let _ = writeln!(out, "Booted twice; the first boot: `{why}`\n");
         }
         out.push_str("| configuration | check | ok | figures |\n|---|---|---|---|\n");
-        for k in &g.checks {
-            let _ = writeln!(
-                out,
-                "| guest | {} | {} | {} |",
-                k.what,
-                if k.ok { "✔" } else { "✘" },
-                k.detail.replace('|', "\\|")
-            );
-        }
-        for c in &g.configs {
-            for k in &c.checks {
-                let _ = writeln!(
-                    out,
-                    "| `{}` | {} | {} | {} |",
-                    c.command,
-                    k.what,
-                    if k.ok { "✔" } else { "✘" },
-                    k.detail.replace('|', "\\|")
-                );
+        let guest = std::iter::once(("guest".to_owned(), &g.checks));
+        for (what, checks) in guest.chain(g.configs.iter().map(|c| (format!("`{}`", c.command), &c.checks))) {
+            for k in checks {
+                let mark = if k.ok { "✔" } else { "✘" };
+                let _ = writeln!(out, "| {what} | {} | {mark} | {} |", k.what, k.detail.replace('|', "\\|"));
             }
         }
         if !g.console_tail.is_empty() {
