@@ -147,7 +147,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
         let times: Vec<f64> =
             text(&format!("{name}.times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
         let exit = rc(&format!("{name}.out"));
-        let attached = text(&format!("{name}.err")).contains("attached");
+        let log = text(&format!("{name}.err"));
+        let attached = log.contains("attached");
         let mut list = vec![Check::new(
             "attached, exit 0",
             attached && exit == Some(0),
@@ -159,6 +160,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
                 Some(rec) => list.extend(checks::recording(rec, &load, cpus)),
                 None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
             }
+            let degraded: Vec<&str> = log.lines().filter(|l| l.contains("unavailable on this kernel")).collect();
+            list.push(Check::new("every path given", degraded.is_empty(), format!("{degraded:?}")));
         } else {
             let prom = text(&format!("{name}.prom"));
             list.push(promtool(prom, rc(&format!("{name}.prom"))));
@@ -181,10 +184,13 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
     }
 
     let prev_state = field("prev_state:");
+    let optional = field("optional:");
     let mut list = vec![Check::new(
         "check",
-        rc("check") == Some(0) && prev_state.is_some(),
-        format!("exit {:?}; {}", rc("check"), last_line(check_out)),
+        rc("check") == Some(0)
+            && prev_state.is_some()
+            && optional.as_deref().is_some_and(|o| o.starts_with("all available")),
+        format!("exit {:?}; {}; optional: {}", rc("check"), last_line(check_out), optional.as_deref().unwrap_or("—")),
     )];
     let number = |name: &str| text(name).trim().parse::<u64>().ok();
     let (during, after, fds) = (number("progs.attached"), number("progs.after"), number("fds.after"));
