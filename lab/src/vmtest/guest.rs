@@ -132,7 +132,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
     let span = |from: &str, to: &str| Some(boot.at(to)? - boot.at(from)?);
     let check_out = text("check");
     let field = |prefix: &str| check_out.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned());
-    let load = Load::parse(text("workload-io"), text("workload-spin"), text("schedstat"));
+    let mut load = Load::parse(text("workload-io"), text("workload-spin"), text("schedstat"));
+    load.sleeps_block = guest.cpus as usize <= crate::workload::cpus();
     let cpus = guest.cpus as usize;
 
     let record = Recording::parse(text("record.out"), "monotonic").ok();
