@@ -143,8 +143,8 @@ pub fn run_delay(rec: &Recording, load: &Load) -> Option<Check> {
     for d in &threads {
         let t = rec.task(d.tid).cloned().unwrap_or_default();
         // Woken after a switch-out that sched_switch showed as a preemption (seen on 5.10-rt;
-        // PREEMPT_RT's sleeping locks are the likely cause): there the tracepoints and run_delay disagree on when the
-        // wait began, so the thread is listed, not judged.
+        // PREEMPT_RT's sleeping locks are the likely cause): there the tracepoints and
+        // run_delay disagree on when the wait began, so the thread is listed, not judged.
         let odd = t.delay_wakeup_count.saturating_sub(t.voluntary + 1);
         if odd > t.delay_wakeup_count / 50 {
             apart.push(format!(

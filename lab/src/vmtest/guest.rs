@@ -106,83 +106,107 @@ fn console_text(boot: &Boot) -> String {
 }
 
 /// `@@begin NAME` … `@@end NAME RC` sections of the data port.
-pub fn sections(data: &str) -> BTreeMap<String, (String, Option<i32>)> {
-    let mut found = BTreeMap::new();
-    let mut current: Option<(String, String)> = None;
-    for line in data.lines() {
-        if let Some(name) = line.strip_prefix("@@begin ") {
-            current = Some((name.trim().to_owned(), String::new()));
-        } else if let Some(rest) = line.strip_prefix("@@end ") {
-            let rc = rest.split_whitespace().nth(1).and_then(|rc| rc.parse().ok());
-            if let Some((name, text)) = current.take() {
-                found.insert(name, (text, rc));
+#[derive(Debug, Default)]
+pub struct Sections(BTreeMap<String, (String, Option<i32>)>);
+
+impl Sections {
+    pub fn parse(data: &str) -> Sections {
+        let mut found = BTreeMap::new();
+        let mut current: Option<(String, String)> = None;
+        for line in data.lines() {
+            if let Some(name) = line.strip_prefix("@@begin ") {
+                current = Some((name.trim().to_owned(), String::new()));
+            } else if let Some(rest) = line.strip_prefix("@@end ") {
+                let rc = rest.split_whitespace().nth(1).and_then(|rc| rc.parse().ok());
+                if let Some((name, text)) = current.take() {
+                    found.insert(name, (text, rc));
+                }
+            } else if let Some((_, text)) = current.as_mut() {
+                text.push_str(line);
+                text.push('\n');
             }
-        } else if let Some((_, text)) = current.as_mut() {
-            text.push_str(line);
-            text.push('\n');
         }
+        Sections(found)
     }
-    found
+
+    pub fn text(&self, name: &str) -> &str {
+        self.0.get(name).map_or("", |(t, _)| t.as_str())
+    }
+
+    /// The exit code the guest wrote after the section, if any.
+    pub fn rc(&self, name: &str) -> Option<i32> {
+        self.0.get(name).and_then(|(_, rc)| *rc)
+    }
+}
+
+/// What every configuration is judged against.
+struct Context<'a> {
+    data: &'a Sections,
+    load: Load,
+    cpus: usize,
+    record: Option<Recording>,
+    record_rq: Option<Recording>,
+    /// What `record` saw for the sleepers' process: the figure their cgroup must show.
+    sleepers_seen: Option<u64>,
+}
+
+fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
+    let name = config.name;
+    let section = |suffix: &str| format!("{name}.{suffix}");
+    let times: Vec<f64> = cx.data.text(&section("times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
+    let exit = cx.data.rc(&section("out"));
+    let log = cx.data.text(&section("err"));
+    let attached = log.contains("attached");
+    let mut list =
+        vec![Check::new("attached, exit 0", attached && exit == Some(0), format!("exit {exit:?}; {}", last_line(log)))];
+    if let Some(recorded) = name.strip_prefix("record") {
+        let parsed = if recorded.is_empty() { cx.record.as_ref() } else { cx.record_rq.as_ref() };
+        match parsed {
+            Some(rec) => list.extend(checks::recording(rec, &cx.load, cx.cpus)),
+            None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
+        }
+        let degraded: Vec<&str> = log.lines().filter(|l| l.contains("unavailable on this kernel")).collect();
+        list.push(Check::new("every path given", degraded.is_empty(), format!("{degraded:?}")));
+    } else {
+        let prom = cx.data.text(&section("prom"));
+        list.push(promtool(prom, cx.data.rc(&section("prom"))));
+        let per_cgroup = !config.command.contains("--per-cgroup=false");
+        let cgroup = cx.sleepers_seen.filter(|_| per_cgroup).map(|n| (SLEEPERS_CGROUP, n));
+        list.extend(checks::scrape(prom, cx.cpus, cgroup));
+    }
+    ConfigResult {
+        name: name.to_owned(),
+        command: config.command.to_owned(),
+        attached,
+        attach_s: (times.len() == 2).then(|| times[1] - times[0]),
+        exit,
+        ok: list.iter().all(|c| c.ok),
+        checks: list,
+    }
 }
 
 fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>) -> GuestResult {
-    let data = sections(&boot.data);
-    let text = |name: &str| data.get(name).map_or("", |(t, _)| t.as_str());
-    let rc = |name: &str| data.get(name).and_then(|(_, rc)| *rc);
+    let data = Sections::parse(&boot.data);
+    let text = |name: &str| data.text(name);
+    let rc = |name: &str| data.rc(name);
     let span = |from: &str, to: &str| Some(boot.at(to)? - boot.at(from)?);
     let check_out = text("check");
     let field = |prefix: &str| check_out.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned());
     let mut load = Load::parse(text("workload-io"), text("workload-spin"), text("schedstat"));
     load.sleeps_block = guest.cpus as usize <= crate::workload::cpus();
-    let cpus = guest.cpus as usize;
-
     let record = Recording::parse(text("record.out"), "monotonic").ok();
-    let record_rq = Recording::parse(text("record-rq.out"), "run_queue").ok();
-    // What record saw for the sleepers' process: the figure their cgroup must show in /metrics.
     let sleepers_seen = record.as_ref().map(|r| {
         r.tasks.iter().filter(|t| t.pid == load.sleepers_pid && t.pid != 0).map(|t| t.delay_count).sum::<u64>()
     });
-    let mut configs = Vec::new();
-    for config in CONFIGS {
-        let name = config.name;
-        let times: Vec<f64> =
-            text(&format!("{name}.times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
-        let exit = rc(&format!("{name}.out"));
-        let log = text(&format!("{name}.err"));
-        let attached = log.contains("attached");
-        let mut list = vec![Check::new(
-            "attached, exit 0",
-            attached && exit == Some(0),
-            format!("exit {exit:?}; {}", last_line(text(&format!("{name}.err")))),
-        )];
-        if let Some(recorded) = name.strip_prefix("record") {
-            let parsed = if recorded.is_empty() { record.as_ref() } else { record_rq.as_ref() };
-            match parsed {
-                Some(rec) => list.extend(checks::recording(rec, &load, cpus)),
-                None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
-            }
-            let degraded: Vec<&str> = log.lines().filter(|l| l.contains("unavailable on this kernel")).collect();
-            list.push(Check::new("every path given", degraded.is_empty(), format!("{degraded:?}")));
-        } else {
-            let prom = text(&format!("{name}.prom"));
-            list.push(promtool(prom, rc(&format!("{name}.prom"))));
-            let cgroup = (!config.command.contains("--per-cgroup=false"))
-                .then(|| sleepers_seen.map(|n| (SLEEPERS_CGROUP, n)))
-                .flatten();
-            list.extend(checks::scrape(prom, cpus, cgroup));
-        }
-        let ok = list.iter().all(|c| c.ok);
-        let attach_s = (times.len() == 2).then(|| times[1] - times[0]);
-        configs.push(ConfigResult {
-            name: name.to_owned(),
-            command: config.command.to_owned(),
-            attached,
-            attach_s,
-            exit,
-            checks: list,
-            ok,
-        });
-    }
+    let cx = Context {
+        data: &data,
+        load,
+        cpus: guest.cpus as usize,
+        record,
+        record_rq: Recording::parse(text("record-rq.out"), "run_queue").ok(),
+        sleepers_seen,
+    };
+    let configs: Vec<ConfigResult> = CONFIGS.iter().map(|c| configuration(c, &cx)).collect();
 
     let prev_state = field("prev_state:");
     let optional = field("optional:");
@@ -204,7 +228,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
         ),
     ));
     list.push(no_btf(text("nobtf-check"), rc("nobtf-check"), text("nobtf-run"), rc("nobtf-run")));
-    if let Some(agreement) = record_rq.as_ref().and_then(|r| checks::run_delay(r, &load)) {
+    if let Some(agreement) = cx.record_rq.as_ref().and_then(|r| checks::run_delay(r, &cx.load)) {
         list.push(agreement);
     }
     if !boot.finished {
@@ -298,9 +322,10 @@ mod tests {
     #[test]
     fn sections_with_their_exit_codes() {
         let data = "noise\n@@begin check\nkernel: 5.10\nready\n@@end check 0\n@@begin meta\ncpus 2\n@@end meta \n";
-        let s = sections(data);
-        assert_eq!(s["check"], ("kernel: 5.10\nready\n".to_owned(), Some(0)));
-        assert_eq!(s["meta"], ("cpus 2\n".to_owned(), None));
+        let s = Sections::parse(data);
+        assert_eq!((s.text("check"), s.rc("check")), ("kernel: 5.10\nready\n", Some(0)));
+        assert_eq!((s.text("meta"), s.rc("meta")), ("cpus 2\n", None));
+        assert_eq!((s.text("absent"), s.rc("absent")), ("", None));
     }
 
     #[test]
