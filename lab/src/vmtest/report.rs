@@ -113,6 +113,8 @@ fn markdown(report: &Report) -> String {
             g.kernel.suite,
             g.btf.as_deref().unwrap_or("—")
         );
+        let attach: Vec<String> = g.configs.iter().map(|c| format!("`{}` {}", c.command, secs(c.attach_s))).collect();
+        let _ = writeln!(out, "Start → `attached`, all six loading at once: {}\n", attach.join(", "));
         if let Some(why) = &g.retried {
             let _ = writeln!(out, "Booted twice; the first boot: `{why}`\n");
         }
