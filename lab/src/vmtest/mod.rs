@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub wide: u32,
     /// Seconds of load in each guest.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=60))]
     pub secs: u32,
     /// Where the report goes. The default, vmtest-report/ at the workspace root, also rewrites
     /// README's kernel table from it; any other folder leaves README alone.
