@@ -200,7 +200,15 @@ fn cached(slot: &Path) -> Option<Kernel> {
 fn unpack(spec: &Spec, apt: &Apt, package: &str, version: &str, suite: &str, slot: &Path) -> anyhow::Result<Kernel> {
     let _ = std::fs::remove_dir_all(slot);
     let work = slot.join("work");
+    let started = std::time::Instant::now();
     let deb = apt.download(package, version, &work)?;
+    let size = std::fs::metadata(&deb).map_or(0, |m| m.len());
+    println!(
+        "vmtest: kernel {}: {:.0} MB in {:.0} s; unpacking ./boot and the ELF vmlinux…",
+        spec.id,
+        size as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
     let mut tar = Command::new("sh");
     tar.arg("-c").arg("dpkg-deb --fsys-tarfile \"$0\" | tar -x -C \"$1\" ./boot").arg(&deb).arg(&work);
     cmd::stdout(&mut tar)?;
