@@ -20,11 +20,12 @@
 //! - [`browser`]: headless Chromium loading a page: its rendered DOM and a screenshot.
 //! - [`demo`]: the perf-sched experiment cross-checked (`cargo xtask demo`).
 //! - [`bench`](mod@bench): what the monitor costs (`cargo xtask bench`).
+//! - [`vmtest`]: the daemon on Debian's kernels under QEMU (`cargo xtask vmtest`).
 //! - [`cmd`]: running a program, with its command line in every error.
 //!
-//! `demo` and `bench` are drivers: they use everything else, and nothing imports them. `cmd`,
-//! `guard` and `web` import nothing else of the lab but each other; `grafana` only the workspace
-//! root; `browser` only `guard`.
+//! `demo`, `bench` and `vmtest` are drivers: they use everything else, and nothing imports them.
+//! `cmd`, `guard` and `web` import nothing else of the lab but each other; `grafana` only the
+//! workspace root; `browser` only `guard`.
 pub mod bench;
 pub mod browser;
 pub mod cmd;
@@ -36,6 +37,7 @@ pub mod oracle;
 pub mod recorder;
 pub mod recording;
 pub mod services;
+pub mod vmtest;
 pub mod web;
 pub mod workload;
 

@@ -28,6 +28,8 @@ pub struct Histograms {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Histogram {
+    #[serde(default)]
+    pub count: u64,
     pub buckets: Vec<Bucket>,
 }
 
@@ -44,6 +46,9 @@ const UNTRACED: &str = "switches";
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct Task {
     pub tid: u32,
+    /// The thread's process (tgid).
+    #[serde(default)]
+    pub pid: u32,
     pub comm: String,
     pub runtime_ns: u64,
     pub voluntary: u64,

@@ -100,6 +100,12 @@ fn exposition() -> Exposition {
         version: "0.0.0-golden",
         kernel: "6.18.0-golden".into(),
         clock: Clock::Monotonic,
+        features: vec![
+            ("run_queue_clock", "off"),
+            ("per_cgroup", "on"),
+            ("attribution", "unavailable"),
+            ("queue_depth", "unavailable"),
+        ],
         window_seconds: config.window.as_secs_f64(),
         classic: config.classic_buckets.clone(),
         cgroup_classic: config.cgroup_buckets.clone(),

@@ -79,7 +79,7 @@ fn existing(path: PathBuf) -> anyhow::Result<PathBuf> {
 }
 
 /// Cargo's target directory: $CARGO_TARGET_DIR (relative to where cargo ran) or `<root>/target`.
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     let root = workspace_root();
     match env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => root.join(dir),

@@ -10,6 +10,7 @@ mod readme_layout;
 mod run;
 mod setup;
 mod test;
+mod vmtest;
 
 use clap::{Parser, Subcommand};
 use latency_lab::workspace_root;
@@ -40,6 +41,9 @@ enum Command {
     /// Release build, then every workload mode watched by `record`, perf sched, runqlat and the
     /// kernel's run_delay at once; writes demo-report/ (report.md, report.json, delays.svg).
     Demo(latency_lab::demo::Args),
+    /// Setup, release build, then boot Debian's kernels 5.10 → 6.12 (generic, cloud, PREEMPT_RT)
+    /// under QEMU and run every configuration in each; writes vmtest-report/ and README's table.
+    Vmtest(latency_lab::vmtest::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,5 +56,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Workload(args) => latency_lab::workload::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Vmtest(args) => vmtest::run(&args),
     }
 }

@@ -4,6 +4,7 @@
 mod bpf_linker;
 mod kernel;
 mod packages;
+mod qemu;
 mod toolchain;
 
 use std::time::Instant;
@@ -30,6 +31,7 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(toolchain::RustSrc),
         Box::new(bpf_linker::BpfLinker),
         Box::new(packages::DebPackages),
+        Box::new(qemu::Qemu),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
     ]

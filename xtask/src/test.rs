@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use crate::{cmd, setup, workspace_root};
+use crate::{build, cmd, setup, workspace_root};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,7 +22,7 @@ struct Step {
 }
 
 /// Steps after `cargo test`, in order: promtool (rules, their tests, the metrics schema), the demo's
-/// short form, the bench guard.
+/// short form, the bench guard, the kernel matrix.
 fn extra_steps() -> Vec<Step> {
     let mut steps = vec![Step {
         name: "promtool",
@@ -79,6 +79,18 @@ fn extra_steps() -> Vec<Step> {
             bench.current_dir(workspace_root()).args(["bench", "--guard"]);
             println!("test: $ {}", cmd::show(&bench));
             cmd::run(&mut bench)
+        }),
+    });
+    steps.push(Step {
+        name: "vmtest",
+        // Every kernel of the matrix booted under QEMU with every configuration attached. The report
+        // goes under target/: README's table is published by a plain `cargo xtask vmtest`.
+        run: Box::new(|| {
+            let mut vmtest = std::process::Command::new(std::env::current_exe()?);
+            let out = build::target_dir().join("vmtest-report");
+            vmtest.current_dir(workspace_root()).arg("vmtest").arg("--out").arg(out);
+            println!("test: $ {}", cmd::show(&vmtest));
+            cmd::run(&mut vmtest)
         }),
     });
     steps

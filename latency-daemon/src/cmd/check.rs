@@ -2,12 +2,15 @@
 //! returns whether all hold; a failing line names the missing piece.
 use std::{process::ExitCode, time::Instant};
 
+use latency_common::knobs::Clock;
+
 use crate::{
     host::system,
     kernel::{
         btf::{Btf, VMLINUX},
         caps::{self, Caps},
-        probe::{Probe, ProbeOptions},
+        features::{self, Feature},
+        probe::ProbeOptions,
     },
 };
 
@@ -22,15 +25,19 @@ fn check() -> bool {
     println!("kernel:       {} ({})", system::kernel_release(), std::env::consts::ARCH);
 
     match Btf::from_sys_fs().and_then(|btf| btf.task_layout()) {
-        Ok(l) => println!(
-            "BTF:          {VMLINUX}: task_struct pid@{} tgid@{} comm@{} prio@{} state@{}; sched_switch {} prev_state",
-            l.pid.offset,
-            l.tgid.offset,
-            l.comm.offset,
-            l.prio.offset,
-            l.state.offset,
-            if l.switch_has_prev_state { "passes" } else { "lacks (read from the task)" }
-        ),
+        Ok(l) => {
+            println!(
+                "BTF:          {VMLINUX}: task_struct pid@{} tgid@{} comm@{} prio@{} {}@{}; sched_switch {} prev_state",
+                l.pid.offset,
+                l.tgid.offset,
+                l.comm.offset,
+                l.prio.offset,
+                l.state_name,
+                l.state.offset,
+                if l.switch_has_prev_state { "passes" } else { "lacks (read from the task)" }
+            );
+            println!("prev_state:   {}", prev_state_source(l.switch_has_prev_state, l.state_name));
+        }
         Err(e) => {
             println!("BTF:          MISSING: {e}");
             ready = false;
@@ -60,20 +67,31 @@ fn check() -> bool {
             max_tasks: 1024,
             filter: Vec::new(),
             ceiling_ns: u64::MAX,
-            clock: Default::default(),
             // Every optional feature on, so the verifier checks all of the program.
+            clock: Clock::RunQueue,
             cgroups: true,
             max_cgroups: 16,
             attribute_ns: 1,
         };
-        match Probe::load(&options) {
-            Ok(probe) => {
+        match features::load(&options) {
+            Ok((probe, degraded)) => {
                 println!(
                     "load+attach:  ok (sched_wakeup, sched_wakeup_new, sched_switch; {} stamp slots; {:.0} ms)",
                     probe.stamp_capacity(),
                     started.elapsed().as_secs_f64() * 1e3
                 );
+                let loads = probe.load_times();
+                let total: f64 = loads.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum();
+                let each: Vec<String> =
+                    loads.iter().map(|(p, d)| format!("{p} {:.0} ms", d.as_secs_f64() * 1e3)).collect();
+                println!("verifier:     {total:.0} ms in BPF_PROG_LOAD; {}", each.join(", "));
                 drop(probe);
+                if degraded.is_empty() {
+                    println!("optional:     all available ({})", Feature::ALL.map(Feature::name).join(", "));
+                }
+                for d in &degraded {
+                    println!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
+                }
             }
             Err(e) => {
                 println!("load+attach:  FAILED: {e}");
@@ -85,4 +103,13 @@ fn check() -> bool {
     }
     println!("{}", if ready { "ready" } else { "not ready" });
     ready
+}
+
+/// Where the kernel program takes a switched-out task's state from.
+fn prev_state_source(from_tracepoint: bool, state_name: &str) -> String {
+    if from_tracepoint {
+        "sched_switch's prev_state argument (5.18+)".to_owned()
+    } else {
+        format!("task_struct.{state_name} (this sched_switch has no prev_state argument: kernels before 5.18)")
+    }
 }

@@ -1,5 +1,7 @@
 //! Loads the embedded kernel object with this kernel's offsets and our settings, attaches it, and
 //! owns the aya handle: dropping a `Probe` detaches everything (no pins, nothing outlives us).
+use std::time::{Duration, Instant};
+
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{Array, HashMap, Map, MapError, PerCpuHashMap},
@@ -50,8 +52,11 @@ pub enum ProbeError {
     MissingProgram { program: &'static str },
     #[error("program {program} is not a BTF tracepoint: {source}")]
     ProgramType { program: &'static str, source: ProgramError },
-    #[error("the verifier rejected {program}: {source}")]
-    Verify { program: &'static str, source: ProgramError },
+    /// One line: the verifier's own verdict (its log's last statement), never the whole log.
+    #[error("the verifier rejected {program} ({errno}): {verdict}{kept}")]
+    Verify { program: &'static str, errno: String, verdict: String, kept: String },
+    #[error("loading {program} failed: {source}")]
+    ProgramLoad { program: &'static str, source: ProgramError },
     #[error("attaching {program} failed: {source}")]
     Attach { program: &'static str, source: ProgramError },
     #[error("map {map} is missing from the kernel object")]
@@ -66,6 +71,16 @@ pub struct Probe {
     ebpf: Ebpf,
     links: Vec<(&'static str, BtfTracePointLinkId)>,
     stamps: u32,
+    loads: Vec<(&'static str, Duration)>,
+}
+
+/// An attached program, and how long the kernel took to load it (BPF_PROG_LOAD: verification
+/// and JIT).
+#[derive(Debug)]
+pub struct Attached {
+    pub program: &'static str,
+    pub link: BtfTracePointLinkId,
+    pub load: Duration,
 }
 
 impl Probe {
@@ -101,9 +116,11 @@ impl Probe {
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
-        let mut probe = Probe { ebpf, links: Vec::new(), stamps };
+        let mut probe = Probe { ebpf, links: Vec::new(), stamps, loads: Vec::new() };
         probe.fill_filter(&options.filter)?;
-        probe.links = attach(&mut probe.ebpf)?;
+        let attached = attach(&mut probe.ebpf)?;
+        probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();
+        probe.links = attached.into_iter().map(|a| (a.program, a.link)).collect();
         Ok(probe)
     }
 
@@ -165,6 +182,11 @@ impl Probe {
     pub fn stamp_capacity(&self) -> u32 {
         self.stamps
     }
+
+    /// How long each program took in BPF_PROG_LOAD (mostly the verifier).
+    pub fn load_times(&self) -> &[(&'static str, Duration)] {
+        &self.loads
+    }
 }
 
 /// The global handed to the kernel program.
@@ -201,19 +223,51 @@ fn knobs(
 
 /// Verify and attach every program of `names::PROGRAMS` in `ebpf` (ours, or any object with the
 /// same three tracepoints, such as the benchmark's floor). Dropping `ebpf` detaches them.
-pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<(&'static str, BtfTracePointLinkId)>, ProbeError> {
+pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<Attached>, ProbeError> {
     let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
-    let mut links = Vec::with_capacity(names::PROGRAMS.len());
+    let mut attached = Vec::with_capacity(names::PROGRAMS.len());
     for program in names::PROGRAMS {
         let prog: &mut BtfTracePoint = ebpf
             .program_mut(program)
             .ok_or(ProbeError::MissingProgram { program })?
             .try_into()
             .map_err(|source| ProbeError::ProgramType { program, source })?;
-        prog.load(program, &btf).map_err(|source| ProbeError::Verify { program, source })?;
-        links.push((program, prog.attach().map_err(|source| ProbeError::Attach { program, source })?));
+        let started = Instant::now();
+        prog.load(program, &btf).map_err(|source| rejected(program, source))?;
+        let load = started.elapsed();
+        let link = prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
+        attached.push(Attached { program, link, load });
     }
-    Ok(links)
+    Ok(attached)
+}
+
+/// Where a rejected program's whole verifier log goes, if set (the error itself is one line).
+pub const VERIFIER_LOG_ENV: &str = "RUNQLAT_VERIFIER_LOG";
+
+/// A load error as one line: the verifier's verdict, and where its whole log was kept.
+fn rejected(program: &'static str, source: ProgramError) -> ProbeError {
+    let ProgramError::LoadError { io_error, verifier_log } = source else {
+        return ProbeError::ProgramLoad { program, source };
+    };
+    let log = verifier_log.to_string();
+    let kept = match std::env::var_os(VERIFIER_LOG_ENV) {
+        Some(path) => match std::fs::write(&path, &log) {
+            Ok(()) => format!("; whole log in {}", std::path::Path::new(&path).display()),
+            Err(e) => format!("; could not write the whole log to {}: {e}", std::path::Path::new(&path).display()),
+        },
+        None => format!("; set {VERIFIER_LOG_ENV}=FILE to keep the whole log"),
+    };
+    ProbeError::Verify { program, errno: io_error.to_string(), verdict: verdict(&log), kept }
+}
+
+/// The verifier's last statement: its log ends with the reason, then statistics lines.
+pub fn verdict(log: &str) -> String {
+    let statistics = ["processed ", "verification time", "stack depth", "max_states_per_insn"];
+    log.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !statistics.iter().any(|s| l.starts_with(s)))
+        .map_or_else(|| "the verifier gave no reason".to_owned(), str::to_owned)
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; newer ones use memcg and ignore it.
@@ -222,4 +276,18 @@ pub fn raise_memlock() {
     // SAFETY: setrlimit with a valid pointer; failure only matters on old kernels, where the
     // load error that follows says what went wrong.
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+
+    #[test]
+    fn the_verdict_is_the_logs_last_statement() {
+        let log = "func#0 @0\n0: R1=ctx() R10=fp0\n; let x = ...\n12: (61) r2 = *(u32 *)(r1 +2232)\n\
+                   R1 invalid mem access 'scalar'\nprocessed 13 insns (limit 1000000) max_states_per_insn 0\n\
+                   verification time 5 usec\nstack depth 0\n";
+        assert_eq!(verdict(log), "R1 invalid mem access 'scalar'");
+        assert_eq!(verdict(""), "the verifier gave no reason");
+    }
 }

@@ -1,6 +1,7 @@
 //! Each window's per-cgroup deltas and their paths → bounded cumulative series: the top N
-//! cgroups by delay time in the window keep a series of their own, everything else adds to
-//! `cgroup="other"`, so the label set stays ≤ N + 1 however many containers come and go.
+//! cgroups by delay time in the window keep a series of their own (places left free go to those
+//! that waited before, so a quiet cgroup stays), everything else adds to `cgroup="other"`, so
+//! the label set stays ≤ N + 1 however many containers come and go.
 use std::collections::HashMap;
 
 use latency_common::maps::CgroupHist;
@@ -73,6 +74,17 @@ impl CgroupSeries {
                 add(&mut self.other, delta);
             }
         }
+        // Fewer than N cgroups waited in this window: the free places keep the series of those
+        // that waited before (latest first), standing still, so a quiet cgroup does not vanish
+        // from /metrics (a stale series) and come back a window later.
+        if self.current.len() < top {
+            let mut quiet: Vec<(u64, &String)> =
+                self.series.iter().filter(|(l, _)| !self.current.contains(l)).map(|(l, s)| (s.last_top, l)).collect();
+            quiet.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+            let free = top - self.current.len();
+            let kept: Vec<String> = quiet.into_iter().take(free).map(|(_, l)| l.clone()).collect();
+            self.current.extend(kept);
+        }
         self.forget_old(top);
     }
 
@@ -124,6 +136,18 @@ mod tests {
         let mut s = CgroupSeries::default();
         s.add_window(&[(1, h(10)), (2, h(30)), (3, h(20)), (99, h(5))], names, 2);
         assert_eq!(sums(&s), vec![("/c2".into(), 30), ("/c3".into(), 20), ("other".into(), 15)]);
+    }
+
+    #[test]
+    fn a_quiet_cgroup_keeps_its_series_while_there_is_room() {
+        let mut s = CgroupSeries::default();
+        s.add_window(&[(1, h(10)), (2, h(30))], names, 3);
+        // Only /c2 waited: /c1 stays, standing still, instead of vanishing for a window.
+        s.add_window(&[(2, h(5))], names, 3);
+        assert_eq!(sums(&s), vec![("/c2".into(), 35), ("/c1".into(), 10), ("other".into(), 0)]);
+        // No room: only the top one.
+        s.add_window(&[(2, h(5))], names, 1);
+        assert_eq!(sums(&s), vec![("/c2".into(), 40), ("other".into(), 0)]);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Exposition {
     pub version: &'static str,
     pub kernel: String,
     pub clock: Clock,
+    /// Each optional kernel path and its state: on, off (not asked for), unavailable (asked for,
+    /// this kernel did not give it).
+    pub features: Vec<(&'static str, &'static str)>,
     pub window_seconds: f64,
     /// Classic `le` bounds of `runqlat_delay_seconds`, as native indices (bound = 2^(i/8) s).
     pub classic: Vec<i32>,

@@ -89,6 +89,16 @@ fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Er
     )?;
     info.encode_family(&[("version", e.version), ("kernel", e.kernel.as_str()), ("clock", clock_name(e.clock))])?
         .encode_gauge(&1i64)?;
+    let mut features = enc.encode_descriptor(
+        "runqlat_feature_info",
+        "Constant 1 per optional kernel path: on, off (not asked for) or unavailable (asked for; this kernel's BTF \
+         or verifier did not give it, and the monitor runs without it).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (feature, state) in &e.features {
+        features.encode_family(&[("feature", *feature), ("state", *state)])?.encode_gauge(&1i64)?;
+    }
 
     if let Some(s) = &e.snapshot {
         delay_histograms(e, s, enc)?;

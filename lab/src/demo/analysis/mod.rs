@@ -8,6 +8,7 @@ pub use self::summary::{Check, Nice, NiceGroup, PerfRow, Stall, Summary, ThreadR
 use super::histogram::{self, SlotRow};
 use super::session::Measured;
 use crate::oracle::perf::PerfLatency;
+use crate::oracle::run_delay::{Unseen, run_delay_gap};
 use crate::recording::Task;
 use crate::workload::{Done, Mode, STALL_LOOP, weights};
 
@@ -119,51 +120,6 @@ fn thread_row(m: &Measured, d: &Done, checks: &mut Vec<Check>) -> ThreadRow {
         longest_sleep_ns: d.longest_sleep_ns,
         perf,
     }
-}
-
-/// What lets the kernel's `run_delay` hold waiting that no tracepoint shows.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Unseen {
-    /// `se.nr_migrations`: every move between CPUs, asleep or not.
-    pub migrations: u64,
-    /// The thread's longest sleep (0 for a thread that never sleeps on purpose).
-    pub longest_sleep_ns: u64,
-    /// Switches of the thread the kernel raised no `sched_switch` for (each hides one delay).
-    pub untraced: u64,
-    /// The thread's largest delay we did see.
-    pub largest_delay_ns: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunDelayGap {
-    /// ours − kernel.
-    pub diff_ns: i64,
-    pub tolerance_ns: u64,
-    /// The part of `tolerance_ns` allowed for the artifact below.
-    pub allowance_ns: u64,
-}
-
-/// Ours vs the kernel's run_delay: 2 % + 2 µs per delay, as the issue asks, plus an allowance
-/// for the kernel's delayed-dequeue artifact. With EEVDF a task that blocks stays queued; if it
-/// is migrated while asleep the migration re-stamps its `last_queued`, and the wakeup keeps that
-/// stamp, so run_delay counts the rest of that sleep as waiting (no tracepoint shows it as such).
-/// Each migration can add at most one sleep. And some kernels switch tasks now and then without
-/// raising `sched_switch` (our program counts each as a break in the CPU's chain of switches):
-/// the delay around such a switch is in run_delay and in no tracer; we allow it the thread's
-/// largest delay we saw. So when the kernel counts more than we do the allowance is 1 ms (for
-/// the rare blocking of a spinner) + migrations × longest sleep + untraced switches × largest
-/// delay; when we count more, only the 1 ms.
-pub fn run_delay_gap(ours_ns: u64, delays: u64, kernel_ns: u64, unseen: Unseen) -> RunDelayGap {
-    let diff_ns = ours_ns as i64 - kernel_ns as i64;
-    let hidden_ns = if diff_ns < 0 {
-        let slept = unseen.migrations.saturating_mul(unseen.longest_sleep_ns);
-        slept.saturating_add(unseen.untraced.saturating_mul(unseen.largest_delay_ns))
-    } else {
-        0
-    };
-    let allowance_ns = 1_000_000u64.saturating_add(hidden_ns);
-    let tolerance_ns = (kernel_ns / 50 + 2_000 * delays).saturating_add(allowance_ns);
-    RunDelayGap { diff_ns, tolerance_ns, allowance_ns }
 }
 
 /// Within 5 %, plus 5 µs: perf prints ms with 3 decimals, and its probe and ours stamp the same

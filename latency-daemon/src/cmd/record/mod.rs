@@ -5,6 +5,7 @@ mod render;
 
 use std::{io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
 
+use latency_common::knobs::Clock;
 use tokio::{signal::unix::SignalKind, time::Instant};
 
 use crate::{
@@ -13,7 +14,8 @@ use crate::{
     kernel::{
         caps::{self, MissingCaps},
         drain,
-        probe::{Probe, ProbeError, ProbeOptions},
+        features::{self, Feature},
+        probe::{ProbeError, ProbeOptions},
     },
     model::{
         attribution::attribution,
@@ -68,13 +70,17 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
         attribute_ns: 1,
     };
-    let mut probe = Probe::load(&options)?;
+    let (mut probe, degraded) = features::load(&options)?;
+    for d in &degraded {
+        super::log(&format!("{} unavailable on this kernel, recording without it: {}", d.feature.name(), d.why));
+    }
     let start = Snapshot::empty(clock::monotonic_ns(), drain::possible_cpus());
+    let run_queue_clock = !degraded.iter().any(|d| d.feature == Feature::RunQueueClock);
     let meta = Meta {
         kernel: system::kernel_release(),
         wall: clock::wall_clock(),
         filter: args.pids.clone(),
-        clock: options.clock,
+        clock: if run_queue_clock { options.clock } else { Clock::Monotonic },
     };
     super::log(&format!(
         "attached; recording for {} (Ctrl-C to stop early)",

@@ -4,6 +4,7 @@ mod pipeline;
 
 use std::{process::ExitCode, sync::Arc, sync::mpsc, thread, time::Duration};
 
+use latency_common::knobs::Clock;
 use tokio::{signal::unix::SignalKind, sync::watch};
 
 use self::pipeline::{Command, Drainer};
@@ -14,7 +15,8 @@ use crate::{
     host::{cgroups::CgroupNames, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
-        probe::{Probe, ProbeError, ProbeOptions},
+        features::{self, Feature},
+        probe::{ProbeError, ProbeOptions},
     },
     model::exposition::Exposition,
     serve::{Instruments, encode::Metrics, http, routes::Routes},
@@ -83,7 +85,13 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         max_cgroups: config.max_cgroups,
         attribute_ns: config.alert.attribute_ns(),
     };
-    let probe = Probe::load(&options)?;
+    let (probe, degraded) = features::load(&options)?;
+    for d in &degraded {
+        log(&format!("{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why));
+    }
+    let clock =
+        if degraded.iter().any(|d| d.feature == Feature::RunQueueClock) { Clock::Monotonic } else { config.clock };
+    let config = Config { clock, ..config };
     log(&format!(
         "attached; draining every {}, windows of {}, serving http://{}/metrics and the live view at http://{}/",
         humantime::format_duration(config.interval),
@@ -99,6 +107,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         window_seconds: config.window.as_secs_f64(),
         classic: config.classic_buckets.clone(),
         cgroup_classic: config.cgroup_buckets.clone(),
+        features: features::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect(),
         ..Exposition::default()
     };
     let (published, latest) = watch::channel(Arc::new(first));

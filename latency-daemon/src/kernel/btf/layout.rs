@@ -12,6 +12,8 @@ pub struct TaskLayout {
     pub prio: Member,
     /// `__state` (5.14+) or `state` (older kernels)
     pub state: Member,
+    /// Which of the two this kernel has.
+    pub state_name: &'static str,
     /// true when the sched_switch tracepoint passes `prev_state` (4 args: preempt, prev, next,
     /// prev_state; since 5.18)
     pub switch_has_prev_state: bool,
@@ -80,12 +82,14 @@ impl Btf {
             let m = self.member(TASK, member)?;
             check_size(TASK, member, m, &[expected])
         };
-        let state = match self.member(TASK, "__state") {
-            Ok(m) => check_size(TASK, "__state", m, &[4])?,
+        let (state_name, state) = match self.member(TASK, "__state") {
+            Ok(m) => ("__state", check_size(TASK, "__state", m, &[4])?),
             // Before 5.14 it was `volatile long state`. Every state bit is in its low 4 bytes, and
             // on a little-endian kernel (the only BTF we accept) those come first, so the kernel
             // program's 4-byte load at this offset still reads the state.
-            Err(BtfError::MemberNotFound { .. }) => check_size(TASK, "state", self.member(TASK, "state")?, &[4, 8])?,
+            Err(BtfError::MemberNotFound { .. }) => {
+                ("state", check_size(TASK, "state", self.member(TASK, "state")?, &[4, 8])?)
+            }
             Err(e) => return Err(e),
         };
         Ok(TaskLayout {
@@ -94,6 +98,7 @@ impl Btf {
             comm: sized("comm", 16)?,
             prio: sized("prio", 4)?,
             state,
+            state_name,
             switch_has_prev_state: self.tracepoint_arity("sched_switch")? >= 4,
         })
     }

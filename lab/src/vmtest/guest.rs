@@ -1,0 +1,349 @@
+//! One kernel's guest, end to end: in, a booted guest's console and data port; out, a
+//! `GuestResult` — timings, what `check` said, and every configuration judged (`checks`), with
+//! each `run` scrape linted by the host's `promtool`. A guest that panicked or never reached
+//! init is booted once more (TCG now and then trips a guest kernel).
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use super::checks::{self, Check, Load};
+use super::kernels::Kernel;
+use super::qemu::{self, Boot, Guest};
+use crate::recording::Recording;
+
+/// A configuration every guest attaches, as init.sh starts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    pub name: &'static str,
+    /// The command line (without the guest's ports and intervals).
+    pub command: &'static str,
+    /// The kernel program's optional paths it switches on.
+    pub knobs: &'static str,
+}
+
+pub const CONFIGS: [Config; 6] = [
+    Config { name: "run", command: "run", knobs: "per-cgroup (the service's default)" },
+    Config { name: "run-core", command: "run --per-cgroup=false", knobs: "none: the core histogram only" },
+    Config { name: "run-per-task", command: "run --per-task", knobs: "per-task, per-cgroup" },
+    Config {
+        name: "run-alerting",
+        command: "run --alert-max-delay 5ms",
+        knobs: "attribution (run ring, queue depth), per-cgroup",
+    },
+    Config { name: "record", command: "record", knobs: "per-task, per-cgroup, attribution" },
+    Config { name: "record-rq", command: "record --clock run-queue", knobs: "record's + the run queue's clock" },
+];
+
+/// The cgroup init.sh puts the sleepers in.
+const SLEEPERS_CGROUP: &str = "/vmt-sleepers";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigResult {
+    pub name: String,
+    pub command: String,
+    pub attached: bool,
+    /// From start to `attached`, all configurations loading at once (guest clock).
+    pub attach_s: Option<f64>,
+    pub exit: Option<i32>,
+    pub checks: Vec<Check>,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GuestResult {
+    pub kernel: Kernel,
+    pub cpus: u32,
+    pub accel: String,
+    pub attempts: u32,
+    /// Why the first boot was not the last, if it was not.
+    pub retried: Option<String>,
+    /// QEMU start → init (host clock).
+    pub boot_s: Option<f64>,
+    /// `check`, alone (host clock).
+    pub check_s: Option<f64>,
+    /// `check`'s own load+attach figure, and the time its programs spent in BPF_PROG_LOAD.
+    pub load_attach_ms: Option<f64>,
+    pub verifier_ms: Option<f64>,
+    /// Where the kernel program takes `prev_state` from, as `check` says.
+    pub prev_state: Option<String>,
+    pub btf: Option<String>,
+    /// Every configuration loading at once until the last says `attached` (host clock).
+    pub attach_all_s: Option<f64>,
+    /// The load, start to last thread done (host clock).
+    pub load_s: Option<f64>,
+    /// QEMU start → exit.
+    pub guest_s: f64,
+    pub configs: Vec<ConfigResult>,
+    /// Guest-wide: check, nothing left attached, run_delay agreement.
+    pub checks: Vec<Check>,
+    pub ok: bool,
+    /// The console's last lines when the guest did not finish.
+    #[serde(default)]
+    pub console_tail: Vec<String>,
+}
+
+/// Boots `guest` (twice at most) and judges what it produced.
+pub fn run(guest: &Guest<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<GuestResult> {
+    let mut boot = qemu::boot(guest, progress)?;
+    let mut attempts = 1;
+    let mut retried = None;
+    if !boot.finished && (boot.panicked || boot.at("@@ init").is_none()) {
+        let why = boot.console.iter().rev().find(|(_, l)| l.contains("panic") || l.contains("KVM internal"));
+        let why = why.map_or_else(|| "it never reached init".to_owned(), |(_, l)| l.clone());
+        progress(boot.wall_s, &format!("booting again: {why}"));
+        retried = Some(why);
+        attempts = 2;
+        boot = qemu::boot(guest, progress)?;
+    }
+    std::fs::write(guest.dir.join("console.txt"), console_text(&boot))?;
+    Ok(judge(guest, &boot, attempts, retried))
+}
+
+fn console_text(boot: &Boot) -> String {
+    boot.console.iter().map(|(t, l)| format!("[{t:7.2}] {l}\n")).collect()
+}
+
+/// `@@begin NAME` … `@@end NAME RC` sections of the data port.
+#[derive(Debug, Default)]
+pub struct Sections(BTreeMap<String, (String, Option<i32>)>);
+
+impl Sections {
+    pub fn parse(data: &str) -> Sections {
+        let mut found = BTreeMap::new();
+        let mut current: Option<(String, String)> = None;
+        for line in data.lines() {
+            if let Some(name) = line.strip_prefix("@@begin ") {
+                current = Some((name.trim().to_owned(), String::new()));
+            } else if let Some(rest) = line.strip_prefix("@@end ") {
+                let rc = rest.split_whitespace().nth(1).and_then(|rc| rc.parse().ok());
+                if let Some((name, text)) = current.take() {
+                    found.insert(name, (text, rc));
+                }
+            } else if let Some((_, text)) = current.as_mut() {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        Sections(found)
+    }
+
+    pub fn text(&self, name: &str) -> &str {
+        self.0.get(name).map_or("", |(t, _)| t.as_str())
+    }
+
+    /// The exit code the guest wrote after the section, if any.
+    pub fn rc(&self, name: &str) -> Option<i32> {
+        self.0.get(name).and_then(|(_, rc)| *rc)
+    }
+}
+
+/// What every configuration is judged against.
+struct Context<'a> {
+    data: &'a Sections,
+    load: Load,
+    cpus: usize,
+    record: Option<Recording>,
+    record_rq: Option<Recording>,
+    /// What `record` saw for the sleepers' process: the figure their cgroup must show.
+    sleepers_seen: Option<u64>,
+}
+
+fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
+    let name = config.name;
+    let section = |suffix: &str| format!("{name}.{suffix}");
+    let times: Vec<f64> = cx.data.text(&section("times")).split_whitespace().filter_map(|t| t.parse().ok()).collect();
+    let exit = cx.data.rc(&section("out"));
+    let log = cx.data.text(&section("err"));
+    let attached = log.contains("attached");
+    let mut list =
+        vec![Check::new("attached, exit 0", attached && exit == Some(0), format!("exit {exit:?}; {}", last_line(log)))];
+    if let Some(recorded) = name.strip_prefix("record") {
+        let parsed = if recorded.is_empty() { cx.record.as_ref() } else { cx.record_rq.as_ref() };
+        match parsed {
+            Some(rec) => list.extend(checks::recording(rec, &cx.load, cx.cpus)),
+            None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
+        }
+        let degraded: Vec<&str> = log.lines().filter(|l| l.contains("unavailable on this kernel")).collect();
+        list.push(Check::new("every path given", degraded.is_empty(), format!("{degraded:?}")));
+    } else {
+        let prom = cx.data.text(&section("prom"));
+        list.push(promtool(prom, cx.data.rc(&section("prom"))));
+        let per_cgroup = !config.command.contains("--per-cgroup=false");
+        let cgroup = cx.sleepers_seen.filter(|_| per_cgroup).map(|n| (SLEEPERS_CGROUP, n));
+        list.extend(checks::scrape(prom, cx.cpus, cgroup));
+    }
+    ConfigResult {
+        name: name.to_owned(),
+        command: config.command.to_owned(),
+        attached,
+        attach_s: (times.len() == 2).then(|| times[1] - times[0]),
+        exit,
+        ok: list.iter().all(|c| c.ok),
+        checks: list,
+    }
+}
+
+fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>) -> GuestResult {
+    let data = Sections::parse(&boot.data);
+    let text = |name: &str| data.text(name);
+    let rc = |name: &str| data.rc(name);
+    let span = |from: &str, to: &str| Some(boot.at(to)? - boot.at(from)?);
+    let check_out = text("check");
+    let field = |prefix: &str| check_out.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned());
+    let mut load = Load::parse(text("workload-io"), text("workload-spin"), text("schedstat"));
+    load.sleeps_block = guest.cpus as usize <= crate::workload::cpus();
+    let record = Recording::parse(text("record.out"), "monotonic").ok();
+    let sleepers_seen = record.as_ref().map(|r| {
+        r.tasks.iter().filter(|t| t.pid == load.sleepers_pid && t.pid != 0).map(|t| t.delay_count).sum::<u64>()
+    });
+    let cx = Context {
+        data: &data,
+        load,
+        cpus: guest.cpus as usize,
+        record,
+        record_rq: Recording::parse(text("record-rq.out"), "run_queue").ok(),
+        sleepers_seen,
+    };
+    let configs: Vec<ConfigResult> = CONFIGS.iter().map(|c| configuration(c, &cx)).collect();
+
+    let prev_state = field("prev_state:");
+    let optional = field("optional:");
+    let mut list = vec![Check::new(
+        "check",
+        rc("check") == Some(0)
+            && prev_state.is_some()
+            && optional.as_deref().is_some_and(|o| o.starts_with("all available")),
+        format!("exit {:?}; {}; optional: {}", rc("check"), last_line(check_out), optional.as_deref().unwrap_or("—")),
+    )];
+    let number = |name: &str| text(name).trim().parse::<u64>().ok();
+    let (during, after, fds) = (number("progs.attached"), number("progs.after"), number("fds.after"));
+    list.push(Check::new(
+        "nothing left attached",
+        during.is_some_and(|n| n > 0) && after == Some(0) && fds == Some(0),
+        format!(
+            "our programs in /proc/kallsyms: {during:?} while attached, {after:?} after exit; \
+             bpf-prog fds open after exit: {fds:?}"
+        ),
+    ));
+    list.push(no_btf(text("nobtf-check"), rc("nobtf-check"), text("nobtf-run"), rc("nobtf-run")));
+    if let Some(agreement) = cx.record_rq.as_ref().and_then(|r| checks::run_delay(r, &cx.load)) {
+        list.push(agreement);
+    }
+    if !boot.finished {
+        let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
+        list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
+    }
+    let ok = list.iter().all(|c| c.ok) && configs.iter().all(|c| c.ok);
+    let tail = if boot.finished {
+        Vec::new()
+    } else {
+        boot.console.iter().rev().take(15).rev().map(|(_, l)| l.clone()).collect()
+    };
+    GuestResult {
+        kernel: guest.kernel.clone(),
+        cpus: guest.cpus,
+        accel: guest.accel.to_owned(),
+        attempts,
+        retried,
+        boot_s: boot.at("@@ init"),
+        check_s: span("@@ check uptime", "@@ checked"),
+        load_attach_ms: field("load+attach:").and_then(|v| ms_in(&v)),
+        verifier_ms: field("verifier:").and_then(|v| v.split(';').next().and_then(ms_in)),
+        prev_state,
+        btf: field("BTF:"),
+        attach_all_s: span("@@ attach uptime", "@@ attached"),
+        load_s: span("@@ load uptime", "@@ loaded"),
+        guest_s: boot.wall_s,
+        configs,
+        checks: list,
+        ok,
+        console_tail: tail,
+    }
+}
+
+/// With /sys/kernel/btf hidden, `check` and `run` exit 1 and say why in one line.
+fn no_btf(check: &str, check_rc: Option<i32>, run: &str, run_rc: Option<i32>) -> Check {
+    let check_says = check.lines().find(|l| l.starts_with("BTF:")).unwrap_or("").trim();
+    // The error is the last line; `run` may log what it found before it (cgroup2, …).
+    let run_says = last_line(run);
+    let ok = check_rc == Some(1)
+        && check_says.contains("CONFIG_DEBUG_INFO_BTF")
+        && run_rc == Some(1)
+        && run_says.contains("CONFIG_DEBUG_INFO_BTF");
+    let detail = format!("check exit {check_rc:?}: `{check_says}`; run exit {run_rc:?}: `{run_says}`");
+    Check::new("without BTF", ok, detail)
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
+}
+
+/// The first `N ms` figure in a line.
+fn ms_in(text: &str) -> Option<f64> {
+    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c == '(' || c == ';').collect();
+    words.windows(2).find(|w| w[1].starts_with("ms")).and_then(|w| w[0].parse().ok())
+}
+
+/// `promtool check metrics` on the host, the scrape on its stdin.
+fn promtool(prom: &str, wget_rc: Option<i32>) -> Check {
+    if prom.is_empty() || wget_rc != Some(0) {
+        return Check::new("scrape + promtool", false, format!("no scrape came back (wget exit {wget_rc:?})"));
+    }
+    let lint = || -> anyhow::Result<std::process::Output> {
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child.stdin.take().map(|mut stdin| stdin.write_all(prom.as_bytes())).transpose()?;
+        Ok(child.wait_with_output()?)
+    };
+    match lint() {
+        Ok(out) => {
+            let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+            let detail = format!(
+                "{} bytes; promtool: {}",
+                prom.len(),
+                if said.trim().is_empty() { "clean" } else { said.trim() }
+            );
+            Check::new("scrape + promtool", out.status.success() && said.trim().is_empty(), detail)
+        }
+        Err(e) => Check::new("scrape + promtool", false, format!("could not run promtool: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_with_their_exit_codes() {
+        let data = "noise\n@@begin check\nkernel: 5.10\nready\n@@end check 0\n@@begin meta\ncpus 2\n@@end meta \n";
+        let s = Sections::parse(data);
+        assert_eq!((s.text("check"), s.rc("check")), ("kernel: 5.10\nready\n", Some(0)));
+        assert_eq!((s.text("meta"), s.rc("meta")), ("cpus 2\n", None));
+        assert_eq!((s.text("absent"), s.rc("absent")), ("", None));
+    }
+
+    #[test]
+    fn milliseconds_in_checks_lines() {
+        assert_eq!(ms_in("ok (sched_wakeup, sched_switch; 32768 stamp slots; 4697 ms)"), Some(4697.0));
+        assert_eq!(ms_in("2210 ms in BPF_PROG_LOAD"), Some(2210.0));
+        assert_eq!(ms_in("no figure"), None);
+    }
+
+    /// init.sh starts exactly these configurations, with these flags.
+    #[test]
+    fn init_starts_every_configuration() {
+        let init = include_str!("init.sh");
+        for c in CONFIGS {
+            let flags = c.command.split_once(' ').map_or("", |(_, f)| f);
+            let started = init.lines().any(|l| l.starts_with(&format!("start {} ", c.name)) && l.ends_with(flags));
+            assert!(started, "init.sh does not start {} as `{}`", c.name, c.command);
+            assert!(init.contains(&format!(" {}", c.name)), "{} missing from CONFIGS in init.sh", c.name);
+        }
+    }
+}

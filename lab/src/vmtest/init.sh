@@ -1,0 +1,166 @@
+#!/bin/sh
+# The vmtest guest's /init (busybox sh). In: the initramfs (latency-daemon, xtask, busybox) and
+# `vmt.secs=S` on the kernel command line; out: `@@ PHASE uptime=…` markers on the console
+# (ttyS0) and every result as `@@begin NAME` … `@@end NAME RC` sections on ttyS1, then power off.
+# Order matters under TCG: `check` alone, then every configuration attached at once, and only
+# then the load (spinners would starve the verifier), stopped before anything is printed.
+/bin/busybox mkdir -p /proc /sys /dev /tmp
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sysfs /sys
+/bin/busybox mount -t devtmpfs devtmpfs /dev 2>/dev/null
+/bin/busybox --install -s /bin
+export PATH=/bin
+mark() { read -r up _ < /proc/uptime; echo "@@ $1 uptime=$up"; }
+mark init
+mount -t tmpfs tmpfs /tmp
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t bpf bpf /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
+# run_delay is kept only with delay accounting on (5.14+ has the switch; 5.10 keeps it anyway).
+[ -e /proc/sys/kernel/task_delayacct ] && echo 1 > /proc/sys/kernel/task_delayacct
+SECS=3
+for word in $(cat /proc/cmdline); do
+  case $word in vmt.secs=*) SECS=${word#vmt.secs=} ;; esac
+done
+CPUS=$(nproc)
+exec 3> /dev/ttyS1
+put() { echo "@@begin $1" >&3; cat "$2" >&3 2>/dev/null; echo "@@end $1 $3" >&3; }
+now() { read -r up _ < /proc/uptime; echo "$up"; }
+# Our programs in the kernel's symbol table (JIT'ed BPF programs are listed there by name).
+progs() { grep -c ' bpf_prog_[0-9a-f]*_sched_' /proc/kallsyms; }
+
+{
+  echo "release $(uname -r)"
+  echo "cpus $CPUS"
+  echo "secs $SECS"
+  echo "delayacct $(cat /proc/sys/kernel/task_delayacct 2>/dev/null || echo absent)"
+  echo "jit_kallsyms $(cat /proc/sys/net/core/bpf_jit_kallsyms 2>/dev/null || echo absent)"
+} > /tmp/meta
+
+mark check
+latency-daemon check > /tmp/check.out 2>&1
+echo $? > /tmp/check.rc
+mark checked
+
+# NAME ARGS…: one configuration in the background; its log says `attached` once it is.
+start() {
+  name=$1; shift
+  now > /tmp/$name.t0
+  latency-daemon "$@" > /tmp/$name.out 2> /tmp/$name.err &
+  echo $! > /tmp/$name.pid
+}
+CONFIGS="record record-rq run run-per-task run-alerting run-core"
+RUN="run --interval 500ms --window 1s --listen"
+mark attach
+start record record --duration 10m --json
+start record-rq record --duration 10m --json --clock run-queue
+start run $RUN 127.0.0.1:9101
+start run-per-task $RUN 127.0.0.1:9102 --per-task
+start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms
+start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
+# Each one's attach time to the tenth of a second: all are looked at every round.
+i=0
+while [ $i -lt 1500 ]; do
+  pending=0
+  for name in $CONFIGS; do
+    [ -e /tmp/$name.t1 ] && continue
+    if grep -q attached /tmp/$name.err; then
+      now > /tmp/$name.t1
+    elif kill -0 "$(cat /tmp/$name.pid)" 2>/dev/null; then
+      pending=1
+    fi
+  done
+  [ $pending = 0 ] && break
+  i=$((i + 1))
+  sleep 0.1
+done
+progs > /tmp/progs.attached
+mark attached
+
+# The load: 2×CPUs spinners and CPUs 1 ms sleepers, each crew in a cgroup of its own, started
+# together by a line on a FIFO and parked when done until the FIFO closes.
+mkdir /sys/fs/cgroup/vmt-sleepers /sys/fs/cgroup/vmt-spinners
+mkfifo /tmp/io.go /tmp/spin.go
+WL="--secs $SECS --json --wait-for-go"
+sh -c "echo \$\$ > /sys/fs/cgroup/vmt-sleepers/cgroup.procs; exec xtask workload io --threads $CPUS $WL" \
+  < /tmp/io.go > /tmp/io.json 2> /tmp/io.err &
+IO=$!
+sh -c "echo \$\$ > /sys/fs/cgroup/vmt-spinners/cgroup.procs; exec xtask workload compete --threads $((2 * CPUS)) $WL" \
+  < /tmp/spin.go > /tmp/spin.json 2> /tmp/spin.err &
+SPIN=$!
+exec 4> /tmp/io.go 5> /tmp/spin.go
+mark load
+echo go >&4
+echo go >&5
+i=0
+until grep -q '"finished"' /tmp/io.json && grep -q '"finished"' /tmp/spin.json; do
+  i=$((i + 1)); [ $i -gt 600 ] && break
+  sleep 0.1
+done
+mark loaded
+# Two windows, so the services' last closed window holds the whole load; then scrape.
+sleep 2.2
+port=9101
+for name in run run-per-task run-alerting run-core; do
+  wget -q -O /tmp/$name.prom http://127.0.0.1:$port/metrics
+  echo $? > /tmp/$name.scrape
+  port=$((port + 1))
+done
+# Stop while the crews are still parked: records report, services detach.
+for name in $CONFIGS; do
+  case $name in record*) kill -INT "$(cat /tmp/$name.pid)" ;; *) kill -TERM "$(cat /tmp/$name.pid)" ;; esac
+done
+for name in $CONFIGS; do
+  wait "$(cat /tmp/$name.pid)"
+  echo $? > /tmp/$name.rc
+done
+# The kernel's run_delay and voluntary switches of every crew thread now that nothing of theirs
+# is in flight (each thread's own last reading comes before its report, which may still cost
+# it a wait).
+for task in /proc/$IO/task/* /proc/$SPIN/task/*; do
+  blocked=$(grep ^voluntary_ctxt_switches $task/status)
+  echo "${task##*/} $(cat $task/schedstat) ${blocked##*[!0-9]}"
+done > /tmp/schedstat
+exec 4>&- 5>&-
+wait $IO $SPIN
+mark stopped
+# Programs are freed after an RCU grace period: give them a moment.
+i=0
+while [ "$(progs)" != 0 ] && [ $i -lt 30 ]; do i=$((i + 1)); sleep 0.1; done
+progs > /tmp/progs.after
+ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c 'bpf-prog' > /tmp/fds.after
+
+# A kernel without BTF (Debian's before 5.10): hide this one's and ask again; both must say so
+# in one line and exit 1.
+mount -t tmpfs nobtf /sys/kernel/btf
+latency-daemon check > /tmp/nobtf-check.out 2>&1
+echo $? > /tmp/nobtf-check.rc
+latency-daemon run --listen 127.0.0.1:9109 > /tmp/nobtf-run.out 2>&1
+echo $? > /tmp/nobtf-run.rc
+umount /sys/kernel/btf
+
+put meta /tmp/meta
+put check /tmp/check.out "$(cat /tmp/check.rc)"
+for name in $CONFIGS; do
+  put "$name.out" /tmp/$name.out "$(cat /tmp/$name.rc)"
+  put "$name.err" /tmp/$name.err
+  echo "$(cat /tmp/$name.t0) $(cat /tmp/$name.t1 2>/dev/null)" > /tmp/$name.times
+  put "$name.times" /tmp/$name.times
+done
+for name in run run-per-task run-alerting run-core; do
+  put "$name.prom" /tmp/$name.prom "$(cat /tmp/$name.scrape)"
+done
+put workload-io /tmp/io.json
+put workload-spin /tmp/spin.json
+put schedstat /tmp/schedstat
+put progs.attached /tmp/progs.attached
+put progs.after /tmp/progs.after
+put fds.after /tmp/fds.after
+put nobtf-check /tmp/nobtf-check.out "$(cat /tmp/nobtf-check.rc)"
+put nobtf-run /tmp/nobtf-run.out "$(cat /tmp/nobtf-run.rc)"
+echo "@@done" >&3
+mark done
+exec 3>&-
+poweroff -f
