@@ -11,9 +11,10 @@
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),
 //!   `drain` (map reads), `caps` (the gate), `btf` (struct layouts).
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
-//!   process's cost, cgroup v2 id → path.
+//!   process's cost, cgroup v2 id → path, container → namespace/pod/container from the
+//!   runtime's OCI config (`containers`).
 //! - `model`   — plain data and pure functions, no I/O: `Snapshot`, `Window`, `Report` (the JSON
-//!   schema), `Attribution`, cgroup series, `Exposition`, the live view's `Timeline`, bucket math
+//!   schema), `Attribution`, cgroup series, what a cgroup path's form says of a container, `Exposition`, the live view's `Timeline`, bucket math
 //!   (`distribution`).
 //! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
 //!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened

@@ -1,6 +1,7 @@
 //! Facts about this machine from /proc and /sys, no aya: clocks, the kernel release and host name,
-//! this process's own cost, and the names of cgroup v2 ids.
+//! this process's own cost, the names of cgroup v2 ids and of the containers behind them.
 pub mod cgroups;
 pub mod clock;
+pub mod containers;
 pub mod procstat;
 pub mod system;

@@ -3,6 +3,7 @@
 //! every stage is tested without root.
 pub mod attribution;
 pub mod cgroup_series;
+pub mod container;
 pub mod distribution;
 pub mod exposition;
 pub mod report;
