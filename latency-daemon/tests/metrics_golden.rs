@@ -18,6 +18,7 @@ use latency_common::{
 use latency_daemon::{
     config::Config,
     model::{
+        container::ContainerLabels,
         exposition::{Exposition, ProcessSample},
         report::Meta,
         snapshot::{CpuMax, Snapshot},
@@ -32,6 +33,9 @@ use latency_daemon::{
 use tokio::sync::watch;
 
 const S: u64 = 1_000_000_000;
+
+const CONTAINER_ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const POD_PATH: &str = "/kubepods/besteffort/podaaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// Delays (ns) of each reason: the zero bucket, µs to s, and one beyond the top native bucket.
 const WAKEUP: &[u64] = &[500, 953, 954, 1_000, 2_000, 4_500, 10_000, 250_000, 1_000_000];
@@ -53,7 +57,7 @@ fn cgroup_hist(delays: &[u64]) -> CgroupHist {
 }
 
 /// Two CPUs, both reasons, losses and discards of every kind, a closed window with its maxima,
-/// three cgroup series (one with a hostile name), an active alert.
+/// four cgroup series (one with a hostile name, one a Kubernetes container), two active alerts.
 fn exposition() -> Exposition {
     let config = Config::default();
     let start = Snapshot::empty(10 * S, 2);
@@ -114,11 +118,23 @@ fn exposition() -> Exposition {
         cgroups: vec![
             ("/system.slice/web.service".into(), cgroup_hist(PREEMPT)),
             ("/we\"ird\\name with space\nand a line".into(), cgroup_hist(&WAKEUP[..3])),
-            ("other".into(), cgroup_hist(&WAKEUP[3..])),
+            (POD_PATH.into(), cgroup_hist(&WAKEUP[3..5])),
+            ("other".into(), cgroup_hist(&WAKEUP[5..])),
         ],
+        containers: [(
+            POD_PATH.to_string(),
+            ContainerLabels {
+                namespace: "shop".into(),
+                pod: "web-0".into(),
+                container: "nginx".into(),
+                container_id: CONTAINER_ID.into(),
+            },
+        )]
+        .into(),
+        containers_unresolved: 6,
         late_window_writes: 1,
         cgroups_pruned: 4,
-        alerts_active: vec![(Reason::Preempt, "/system.slice/web.service".into())],
+        alerts_active: vec![(Reason::Preempt, "/system.slice/web.service".into()), (Reason::Wakeup, POD_PATH.into())],
         alerts_total: [2, 5],
         alerts_suppressed: 3,
         drains: 15,

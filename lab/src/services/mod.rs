@@ -1,7 +1,8 @@
 //! Real components the daemon works with, run for a test on loopback: Prometheus, Alertmanager,
-//! and cgroups of the test's own. Each is stopped or removed when its guard goes.
+//! cgroups of the test's own and podman containers. Each is stopped or removed when its guard goes.
 mod alertmanager;
 mod cgroup;
+mod podman;
 mod prometheus;
 
 use std::process::{Command, Stdio};
@@ -11,6 +12,7 @@ use anyhow::{Context as _, bail};
 
 pub use alertmanager::Alertmanager;
 pub use cgroup::TestCgroup;
+pub use podman::{Container, Podman};
 pub use prometheus::Prometheus;
 
 use crate::guard::Proc;

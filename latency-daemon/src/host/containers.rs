@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::model::container::{self, PathIdentity};
+use crate::model::container::{self, ContainerLabels, PathIdentity};
 
 /// A config.json is a few tens of KiB; anything larger (or not a regular file) is not read.
 const MAX_CONFIG: u64 = 1 << 20;
@@ -33,21 +33,9 @@ const BUNDLES: [&str; 6] = [
     "run/runc/{id}/state.json",
 ];
 
-/// The names a series carries. Empty strings where the cgroup is not a container, or a name is unknown.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Names {
-    pub namespace: String,
-    pub pod: String,
-    /// The container's name; `POD` for a pod's sandbox (pause) container, as kubelet names it; the
-    /// short id for a container the runtime gave no name.
-    pub container: String,
-    /// The full 64-hex id, when the path has one.
-    pub container_id: String,
-}
-
 #[derive(Debug)]
 struct Entry {
-    names: Option<Names>,
+    names: Option<ContainerLabels>,
     /// When a miss may be looked up again.
     retry_at: Instant,
     resolved_at: Instant,
@@ -80,11 +68,11 @@ impl ContainerNames {
         self
     }
 
-    /// Names for a cgroup path. A container whose config cannot be found yet still gets its id and,
+    /// ContainerLabels for a cgroup path. A container whose config cannot be found yet still gets its id and,
     /// from the path, nothing else; it counts as unresolved once per lookup attempt.
-    pub fn resolve(&mut self, path: &str, now: Instant) -> Names {
+    pub fn resolve(&mut self, path: &str, now: Instant) -> ContainerLabels {
         let identity = container::identify(path);
-        let Some(id) = identity.container_id.clone() else { return Names::default() };
+        let Some(id) = identity.container_id.clone() else { return ContainerLabels::default() };
         if let Some(entry) = self.cache.get(&id) {
             if let Some(names) = &entry.names {
                 return names.clone();
@@ -127,7 +115,7 @@ impl ContainerNames {
         }
     }
 
-    fn lookup(&self, identity: &PathIdentity) -> Option<Names> {
+    fn lookup(&self, identity: &PathIdentity) -> Option<ContainerLabels> {
         let id = identity.container_id.as_deref()?;
         BUNDLES.iter().find_map(|pattern| {
             let rel = pattern.replace("{id}", id);
@@ -140,9 +128,9 @@ impl ContainerNames {
 }
 
 /// What a container gets before (or without) its config: its id and short id.
-fn bare(identity: &PathIdentity) -> Names {
+fn bare(identity: &PathIdentity) -> ContainerLabels {
     let id = identity.container_id.clone().unwrap_or_default();
-    Names { container: short(&id), container_id: id, ..Names::default() }
+    ContainerLabels { container: short(&id), container_id: id, ..ContainerLabels::default() }
 }
 
 fn short(id: &str) -> String {
@@ -150,7 +138,7 @@ fn short(id: &str) -> String {
 }
 
 /// Annotations → names, for the keys the CRI plugins (containerd, CRI-O) and kubelet-style labels write.
-fn names(id: &str, annotations: &HashMap<String, String>) -> Names {
+fn names(id: &str, annotations: &HashMap<String, String>) -> ContainerLabels {
     let get = |keys: &[&str]| keys.iter().find_map(|k| annotations.get(*k)).cloned().unwrap_or_default();
     let sandbox = ["io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"]
         .iter()
@@ -163,7 +151,7 @@ fn names(id: &str, annotations: &HashMap<String, String>) -> Names {
     if container.is_empty() {
         container = short(id);
     }
-    Names {
+    ContainerLabels {
         namespace: get(&["io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"]),
         pod: get(&["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"]),
         container,

@@ -133,6 +133,19 @@ fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The labels a cgroup series carries beside `cgroup`: empty strings where the cgroup is not a
+/// container or a name is unknown, so `sum by (namespace, pod)` works on every series.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerLabels {
+    pub namespace: String,
+    pub pod: String,
+    /// The container's name; `POD` for a pod's sandbox (pause) container, as kubelet names it; the
+    /// short id for a container the runtime gave no name.
+    pub container: String,
+    /// The full 64-hex id, when the path has one.
+    pub container_id: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

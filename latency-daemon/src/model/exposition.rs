@@ -1,7 +1,7 @@
 //! What a scrape shows, as plain data: the `Exposition` the drain loop publishes after each drain,
 //! and the pure conversions from kernel buckets to Prometheus's classic and native buckets.
 //! Encoding it is `serve::metrics`'s job; nothing here knows prometheus-client.
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use latency_common::{
     Reason,
@@ -11,6 +11,7 @@ use latency_common::{
 };
 
 use super::{
+    container::ContainerLabels,
     distribution::{cgroup_bound, native_bound},
     snapshot::Snapshot,
     timeline::{LastAlert, Timeline},
@@ -37,6 +38,11 @@ pub struct Exposition {
     pub window: Option<Arc<Window>>,
     /// Cumulative per-cgroup series (top N and "other").
     pub cgroups: Vec<(String, CgroupHist)>,
+    /// Namespace, pod and container of the cgroups named in `cgroups` and `alerts_active` (absent:
+    /// not a container).
+    pub containers: HashMap<String, ContainerLabels>,
+    /// Container lookups that found no runtime config on this node (names left empty).
+    pub containers_unresolved: u64,
     /// Window maxima the kernel wrote after we had read their slot (see cmd/run/pipeline.rs).
     pub late_window_writes: u64,
     /// Cgroup entries deleted from the kernel map because the cgroup was removed.

@@ -255,21 +255,36 @@ fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), 
     let mut family = enc.encode_descriptor(
         "runqlat_cgroup_delay_seconds",
         "Run-queue delay by cgroup v2 path of the task that waited: the top cgroups by delay time in \
-         the last window, the rest summed in cgroup=\"other\"; updated when a window closes.",
+         the last window, the rest summed in cgroup=\"other\"; updated when a window closes. Containers \
+         also carry namespace, pod, container and container_id from the runtime's config on the node.",
         None,
         MetricType::Histogram,
     )?;
     for (label, h) in &e.cgroups {
         let count: u64 = h.buckets.iter().sum();
         let classic = cgroup_classic_buckets(h, &e.cgroup_classic);
-        family.encode_family(&[("cgroup", label.as_str())])?.encode_histogram::<NoLabelSet>(
-            seconds(h.sum_ns),
-            count,
-            &classic,
-            None,
-        )?;
+        family
+            .encode_family(&with_container(e, &[("cgroup", label.as_str())], label))?
+            .encode_histogram::<NoLabelSet>(seconds(h.sum_ns), count, &classic, None)?;
     }
     Ok(())
+}
+
+/// `labels` + namespace, pod, container and container_id of `cgroup` where it is a container. Empty
+/// values are left out (Prometheus reads a missing label as empty), so `sum by (namespace, pod)`
+/// works on every series and a host without containers pays nothing.
+fn with_container<'a>(e: &'a Exposition, labels: &[(&'a str, &'a str)], cgroup: &str) -> Vec<(&'a str, &'a str)> {
+    let mut out = labels.to_vec();
+    if let Some(c) = e.containers.get(cgroup) {
+        let named = [
+            ("namespace", &c.namespace),
+            ("pod", &c.pod),
+            ("container", &c.container),
+            ("container_id", &c.container_id),
+        ];
+        out.extend(named.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k, v.as_str())));
+    }
+    out
 }
 
 fn alert_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
@@ -280,7 +295,9 @@ fn alert_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt:
         MetricType::Gauge,
     )?;
     for (reason, cgroup) in &e.alerts_active {
-        family.encode_family(&[("reason", reason.name()), ("cgroup", cgroup.as_str())])?.encode_gauge(&1i64)?;
+        family
+            .encode_family(&with_container(e, &[("reason", reason.name()), ("cgroup", cgroup.as_str())], cgroup))?
+            .encode_gauge(&1i64)?;
     }
     let mut family = enc.encode_descriptor(
         "runqlat_alerts",
@@ -314,6 +331,13 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
         "runqlat_cgroups_pruned",
         "Kernel per-cgroup entries deleted because the cgroup was removed.",
         e.cgroups_pruned,
+    )?;
+    counter(
+        enc,
+        "runqlat_container_unresolved",
+        "Container cgroups whose runtime config was not found on this node (namespace, pod and container \
+         left empty), counted per lookup; a lookup is retried at most every 2 s.",
+        e.containers_unresolved,
     )?;
     gauge(
         enc,

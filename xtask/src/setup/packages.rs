@@ -1,6 +1,6 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
 //! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
-//! test). In: `dpkg-query`; out: the missing ones installed, services not started.
+//! test, podman for real containers). In: `dpkg-query`; out: the missing ones installed, services not started.
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -20,6 +20,10 @@ const PACKAGES: &[&str] = &[
     "prometheus-alertmanager",
     "jsonnet",
     "chromium",
+    // Real containers (podman with runc: crun refuses hybrid cgroups) for the container-label test.
+    "podman",
+    "runc",
+    "busybox-static",
 ];
 
 #[derive(Debug)]

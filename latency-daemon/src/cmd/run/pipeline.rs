@@ -14,7 +14,7 @@ use super::log;
 use crate::{
     alert::{Alert, Engine, Transition, notify::Notifier},
     config::Config,
-    host::{cgroups::CgroupNames, clock, system},
+    host::{cgroups::CgroupNames, clock, containers::ContainerNames, system},
     kernel::{
         drain::{self, Extras},
         probe::{Probe, ProbeError},
@@ -44,6 +44,8 @@ pub(super) enum Command {
 pub(super) struct Drainer {
     probe: Probe,
     names: Option<CgroupNames>,
+    /// Namespace, pod and container of the cgroups we export, from the runtimes' OCI configs.
+    containers: ContainerNames,
     config: Config,
     published: watch::Sender<Arc<Exposition>>,
     duration: prometheus_client::metrics::histogram::Histogram,
@@ -80,6 +82,7 @@ impl Drainer {
         Drainer {
             probe,
             names,
+            containers: ContainerNames::new("/".into()),
             config,
             published,
             duration,
@@ -148,6 +151,7 @@ impl Drainer {
             let mut window = Window::close(&start, &now, &maxima, &self.meta);
             self.attribute(&mut window, closed)?;
             let top = self.fold_cgroups(&window);
+            self.label_containers();
             Arc::make_mut(&mut self.exposition.timeline).push(WindowSummary::of_report(&window.report, true, top));
             self.exposition.window = Some(Arc::new(window));
             self.window_start = Some(now.clone());
@@ -241,6 +245,21 @@ impl Drainer {
             }
         }
         top
+    }
+
+    /// Names the containers behind the exported series and active alerts (at most N + 1 + alerts
+    /// lookups a window, each cached).
+    fn label_containers(&mut self) {
+        let now = Instant::now();
+        let e = &mut self.exposition;
+        let cgroups = e.cgroups.iter().map(|(path, _)| path).chain(e.alerts_active.iter().map(|(_, path)| path));
+        e.containers = cgroups
+            .filter_map(|path| {
+                let labels = self.containers.resolve(path, now);
+                (labels != Default::default()).then(|| (path.clone(), labels))
+            })
+            .collect();
+        e.containers_unresolved = self.containers.unresolved_total();
     }
 }
 

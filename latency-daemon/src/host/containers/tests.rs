@@ -51,7 +51,12 @@ fn containerd_cri_pod_from_its_bundle() {
     let got = names.resolve(&format!("/kubepods/besteffort/pod{UID}/{ID}"), Instant::now());
     assert_eq!(
         got,
-        Names { namespace: "crins".into(), pod: "cripod".into(), container: "victim".into(), container_id: ID.into() }
+        ContainerLabels {
+            namespace: "crins".into(),
+            pod: "cripod".into(),
+            container: "victim".into(),
+            container_id: ID.into()
+        }
     );
     assert_eq!(names.unresolved_total(), 0);
 }
@@ -106,7 +111,7 @@ fn misses_are_counted_retried_later_and_not_containers_cost_nothing() {
     let t0 = Instant::now();
     let path = format!("/libpod_parent/libpod-{ID}");
 
-    assert_eq!(names.resolve("/system.slice/sshd.service", t0), Names::default());
+    assert_eq!(names.resolve("/system.slice/sshd.service", t0), ContainerLabels::default());
     assert_eq!(names.unresolved_total(), 0);
 
     let first = names.resolve(&path, t0);

@@ -1,0 +1,173 @@
+//! Real containers for a test, run by podman with runc (crun refuses hybrid cgroup hosts) and the
+//! explicit limits this host needs, from a `FROM scratch` image holding only busybox (built locally
+//! in under a second: no registry). In: a name, annotations, a command; out: the container's id and
+//! its cgroup v2 path as the daemon labels it. Every container is removed when the guard goes.
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{cmd, guard::Scratch};
+
+/// The image every test container runs: busybox, nothing else.
+pub const IMAGE: &str = "localhost/runqlat-busybox:test";
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// The parent cgroup podman's cgroupfs manager puts containers (and `conmon`) under.
+const PARENT: &str = "libpod_parent";
+
+/// runc, and limits runc can set here (root lacks CAP_SYS_RESOURCE on this VM, so the defaults fail).
+const CONTAINERS_CONF: &str = "[containers]\n\
+default_ulimits = [\"nofile=20000:20000\", \"nproc=4096:4096\"]\n\
+[engine]\n\
+runtime = \"runc\"\n";
+
+#[derive(Debug)]
+pub struct Podman {
+    scratch: Scratch,
+    /// Full names of the containers we started (`runqlat-<our pid>-<name>`), removed on drop.
+    started: Vec<String>,
+    /// podman's parent cgroup (`libpod_parent`) in each hierarchy where it did not exist before us:
+    /// removed on drop, so no cgroup we caused to be made stays.
+    parents: Vec<PathBuf>,
+}
+
+/// One running container.
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub name: String,
+    pub id: String,
+    pub pid: u32,
+    /// Its cgroup v2 path ("0::" line of /proc/<pid>/cgroup).
+    pub cgroup: String,
+}
+
+impl Podman {
+    /// Writes the containers.conf and builds the image if it is not there yet.
+    pub fn new() -> anyhow::Result<Podman> {
+        let scratch = Scratch::new("runqlat-podman")?;
+        std::fs::write(scratch.join("containers.conf"), CONTAINERS_CONF).context("writing containers.conf")?;
+        let parents = cgroup_mounts().into_iter().map(|m| m.join(PARENT)).filter(|p| !p.exists()).collect();
+        let podman = Podman { scratch, started: Vec::new(), parents };
+        if podman.command().args(["image", "exists", IMAGE]).status().map(|s| !s.success()).unwrap_or(true) {
+            podman.build()?;
+        }
+        Ok(podman)
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", self.scratch.join("containers.conf"));
+        c
+    }
+
+    fn build(&self) -> anyhow::Result<()> {
+        let context = self.scratch.join("image");
+        std::fs::create_dir_all(&context)?;
+        std::fs::copy(BUSYBOX, context.join("busybox"))
+            .with_context(|| format!("copying {BUSYBOX} (cargo xtask setup installs busybox-static)"))?;
+        std::fs::write(
+            context.join("Containerfile"),
+            "FROM scratch\nCOPY busybox /bin/busybox\nENTRYPOINT [\"/bin/busybox\"]\n",
+        )?;
+        let mut build = self.command();
+        build.args(["build", "--quiet", "--tag", IMAGE, "--file"]).arg(context.join("Containerfile")).arg(&context);
+        cmd::stdout(&mut build).map(drop).context("cargo xtask setup installs podman and runc")
+    }
+
+    /// `podman run -d` of busybox `argv` with `annotations` (e.g. `io.kubernetes.pod.name`) and any
+    /// `extra` options, without a network.
+    pub fn run(
+        &mut self,
+        name: &str,
+        annotations: &[(&str, &str)],
+        extra: &[&str],
+        argv: &[&str],
+    ) -> anyhow::Result<Container> {
+        let full = format!("runqlat-{}-{name}", std::process::id());
+        let mut run = self.command();
+        run.args(["run", "-d", "--network", "none", "--name", &full]);
+        for (k, v) in annotations {
+            run.arg("--annotation").arg(format!("{k}={v}"));
+        }
+        run.args(extra).arg(IMAGE).args(argv);
+        self.started.push(full.clone());
+        let id = cmd::stdout(&mut run)?.trim().to_owned();
+        let mut inspect = self.command();
+        inspect.args(["inspect", "--format", "{{.State.Pid}}", &full]);
+        let pid: u32 = cmd::stdout(&mut inspect)?.trim().parse().context("podman inspect: pid")?;
+        let cgroup = cgroup_v2_path(pid)?;
+        Ok(Container { name: full, id, pid, cgroup })
+    }
+
+    /// Stops and removes a container now (the guard would at the end).
+    pub fn remove(&mut self, container: &Container) -> anyhow::Result<()> {
+        self.started.retain(|n| n != &container.name);
+        let mut rm = self.command();
+        rm.args(["rm", "--force", "--time", "0", &container.name]);
+        cmd::stdout(&mut rm).map(drop)
+    }
+
+    /// Where podman keeps a container's OCI config (the runtime bundle).
+    pub fn config_path(container: &Container) -> PathBuf {
+        PathBuf::from(format!("/var/lib/containers/storage/overlay-containers/{}/userdata/config.json", container.id))
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        if !self.started.is_empty() {
+            let mut rm = self.command();
+            rm.args(["rm", "--force", "--time", "0", "--ignore"]).args(&self.started);
+            if let Err(e) = cmd::stdout(&mut rm) {
+                eprintln!("podman: removing {:?} failed: {e:#}", self.started);
+            }
+        }
+        // conmon outlives `podman rm` by a moment, so its cgroup empties shortly after: retry
+        // for a few seconds, children first.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        self.parents.retain(|p| p.exists());
+        while !self.parents.is_empty() && Instant::now() < deadline {
+            for parent in &self.parents {
+                if let Ok(entries) = std::fs::read_dir(parent) {
+                    for child in entries.filter_map(Result::ok).filter(|e| e.path().is_dir()) {
+                        let _ = std::fs::remove_dir(child.path());
+                    }
+                }
+                let _ = std::fs::remove_dir(parent);
+            }
+            self.parents.retain(|p| p.exists());
+            if !self.parents.is_empty() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if !self.parents.is_empty() {
+            eprintln!("podman: cgroups left behind: {:?}", self.parents);
+        }
+    }
+}
+
+/// Every cgroup (v1 and v2) mount point in /proc/self/mountinfo.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let cgroup = right.starts_with("cgroup ") || right.starts_with("cgroup2 ");
+            cgroup.then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .collect()
+}
+
+/// The "0::" (cgroup v2) line of /proc/<pid>/cgroup.
+fn cgroup_v2_path(pid: u32) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).with_context(|| format!("cgroup of {pid}"))?;
+    match text.lines().find_map(|l| l.strip_prefix("0::")) {
+        Some(path) => Ok(path.to_owned()),
+        None => bail!("{pid} has no cgroup v2 line in /proc/{pid}/cgroup"),
+    }
+}

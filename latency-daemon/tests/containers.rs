@@ -1,0 +1,74 @@
+//! Real containers (podman, runc) on this host: the daemon labels their delays with the namespace,
+//! pod and container names that the runtime wrote into each container's OCI config, and with the
+//! container id, with no Kubernetes API. A victim sleeping 1 ms at a time shares CPU 0 with a hog.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use latency_lab::{
+    daemon::Daemon,
+    services::{Container, Podman},
+    web::sample,
+};
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+
+/// The labels of `container`'s delay-count series, as the daemon should print them.
+fn count_series(c: &Container, names: Option<(&str, &str, &str)>) -> String {
+    let (namespace, pod, container) = names.unwrap_or(("", "", &c.id[..12]));
+    let mut labels = format!("cgroup=\"{}\"", c.cgroup);
+    for (k, v) in [("namespace", namespace), ("pod", pod), ("container", container), ("container_id", c.id.as_str())] {
+        if !v.is_empty() {
+            labels.push_str(&format!(",{k}=\"{v}\""));
+        }
+    }
+    format!("runqlat_cgroup_delay_seconds_count{{{labels}}}")
+}
+
+#[test]
+fn podman_containers_are_named_by_their_annotations() {
+    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let pin = ["--cpuset-cpus", "0"];
+    let hog = podman
+        .run("hog", &[], &pin, &["sh", "-c", "while :; do :; done & while :; do :; done"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let victim = podman
+        .run(
+            "victim",
+            &[
+                ("io.kubernetes.pod.name", "victim-pod"),
+                ("io.kubernetes.pod.namespace", "testns"),
+                ("io.kubernetes.container.name", "victim"),
+            ],
+            &pin,
+            &["sh", "-c", "while :; do usleep 1000; done"],
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(victim.cgroup.contains(&victim.id), "podman put the victim in {}", victim.cgroup);
+
+    let daemon = Daemon::start(DAEMON, &["--interval", "500ms", "--window", "1s"]).expect("latency-daemon run");
+    let want_victim = count_series(&victim, Some(("testns", "victim-pod", "victim")));
+    let want_hog = count_series(&hog, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
+        let seen = |series: &str| sample(&text, series).is_some_and(|n| n > 0.0);
+        if seen(&want_victim) && seen(&want_hog) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no delays under {want_victim} and {want_hog} within 20 s; cgroup series:\n{}",
+            text.lines().filter(|l| l.starts_with("runqlat_cgroup_delay_seconds_count")).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // Both configs exist, so nothing went unresolved.
+    assert_eq!(sample(&text, "runqlat_container_unresolved_total"), Some(0.0), "{text}");
+    // A pod's delay is one query away.
+    assert!(text.lines().any(|l| l.contains("pod=\"victim-pod\"") && l.contains("namespace=\"testns\"")));
+
+    podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
+    podman.remove(&hog).unwrap_or_else(|e| panic!("{e:#}"));
+    daemon.stop().expect("SIGTERM");
+}
