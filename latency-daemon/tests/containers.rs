@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use latency_lab::{
     daemon::Daemon,
-    services::{Container, Podman},
+    services::{Container, Containerd, Podman},
     web::sample,
 };
 
@@ -70,5 +70,46 @@ fn podman_containers_are_named_by_their_annotations() {
 
     podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
     podman.remove(&hog).unwrap_or_else(|e| panic!("{e:#}"));
+    daemon.stop().expect("SIGTERM");
+}
+
+/// A Kubernetes pod's container as containerd's CRI plugin lays it out: cgroup
+/// `/kubepods/besteffort/pod<uid>/<id>` (cgroupfs driver) and the CRI annotations in the task's
+/// config.json under /run/containerd.
+#[test]
+fn a_containerd_pod_under_kubepods_is_named_by_its_cri_annotations() {
+    let mut containerd = Containerd::start().unwrap_or_else(|e| panic!("{e:#}"));
+    let id = format!("{:064x}", u128::from(std::process::id()) << 64 | 0xc0ffee);
+    let cgroup = format!("/kubepods/besteffort/pod0c0ffee0-1111-2222-3333-{:012x}/{id}", std::process::id());
+    let victim = containerd
+        .run(
+            &cgroup,
+            &id,
+            &[
+                ("io.kubernetes.cri.container-type", "container"),
+                ("io.kubernetes.cri.container-name", "victim"),
+                ("io.kubernetes.cri.sandbox-name", "cripod"),
+                ("io.kubernetes.cri.sandbox-namespace", "crins"),
+            ],
+            &["sh", "-c", "while :; do usleep 1000; done"],
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(victim.cgroup, cgroup, "ctr run --cgroup");
+
+    let daemon = Daemon::start(DAEMON, &["--interval", "500ms", "--window", "1s"]).expect("latency-daemon run");
+    let want = count_series(&victim, Some(("crins", "cripod", "victim")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
+        if sample(&text, &want).is_some_and(|n| n > 0.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no delays under {want} within 20 s; cgroup series:\n{}",
+            text.lines().filter(|l| l.starts_with("runqlat_cgroup_delay_seconds_count")).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     daemon.stop().expect("SIGTERM");
 }

@@ -54,6 +54,60 @@ impl Drop for TestCgroup {
     }
 }
 
+/// A top-level cgroup a container runtime creates in every hierarchy it uses (podman's
+/// `libpod_parent`, a kubelet-style `kubepods`): where it did not exist when the guard was made, it
+/// is removed on drop, deepest first, retrying for a few seconds while the runtime's last processes
+/// (conmon, a shim) leave it.
+#[derive(Debug)]
+pub(crate) struct RuntimeCgroups {
+    tops: Vec<PathBuf>,
+}
+
+impl RuntimeCgroups {
+    pub(crate) fn new(name: &str) -> RuntimeCgroups {
+        RuntimeCgroups { tops: cgroup_mounts().into_iter().map(|m| m.join(name)).filter(|p| !p.exists()).collect() }
+    }
+}
+
+impl Drop for RuntimeCgroups {
+    fn drop(&mut self) {
+        fn remove_tree(dir: &std::path::Path) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for child in entries.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                    remove_tree(&child.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            self.tops.retain(|p| p.exists());
+            if self.tops.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            self.tops.iter().for_each(|t| remove_tree(t));
+            if self.tops.iter().any(|p| p.exists()) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if !self.tops.is_empty() {
+            eprintln!("cgroups left behind: {:?}", self.tops);
+        }
+    }
+}
+
+/// Every cgroup (v1 and v2) mount point in /proc/self/mountinfo.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let cgroup = right.starts_with("cgroup ") || right.starts_with("cgroup2 ");
+            cgroup.then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .collect()
+}
+
 /// Where cgroup2 is mounted: the mount point (5th field) of the mountinfo line whose filesystem
 /// type (after " - ") is cgroup2.
 fn cgroup2_mount() -> anyhow::Result<PathBuf> {

@@ -1,7 +1,8 @@
 //! Real components the daemon works with, run for a test on loopback: Prometheus, Alertmanager,
-//! cgroups of the test's own and podman containers. Each is stopped or removed when its guard goes.
+//! cgroups of the test's own, podman and containerd containers. Each is stopped or removed when its guard goes.
 mod alertmanager;
 mod cgroup;
+mod containerd;
 mod podman;
 mod prometheus;
 
@@ -12,6 +13,7 @@ use anyhow::{Context as _, bail};
 
 pub use alertmanager::Alertmanager;
 pub use cgroup::TestCgroup;
+pub use containerd::Containerd;
 pub use podman::{Container, Podman};
 pub use prometheus::Prometheus;
 

@@ -2,14 +2,11 @@
 //! explicit limits this host needs, from a `FROM scratch` image holding only busybox (built locally
 //! in under a second: no registry). In: a name, annotations, a command; out: the container's id and
 //! its cgroup v2 path as the daemon labels it. Every container is removed when the guard goes.
-use std::{
-    path::PathBuf,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, process::Command};
 
 use anyhow::{Context as _, bail};
 
+use super::cgroup::RuntimeCgroups;
 use crate::{cmd, guard::Scratch};
 
 /// The image every test container runs: busybox, nothing else.
@@ -31,9 +28,8 @@ pub struct Podman {
     scratch: Scratch,
     /// Full names of the containers we started (`runqlat-<our pid>-<name>`), removed on drop.
     started: Vec<String>,
-    /// podman's parent cgroup (`libpod_parent`) in each hierarchy where it did not exist before us:
-    /// removed on drop, so no cgroup we caused to be made stays.
-    parents: Vec<PathBuf>,
+    /// podman's parent cgroup (`libpod_parent`), removed on drop where it did not exist before us.
+    _parents: RuntimeCgroups,
 }
 
 /// One running container.
@@ -51,8 +47,7 @@ impl Podman {
     pub fn new() -> anyhow::Result<Podman> {
         let scratch = Scratch::new("runqlat-podman")?;
         std::fs::write(scratch.join("containers.conf"), CONTAINERS_CONF).context("writing containers.conf")?;
-        let parents = cgroup_mounts().into_iter().map(|m| m.join(PARENT)).filter(|p| !p.exists()).collect();
-        let podman = Podman { scratch, started: Vec::new(), parents };
+        let podman = Podman { _parents: RuntimeCgroups::new(PARENT), scratch, started: Vec::new() };
         if podman.command().args(["image", "exists", IMAGE]).status().map(|s| !s.success()).unwrap_or(true) {
             podman.build()?;
         }
@@ -112,6 +107,13 @@ impl Podman {
         cmd::stdout(&mut rm).map(drop)
     }
 
+    /// The test image as an OCI archive (for `ctr images import`).
+    pub fn save(&self, archive: &std::path::Path) -> anyhow::Result<()> {
+        let mut save = self.command();
+        save.args(["save", "--quiet", "--format", "oci-archive", "--output"]).arg(archive).arg(IMAGE);
+        cmd::stdout(&mut save).map(drop)
+    }
+
     /// Where podman keeps a container's OCI config (the runtime bundle).
     pub fn config_path(container: &Container) -> PathBuf {
         PathBuf::from(format!("/var/lib/containers/storage/overlay-containers/{}/userdata/config.json", container.id))
@@ -127,44 +129,12 @@ impl Drop for Podman {
                 eprintln!("podman: removing {:?} failed: {e:#}", self.started);
             }
         }
-        // conmon outlives `podman rm` by a moment, so its cgroup empties shortly after: retry
-        // for a few seconds, children first.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        self.parents.retain(|p| p.exists());
-        while !self.parents.is_empty() && Instant::now() < deadline {
-            for parent in &self.parents {
-                if let Ok(entries) = std::fs::read_dir(parent) {
-                    for child in entries.filter_map(Result::ok).filter(|e| e.path().is_dir()) {
-                        let _ = std::fs::remove_dir(child.path());
-                    }
-                }
-                let _ = std::fs::remove_dir(parent);
-            }
-            self.parents.retain(|p| p.exists());
-            if !self.parents.is_empty() {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        if !self.parents.is_empty() {
-            eprintln!("podman: cgroups left behind: {:?}", self.parents);
-        }
+        // `_parents` goes after this: conmon outlives `podman rm` by a moment; it retries.
     }
 }
 
-/// Every cgroup (v1 and v2) mount point in /proc/self/mountinfo.
-fn cgroup_mounts() -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let cgroup = right.starts_with("cgroup ") || right.starts_with("cgroup2 ");
-            cgroup.then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .collect()
-}
-
 /// The "0::" (cgroup v2) line of /proc/<pid>/cgroup.
-fn cgroup_v2_path(pid: u32) -> anyhow::Result<String> {
+pub(super) fn cgroup_v2_path(pid: u32) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).with_context(|| format!("cgroup of {pid}"))?;
     match text.lines().find_map(|l| l.strip_prefix("0::")) {
         Some(path) => Ok(path.to_owned()),

@@ -1,6 +1,6 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
 //! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
-//! test, podman for real containers). In: `dpkg-query`; out: the missing ones installed, services not started.
+//! test, podman and containerd for real containers). In: `dpkg-query`; out: the missing ones installed, services not started.
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -23,6 +23,7 @@ const PACKAGES: &[&str] = &[
     // Real containers (podman with runc: crun refuses hybrid cgroups) for the container-label test.
     "podman",
     "runc",
+    "containerd",
     "busybox-static",
 ];
 
