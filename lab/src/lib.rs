@@ -15,7 +15,9 @@
 //! - [`daemon`]: `latency-daemon run` on a loopback port of its own.
 //! - [`web`]: HTTP GET over std, free loopback ports, samples in Prometheus text.
 //! - [`services`]: real Prometheus (a test's own configuration, or the shipped scrape.yml and
-//!   rules.yml) and Alertmanager, and cgroups of a test's own.
+//!   rules.yml) and Alertmanager, cgroups of a test's own, podman and containerd containers, and
+//!   the daemon's own `FROM scratch` image.
+//! - [`seccomp`]: the daemon's seccomp profile from `strace` of what it really calls.
 //! - [`grafana`]: a dashboard's queries and variables, substituted as Grafana would, and a lint.
 //! - [`browser`]: headless Chromium loading a page: its rendered DOM and a screenshot.
 //! - [`demo`]: the perf-sched experiment cross-checked (`cargo xtask demo`).
@@ -36,6 +38,7 @@ pub mod guard;
 pub mod oracle;
 pub mod recorder;
 pub mod recording;
+pub mod seccomp;
 pub mod services;
 pub mod vmtest;
 pub mod web;

@@ -113,3 +113,93 @@ fn a_containerd_pod_under_kubepods_is_named_by_its_cri_annotations() {
     }
     daemon.stop().expect("SIGTERM");
 }
+
+/// The daemon's own image (`FROM scratch`) under podman with only CAP_BPF and CAP_PERFMON, the shipped
+/// seccomp profile, no-new-privileges, the host's PID namespace and read-only host mounts: `check`, as
+/// the image's own user (nobody), is ready and sizes its stamps from the host's pid_max; `run`, as
+/// uid 0 with the same two capabilities, serves metrics that name another container by its
+/// annotations.
+#[test]
+fn the_daemons_image_runs_with_two_capabilities_and_the_shipped_seccomp_profile() {
+    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let tag = format!("localhost/latency-daemon:test-{}", std::process::id());
+    podman.build_daemon_image(DAEMON.as_ref(), &tag).unwrap_or_else(|e| panic!("{e:#}"));
+    let profile = latency_lab::workspace_root().join(latency_lab::seccomp::PROFILE);
+    let seccomp = format!("seccomp={}", profile.display());
+    let confined = [
+        "--cap-drop=ALL",
+        "--cap-add=BPF,PERFMON",
+        "--security-opt",
+        seccomp.as_str(),
+        "--security-opt=no-new-privileges",
+        "--pid=host",
+        "--read-only",
+        "--volume=/sys/fs/cgroup:/sys/fs/cgroup:ro",
+        "--volume=/var/lib/containers/storage/overlay-containers:/var/lib/containers/storage/overlay-containers:ro",
+    ];
+    let untag = |podman: &Podman| drop(podman.podman(&["rmi", "--force", &tag]));
+
+    let check = podman.podman(&[&["run", "--rm", "--network=none"][..], &confined, &[&tag, "check"]].concat());
+    let check = check.unwrap_or_else(|e| {
+        untag(&podman);
+        panic!("check in the image: {e:#}")
+    });
+    assert!(check.lines().any(|l| l == "ready"), "{check}");
+    assert!(check.contains("capabilities: ok (CAP_BPF, CAP_PERFMON)"), "{check}");
+    let host_pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap();
+    assert!(
+        check.contains(&format!("{} stamp slots = kernel.pid_max of the host PID namespace", host_pid_max.trim())),
+        "{check}"
+    );
+
+    let victim = podman
+        .run(
+            "named",
+            &[("io.kubernetes.pod.name", "named-pod"), ("io.kubernetes.pod.namespace", "imagens")],
+            &["--cpuset-cpus", "0"],
+            &["sh", "-c", "while :; do usleep 1000; done & while :; do :; done"],
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let port = latency_lab::web::free_port().unwrap();
+    let listen = format!("--listen=127.0.0.1:{port}");
+    let name = format!("runqlat-{}-daemon", std::process::id());
+    let run = podman.podman(
+        // uid 0, still with only the two capabilities: the runtimes keep their state root-only
+        // (0700), and reading a file one owns needs no capability (nobody would need
+        // CAP_DAC_READ_SEARCH, and Kubernetes gives a non-root container no ambient capabilities).
+        &[
+            &["run", "-d", "--name", &name, "--network=host", "--user=0"][..],
+            &confined,
+            &[&tag, "run", &listen, "--window", "1s"],
+        ]
+        .concat(),
+    );
+    let stop = |podman: &Podman| {
+        drop(podman.podman(&["rm", "--force", "--time", "5", &name]));
+        untag(podman);
+    };
+    if let Err(e) = run {
+        stop(&podman);
+        panic!("run in the image: {e:#}");
+    }
+    let want = "namespace=\"imagens\",pod=\"named-pod\"";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let found = loop {
+        let text = latency_lab::web::get(&format!("127.0.0.1:{port}"), "/metrics", &[]).map(|r| r.text());
+        if let Ok(text) = &text
+            && text.lines().any(|l| l.starts_with("runqlat_cgroup_delay_seconds_count{") && l.contains(want))
+        {
+            break Ok(());
+        }
+        if Instant::now() > deadline {
+            let log = podman.podman(&["logs", &name]).unwrap_or_default();
+            break Err(format!("no series with {want} within 30 s; last scrape: {text:?}; daemon log:\n{log}"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let caps = podman.podman(&["exec", &name, "/latency-daemon", "--version"]).map(drop);
+    stop(&podman);
+    podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
+    found.unwrap_or_else(|e| panic!("{e}"));
+    caps.unwrap_or_else(|e| panic!("the image has the daemon as its only program: {e:#}"));
+}

@@ -3,6 +3,7 @@
 mod bench;
 mod build;
 mod cmd;
+mod container;
 mod dashboard;
 mod demo;
 #[cfg(test)]
@@ -32,6 +33,10 @@ enum Command {
     Run(run::Args),
     /// Setup, then the whole test suite (needs root and a real kernel).
     Test(test::Args),
+    /// Setup, release build, then the daemon's `FROM scratch` OCI image (podman; no registry).
+    Image,
+    /// Setup, release build, then deploy/seccomp/latency-daemon.json from `strace` of the daemon.
+    Seccomp,
     /// Format the Grafana mixin (deploy/grafana) and regenerate its dashboards' JSON.
     Dashboard,
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
@@ -52,6 +57,8 @@ fn main() -> anyhow::Result<()> {
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
+        Command::Image => container::image(),
+        Command::Seccomp => container::seccomp(),
         Command::Dashboard => dashboard::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Workload(args) => latency_lab::workload::run(&args),

@@ -107,6 +107,40 @@ impl Podman {
         cmd::stdout(&mut rm).map(drop)
     }
 
+    /// The daemon's own image, `FROM scratch`: the binary, the shared libraries `ldd` lists (at their
+    /// paths) and nothing else — no shell, no package manager — running as nobody (65534).
+    /// Capabilities come from the runtime (BPF and PERFMON; podman and Docker make added
+    /// capabilities ambient for a non-root user).
+    pub fn build_daemon_image(&self, binary: &std::path::Path, tag: &str) -> anyhow::Result<()> {
+        let context = self.scratch.join("daemon-image");
+        let rootfs = context.join("rootfs");
+        let _ = std::fs::remove_dir_all(&context);
+        std::fs::create_dir_all(&rootfs)?;
+        std::fs::copy(binary, rootfs.join("latency-daemon"))
+            .with_context(|| format!("copying {}", binary.display()))?;
+        let mut ldd = Command::new("ldd");
+        ldd.arg(binary);
+        for lib in cmd::stdout(&mut ldd)?.split_whitespace().filter(|w| w.starts_with('/')) {
+            let to = rootfs.join(lib.trim_start_matches('/'));
+            std::fs::create_dir_all(to.parent().context("library path")?)?;
+            std::fs::copy(lib, &to).with_context(|| format!("copying {lib}"))?;
+        }
+        std::fs::write(
+            context.join("Containerfile"),
+            "FROM scratch\nCOPY rootfs/ /\nUSER 65534:65534\nEXPOSE 9954\nENTRYPOINT [\"/latency-daemon\"]\nCMD [\"run\"]\n",
+        )?;
+        let mut build = self.command();
+        build.args(["build", "--quiet", "--tag", tag, "--file"]).arg(context.join("Containerfile")).arg(&context);
+        cmd::stdout(&mut build).map(drop)
+    }
+
+    /// Runs `podman ARGS` with our configuration; its stdout, or an error with its stderr.
+    pub fn podman(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut c = self.command();
+        c.args(args);
+        cmd::stdout(&mut c)
+    }
+
     /// The test image as an OCI archive (for `ctr images import`).
     pub fn save(&self, archive: &std::path::Path) -> anyhow::Result<()> {
         let mut save = self.command();

@@ -80,6 +80,7 @@ fn check() -> bool {
                     probe.stamp_capacity(),
                     started.elapsed().as_secs_f64() * 1e3
                 );
+                println!("stamps:       {}", system::stamp_slots_reason(probe.stamp_capacity()));
                 let loads = probe.load_times();
                 let total: f64 = loads.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum();
                 let each: Vec<String> =

@@ -1,5 +1,5 @@
 //! Facts about the running system: kernel release and host name (for reports and alerts),
-//! `kernel.pid_max` (to size the kernel's per-tid arrays).
+//! `kernel.pid_max` (to size the kernel's per-tid arrays) and whether it is the host's.
 
 /// `uname -r`, or "unknown".
 pub fn kernel_release() -> String {
@@ -26,4 +26,24 @@ pub fn pid_max() -> std::io::Result<u32> {
     text.trim()
         .parse()
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {:?}", text.trim())))
+}
+
+/// Whether this process sees the host's PID namespace: there, pid 2 is `kthreadd`; a private PID
+/// namespace (a container without hostPID) shows no kernel threads. The kernel program indexes its
+/// arrays by host tids, and since 6.14 `kernel.pid_max` is per namespace (a container reads
+/// 4194304 where the host has 32768), so only the host's value sizes them right.
+pub fn in_host_pid_namespace() -> bool {
+    std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd")
+}
+
+/// One line saying where the stamp array's size came from, for the log and `check`.
+pub fn stamp_slots_reason(slots: u32) -> String {
+    if in_host_pid_namespace() {
+        format!("{slots} stamp slots = kernel.pid_max of the host PID namespace")
+    } else {
+        format!(
+            "{slots} stamp slots = kernel.pid_max of a private PID namespace, not the host's: run with the host's \
+             PID namespace (hostPID: true, --pid=host) to size it from the host's pid_max"
+        )
+    }
 }

@@ -25,6 +25,8 @@ const PACKAGES: &[&str] = &[
     "runc",
     "containerd",
     "busybox-static",
+    // The seccomp profile is what strace sees the daemon call (`cargo xtask seccomp`).
+    "strace",
 ];
 
 #[derive(Debug)]
