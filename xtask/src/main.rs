@@ -6,6 +6,7 @@ mod cmd;
 mod container;
 mod dashboard;
 mod demo;
+mod kubernetes;
 #[cfg(test)]
 mod readme_layout;
 mod run;
@@ -37,6 +38,8 @@ enum Command {
     Image,
     /// Setup, release build, then deploy/seccomp/latency-daemon.json from `strace` of the daemon.
     Seccomp,
+    /// Regenerate deploy/kubernetes/prometheusrule.yaml from deploy/prometheus/rules.yml.
+    Kubernetes,
     /// Format the Grafana mixin (deploy/grafana) and regenerate its dashboards' JSON.
     Dashboard,
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
@@ -59,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::Test(args) => test::run(args),
         Command::Image => container::image(),
         Command::Seccomp => container::seccomp(),
+        Command::Kubernetes => kubernetes::run(),
         Command::Dashboard => dashboard::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Workload(args) => latency_lab::workload::run(&args),

@@ -4,6 +4,7 @@
 mod bpf_linker;
 mod kernel;
 mod packages;
+pub mod python;
 mod qemu;
 mod toolchain;
 
@@ -32,6 +33,7 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(bpf_linker::BpfLinker),
         Box::new(packages::DebPackages),
         Box::new(qemu::Qemu),
+        Box::new(python::KubernetesValidate),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
     ]
