@@ -203,3 +203,86 @@ fn the_daemons_image_runs_with_two_capabilities_and_the_shipped_seccomp_profile(
     found.unwrap_or_else(|e| panic!("{e}"));
     caps.unwrap_or_else(|e| panic!("the image has the daemon as its only program: {e:#}"));
 }
+
+/// The DaemonSet itself: its pod template, as shipped (securityContext, seccomp profile, read-only
+/// root and host mounts, probes, ports), run by `podman kube play` with the daemon's image: it
+/// attaches, serves /healthz and /metrics on its port, and runs confined as declared.
+#[test]
+fn the_daemonsets_pod_template_runs_as_declared() {
+    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let tag = format!("localhost/latency-daemon:kube-{}", std::process::id());
+    podman.build_daemon_image(DAEMON.as_ref(), &tag).unwrap_or_else(|e| panic!("{e:#}"));
+    let root = latency_lab::workspace_root();
+    let manifest = std::fs::read_to_string(root.join("deploy/kubernetes/daemonset.yaml")).unwrap();
+    let name = format!("runqlat-{}-kube", std::process::id());
+    let pod = latency_lab::services::pod_from_daemonset(&manifest, &name, &tag).unwrap_or_else(|e| panic!("{e:#}"));
+    // The Localhost profile, where kubelet (and podman's --seccomp-profile-root) looks for it.
+    let profiles = podman.scratch_file("seccomp");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::copy(root.join(latency_lab::seccomp::PROFILE), profiles.join("latency-daemon.json")).unwrap();
+    let host_dirs = ["/run/containerd", "/run/containers/storage"];
+    let result = {
+        let played = latency_lab::services::KubePod::play(&podman, &pod, &profiles, &host_dirs);
+        let check = || -> Result<(), String> {
+            played.as_ref().map_err(|e| format!("podman kube play: {e:#}"))?;
+            let container = format!("{name}-latency-daemon");
+            let inspect =
+                |format: &str| podman.podman(&["inspect", &container, "--format", format]).unwrap_or_default();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let metrics = loop {
+                let ip = podman
+                    .podman(&["pod", "inspect", &name, "--format", "{{.InfraContainerID}}"])
+                    .ok()
+                    .and_then(|infra| {
+                        podman
+                            .podman(&[
+                                "inspect",
+                                infra.trim(),
+                                "--format",
+                                "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                            ])
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                let addr = format!("{}:9954", ip.trim());
+                let healthy = latency_lab::web::get(&addr, "/healthz", &[]).is_ok_and(|r| r.status == 200);
+                if healthy && let Ok(r) = latency_lab::web::get(&addr, "/metrics", &[]) {
+                    break r.text();
+                }
+                if Instant::now() > deadline {
+                    let log = podman.podman(&["logs", &container]).unwrap_or_default();
+                    return Err(format!(
+                        "not healthy at {addr} within 30 s; state {}; log:\n{log}",
+                        inspect("{{.State.Status}}")
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            };
+            if !sample(&metrics, "runqlat_delay_seconds_count{reason=\"wakeup\"}").is_some_and(|n| n > 0.0) {
+                return Err(format!("no delays measured:\n{metrics}"));
+            }
+            let pid = inspect("{{.State.Pid}}");
+            let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap_or_default();
+            let field =
+                |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("?").to_owned();
+            // Bounding set at most BPF (39) and PERFMON (38); seccomp filtering; no privilege gain.
+            let bounding = u64::from_str_radix(&field("CapBnd:"), 16).unwrap_or(u64::MAX);
+            let declared = [
+                ("CapBnd ⊆ {BPF, PERFMON}", bounding & !(1 << 38 | 1 << 39) == 0),
+                ("Seccomp: 2 (a filter)", field("Seccomp:") == "2"),
+                ("NoNewPrivs: 1", field("NoNewPrivs:") == "1"),
+                ("read-only root", inspect("{{.HostConfig.ReadonlyRootfs}}").trim() == "true"),
+                ("every mount read-only", !inspect("{{range .Mounts}}{{.RW}} {{end}}").contains("true")),
+                ("uid 0", field("Uid:").split_whitespace().next() == Some("0")),
+            ];
+            let broken: Vec<&str> = declared.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
+            if !broken.is_empty() {
+                return Err(format!("not as declared: {broken:?}\n{status}"));
+            }
+            Ok(())
+        };
+        check()
+    };
+    drop(podman.podman(&["rmi", "--force", &tag]));
+    result.unwrap_or_else(|e| panic!("{e}"));
+}

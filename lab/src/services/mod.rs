@@ -3,6 +3,7 @@
 mod alertmanager;
 mod cgroup;
 mod containerd;
+mod kube;
 mod podman;
 mod prometheus;
 
@@ -14,6 +15,7 @@ use anyhow::{Context as _, bail};
 pub use alertmanager::Alertmanager;
 pub use cgroup::TestCgroup;
 pub use containerd::Containerd;
+pub use kube::{KubePod, pod_from_daemonset};
 pub use podman::{Container, Podman};
 pub use prometheus::Prometheus;
 

@@ -141,6 +141,11 @@ impl Podman {
         cmd::stdout(&mut c)
     }
 
+    /// A path in this guard's scratch directory.
+    pub fn scratch_file(&self, name: &str) -> PathBuf {
+        self.scratch.join(name)
+    }
+
     /// The test image as an OCI archive (for `ctr images import`).
     pub fn save(&self, archive: &std::path::Path) -> anyhow::Result<()> {
         let mut save = self.command();

@@ -1,0 +1,88 @@
+//! A DaemonSet's pod template run for real: `podman kube play` runs Pods, not DaemonSets, so the
+//! template is lifted into a Pod of the test's own name, verbatim otherwise (securityContext,
+//! seccomp profile, hostPID, read-only mounts, probes, ports), with the test's image. In: the
+//! manifest's text; out: the running pod, removed with `podman kube down` when the guard goes, and
+//! the host directories its `DirectoryOrCreate` mounts made removed too.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+
+use super::Podman;
+
+/// `spec.template` of a DaemonSet (at two spaces, its body at four) → a Pod named `name` running
+/// `image` in place of the manifest's.
+pub fn pod_from_daemonset(daemonset: &str, name: &str, image: &str) -> anyhow::Result<String> {
+    let start = daemonset.find("\n  template:\n").context("no spec.template")? + "\n  template:\n".len();
+    let mut body = Vec::new();
+    for line in daemonset[start..].lines() {
+        if line.trim().is_empty() {
+            body.push("");
+        } else if let Some(inner) = line.strip_prefix("    ") {
+            body.push(inner);
+        } else {
+            break;
+        }
+    }
+    let mut pod = format!("apiVersion: v1\nkind: Pod\n{}\n", body.join("\n"));
+    if !pod.contains("\nmetadata:\n") || !pod.contains("\nspec:\n") {
+        bail!("the template has no metadata or spec");
+    }
+    pod = pod.replacen("\nmetadata:\n", &format!("\nmetadata:\n  name: {name}\n"), 1);
+    let images: Vec<&str> = pod.lines().filter(|l| l.trim_start().starts_with("image: ")).collect();
+    let [old] = images[..] else { bail!("expected one container image, found {images:?}") };
+    let indent = &old[..old.len() - old.trim_start().len()];
+    Ok(pod.replacen(old, &format!("{indent}image: {image}"), 1))
+}
+
+/// A pod run by `podman kube play`, torn down on drop.
+#[derive(Debug)]
+pub struct KubePod<'a> {
+    podman: &'a Podman,
+    yaml: PathBuf,
+    /// Host directories that did not exist before (a `DirectoryOrCreate` mount makes them).
+    made: Vec<PathBuf>,
+}
+
+impl<'a> KubePod<'a> {
+    /// Plays `pod` (YAML text) with Localhost seccomp profiles under `seccomp_root`. `host_dirs`
+    /// are the manifest's hostPath directories: those missing now are removed again on drop.
+    pub fn play(podman: &'a Podman, pod: &str, seccomp_root: &Path, host_dirs: &[&str]) -> anyhow::Result<KubePod<'a>> {
+        let made = host_dirs.iter().map(PathBuf::from).filter(|d| !d.exists()).collect();
+        let yaml = podman.scratch_file("pod.yaml");
+        std::fs::write(&yaml, pod).context("writing the pod")?;
+        let guard = KubePod { podman, yaml, made };
+        podman.podman(&["kube", "play", "--seccomp-profile-root", &seccomp_root.to_string_lossy(), &guard.path()])?;
+        Ok(guard)
+    }
+
+    fn path(&self) -> String {
+        self.yaml.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for KubePod<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.podman.podman(&["kube", "down", &self.path()]) {
+            eprintln!("podman kube down {}: {e:#}", self.path());
+        }
+        for dir in &self.made {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_becomes_a_pod() {
+        let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: d\nspec:\n  selector:\n    matchLabels:\n      a: b\n  template:\n    metadata:\n      labels:\n        a: b\n    spec:\n      hostPID: true\n      containers:\n        - name: c\n          image: x:1\n\n          args: [\"run\"]\n";
+        let pod = pod_from_daemonset(ds, "p", "y:2").unwrap();
+        assert_eq!(
+            pod,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    a: b\nspec:\n  hostPID: true\n  containers:\n    - name: c\n      image: y:2\n\n      args: [\"run\"]\n"
+        );
+        assert!(pod_from_daemonset("kind: Pod\n", "p", "y").is_err());
+    }
+}
