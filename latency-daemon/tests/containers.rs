@@ -209,7 +209,7 @@ fn the_daemons_image_runs_with_two_capabilities_and_the_shipped_seccomp_profile(
 /// attaches, serves /healthz and /metrics on its port, and runs confined as declared.
 #[test]
 fn the_daemonsets_pod_template_runs_as_declared() {
-    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
     let tag = format!("localhost/latency-daemon:kube-{}", std::process::id());
     podman.build_daemon_image(DAEMON.as_ref(), &tag).unwrap_or_else(|e| panic!("{e:#}"));
     let root = latency_lab::workspace_root();

@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn the_prometheus_rule_is_rules_yml() {
-        let want = generate(&read(RULES)).unwrap();
+        let want = generate(&read(RULES)).unwrap_or_else(|e| panic!("{e:#}"));
         assert!(read(OUT) == want, "{OUT} differs from {RULES}: run `cargo xtask kubernetes`");
     }
 
@@ -75,15 +75,16 @@ mod tests {
         // The spec back out as a rules file: what the operator hands Prometheus.
         let spec: String = read(OUT)
             .split_once("\nspec:\n")
-            .unwrap()
+            .unwrap_or_else(|| panic!("{OUT} has no spec"))
             .1
             .lines()
             .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
             .collect();
-        let scratch = Scratch::new("runqlat-kube").unwrap();
+        let scratch = Scratch::new("runqlat-kube").unwrap_or_else(|e| panic!("{e:#}"));
         let file = scratch.join("rules.yml");
-        std::fs::write(&file, spec).unwrap();
-        let out = Command::new("promtool").arg("check").arg("rules").arg(&file).output().unwrap();
+        std::fs::write(&file, spec).unwrap_or_else(|e| panic!("{e:#}"));
+        let out =
+            Command::new("promtool").arg("check").arg("rules").arg(&file).output().unwrap_or_else(|e| panic!("{e:#}"));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 
@@ -91,7 +92,7 @@ mod tests {
     fn every_manifest_is_valid_kubernetes() {
         let dir = path("deploy/kubernetes");
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
+            .unwrap_or_else(|e| panic!("{e:#}"))
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -116,11 +117,15 @@ mod tests {
 
     #[test]
     fn a_broken_manifest_is_caught() {
-        let scratch = Scratch::new("runqlat-kube").unwrap();
+        let scratch = Scratch::new("runqlat-kube").unwrap_or_else(|e| panic!("{e:#}"));
         let bad = scratch.join("bad.yaml");
         let daemonset = read("deploy/kubernetes/daemonset.yaml").replace("add: [\"BPF\", \"PERFMON\"]", "add: BPF");
-        std::fs::write(&bad, daemonset).unwrap();
-        let out = Command::new(python::kubernetes_validate()).arg("--strict").arg(&bad).output().unwrap();
+        std::fs::write(&bad, daemonset).unwrap_or_else(|e| panic!("{e:#}"));
+        let out = Command::new(python::kubernetes_validate())
+            .arg("--strict")
+            .arg(&bad)
+            .output()
+            .unwrap_or_else(|e| panic!("{e:#}"));
         assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     }
 }

@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn the_template_becomes_a_pod() {
         let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: d\nspec:\n  selector:\n    matchLabels:\n      a: b\n  template:\n    metadata:\n      labels:\n        a: b\n    spec:\n      hostPID: true\n      containers:\n        - name: c\n          image: x:1\n\n          args: [\"run\"]\n";
-        let pod = pod_from_daemonset(ds, "p", "y:2").unwrap();
+        let pod = pod_from_daemonset(ds, "p", "y:2").unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(
             pod,
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    a: b\nspec:\n  hostPID: true\n  containers:\n    - name: c\n      image: y:2\n\n      args: [\"run\"]\n"
