@@ -113,12 +113,19 @@ impl Daemon {
     }
 
     /// SIGTERM; returns how long it took to exit, which must be with status 0.
-    pub fn stop(mut self) -> anyhow::Result<Duration> {
+    pub fn stop(self) -> anyhow::Result<Duration> {
+        self.stop_with_log().map(|(took, _)| took)
+    }
+
+    /// The same, and its whole log to the last line.
+    pub fn stop_with_log(mut self) -> anyhow::Result<(Duration, Vec<String>)> {
         let t = Instant::now();
         let status = self.proc.stop(libc::SIGTERM, STOP_LIMIT)?;
+        let took = t.elapsed();
+        let log = self.log.to_end(Duration::from_secs(2));
         if !status.success() {
-            bail!("latency-daemon run exited with {status} after SIGTERM; log: {:?}", self.log());
+            bail!("latency-daemon run exited with {status} after SIGTERM; log: {log:?}");
         }
-        Ok(t.elapsed())
+        Ok((took, log))
     }
 }
