@@ -1,6 +1,7 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
 //! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
-//! test). In: `dpkg-query`; out: the missing ones installed, services not started.
+//! test, systemd-analyze and strace for the service unit). In: `dpkg-query`; out: the missing
+//! ones installed, services not started.
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -20,6 +21,10 @@ const PACKAGES: &[&str] = &[
     "prometheus-alertmanager",
     "jsonnet",
     "chromium",
+    // systemd-analyze verify/security for deploy/systemd (PID 1 need not be systemd).
+    "systemd",
+    // strace: the daemon's system calls against the unit's SystemCallFilter.
+    "strace",
 ];
 
 #[derive(Debug)]
