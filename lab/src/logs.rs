@@ -68,6 +68,7 @@ pub fn is_timestamp(s: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
