@@ -68,6 +68,7 @@ fn capabilities_are_all_dropped_once_attached_as_root() {
         "{:?}",
         daemon.log()
     );
+    assert!(!daemon.log().iter().any(|l| l.contains("level=warn")), "the drop warned: {:?}", daemon.log());
     // A reload that needs no privilege still works without any.
     daemon.signal(libc::SIGHUP);
     wait_for_log(&daemon, "reloaded the configuration");

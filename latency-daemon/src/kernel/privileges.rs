@@ -94,7 +94,8 @@ impl Plan {
 pub struct Dropped {
     pub after: Sets,
     pub refused: Vec<String>,
-    /// Threads of this process other than the caller, which keep their own sets (should be 0).
+    /// Threads of this process other than the caller that still hold capabilities (should be 0:
+    /// capabilities are per thread).
     pub other_threads: usize,
 }
 
@@ -158,8 +159,22 @@ pub fn drop_all(plan: Plan) -> Dropped {
     if let Err(e) = capset(plan.keep & before.permitted, plan.keep & before.permitted) {
         refused.push(format!("effective/permitted/inheritable: {e}"));
     }
-    let other_threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count().saturating_sub(1));
-    Dropped { after: Sets::current().unwrap_or(before), refused, other_threads }
+    Dropped { after: Sets::current().unwrap_or(before), refused, other_threads: privileged_threads() }
+}
+
+/// Other threads of this process whose effective or permitted set is not empty (one that exited
+/// meanwhile, such as `bpf_needs_capability`'s, is not counted).
+fn privileged_threads() -> usize {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let me = unsafe { libc::gettid() }.to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|t| t.file_name().to_string_lossy() != me)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|status| Sets::from_status(&status))
+        .filter(|s| s.effective != 0 || s.permitted != 0)
+        .count()
 }
 
 /// The whole drop as `run` and `record` do it once attached: decide, drop, and log what stayed
