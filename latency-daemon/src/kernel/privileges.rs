@@ -2,8 +2,9 @@
 //! emptied out — ambient, bounding (while CAP_SETPCAP is still held), keep-caps off, no new
 //! privileges, then effective, permitted and inheritable — and what stayed, with why. The maps and
 //! links are file descriptors: reading and closing them needs no capability, except where a
-//! kernel's `bpf()` gates every command (before 6.5 with `kernel.unprivileged_bpf_disabled` set);
-//! there CAP_BPF alone is kept, found by asking the kernel, not by its version.
+//! kernel's `bpf()` gates every command (older kernels with `kernel.unprivileged_bpf_disabled` set:
+//! Debian's 5.10 in the vmtest matrix, not its 6.1); there CAP_BPF alone is kept, found by asking
+//! the kernel, not by its version.
 use std::io;
 
 /// The capability numbers named in our messages (linux/capability.h).
