@@ -112,6 +112,18 @@ impl Daemon {
         self.log.lines()
     }
 
+    /// Waits until a line of its log contains `needle`; fails after `limit`, showing the log.
+    pub fn wait_for_log(&self, needle: &str, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        while !self.log.contains(needle) {
+            if Instant::now() > deadline {
+                bail!("no {needle:?} in the log within {limit:?}: {:?}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// SIGTERM; returns how long it took to exit, which must be with status 0.
     pub fn stop(self) -> anyhow::Result<Duration> {
         self.stop_with_log().map(|(took, _)| took)

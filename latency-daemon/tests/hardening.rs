@@ -4,10 +4,7 @@
 //! logfmt/JSON log lines.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{process::Command, time::Duration};
 
 use latency_lab::{daemon::Daemon, logs, oracle::bpftool, web::sample};
 
@@ -188,9 +185,5 @@ fn logfmt_by_default_json_on_request_and_levels_filter() {
 }
 
 fn wait_for_log(daemon: &Daemon, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !daemon.log().iter().any(|l| l.contains(needle)) {
-        assert!(Instant::now() < deadline, "no {needle:?} in the log: {:?}", daemon.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    daemon.wait_for_log(needle, Duration::from_secs(15)).unwrap_or_else(|e| panic!("{e:#}"));
 }

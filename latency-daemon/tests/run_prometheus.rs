@@ -9,7 +9,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use latency_lab::{
@@ -282,11 +282,7 @@ fn bad_configuration_is_one_line_and_exit_2_before_attaching() {
 }
 
 fn wait_for_log(daemon: &Daemon, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !daemon.log().iter().any(|l| l.contains(needle)) {
-        assert!(Instant::now() < deadline, "no {needle:?} in the log: {:?}", daemon.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    daemon.wait_for_log(needle, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 fn grep(text: &str, needle: &str) -> String {
