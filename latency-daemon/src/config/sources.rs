@@ -195,6 +195,7 @@ impl RunArgs {
 
 #[cfg(test)]
 mod tests {
+    use super::super::args::{LogFormat, LogLevel};
     use super::*;
 
     fn fake(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -289,6 +290,15 @@ mod tests {
         assert!(problems.iter().all(|p| !p.contains('\n')));
         let fine: Vec<String> = ["--interval", "2s", "--log.level=warn", "--per-task"].map(String::from).into();
         assert!(flag_problems(&fine).is_empty());
+    }
+
+    #[test]
+    fn log_settings_in_the_file() {
+        let path = Path::new("/etc/latency-daemon.toml");
+        let args = parse_file("log_level = \"warn\"\nlog_format = \"json\"\n", path).unwrap();
+        assert_eq!((args.log_level, args.log_format), (Some(LogLevel::Warn), Some(LogFormat::Json)));
+        let e = parse_file("log_level = \"loud\"\n", path).unwrap_err().to_string();
+        assert!(e.contains("'loud' is not one of debug, info, warn, error"), "{e}");
     }
 
     #[test]
