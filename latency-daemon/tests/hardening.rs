@@ -50,6 +50,8 @@ fn assert_dropped_while_serving(daemon: &Daemon, bounding: u64, what: &str) {
         assert_eq!((*eff, *prm, *inh, *amb), (0, 0, 0, 0), "{what}: {task} keeps Eff/Prm/Inh/Amb capabilities");
         assert_eq!(*bnd, bounding, "{what}: {task} bounding set {bnd:016x}");
     }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    assert!(status.contains("NoNewPrivs:\t1"), "{what}: no_new_privs not set: {status}");
     let after = drains(daemon);
     assert!(after >= before + 2.0, "{what}: drains went {before} → {after} in 3 s without capabilities");
     let delays = sample(&daemon.metrics().unwrap(), "runqlat_delay_seconds_count{reason=\"wakeup\"}").unwrap();
