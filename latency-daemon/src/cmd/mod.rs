@@ -13,10 +13,13 @@ pub const FAILED: u8 = 1;
 /// Bad input: flags, environment or configuration. Nothing was attached.
 pub const BAD_INPUT: u8 = 2;
 
-/// One thread for HTTP and signals; `run`'s drain loop has a thread of its own.
+/// One thread for HTTP and signals; `run`'s drain loop has a thread of its own. Any thread the
+/// runtime starts (its blocking pool; workers, should it become multi-threaded) drops every
+/// capability first: only the thread that attaches and the drain thread may hold one.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_start(crate::kernel::privileges::drop_this_thread)
         .build()
         .map_err(|e| fail(&format!("cannot start the runtime: {e}")))
 }

@@ -202,6 +202,20 @@ pub fn drop_after_attach() -> Dropped {
     dropped
 }
 
+/// For a runtime's threads (`on_thread_start`): capabilities are per thread, and a worker or
+/// blocking thread started before the attach would otherwise keep the process's. They never need
+/// one (the attach and the drain thread are elsewhere), so each empties its own sets at start.
+pub fn drop_this_thread() {
+    let before = Sets::current().unwrap_or_default();
+    if before.effective == 0 && before.permitted == 0 && before.ambient == 0 {
+        return;
+    }
+    let dropped = drop_all(Plan::new(before, false));
+    for step in &dropped.refused {
+        log::warn!("capabilities: a runtime thread could not drop its own ({step})");
+    }
+}
+
 /// capset(2) on the calling thread: these effective and permitted sets, inheritable empty.
 fn capset(effective: u64, permitted: u64) -> io::Result<()> {
     #[repr(C)]
@@ -286,6 +300,25 @@ mod tests {
         );
         let admin = Sets { permitted: 1 << CAP_SYS_ADMIN, ..Sets::default() };
         assert_eq!(Plan::new(admin, true).keep, 1 << CAP_SYS_ADMIN, "kernels without CAP_BPF");
+    }
+
+    /// Threads a runtime starts hold nothing, whatever the thread that built it holds (as root
+    /// this drops something; otherwise there is nothing to drop and the check still holds).
+    #[test]
+    fn runtime_threads_start_without_capabilities() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .on_thread_start(drop_this_thread)
+            .build()
+            .unwrap();
+        let (worker, blocking) = runtime.block_on(async {
+            let worker = tokio::spawn(async { Sets::current().unwrap() }).await.unwrap();
+            let blocking = tokio::task::spawn_blocking(|| Sets::current().unwrap()).await.unwrap();
+            (worker, blocking)
+        });
+        for sets in [worker, blocking] {
+            assert_eq!((sets.effective, sets.permitted, sets.inheritable, sets.ambient), (0, 0, 0, 0), "{sets:?}");
+        }
     }
 
     #[test]
