@@ -112,13 +112,32 @@ impl Daemon {
         self.log.lines()
     }
 
+    /// Waits until a line of its log contains `needle`; fails after `limit`, showing the log.
+    pub fn wait_for_log(&self, needle: &str, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        while !self.log.contains(needle) {
+            if Instant::now() > deadline {
+                bail!("no {needle:?} in the log within {limit:?}: {:?}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// SIGTERM; returns how long it took to exit, which must be with status 0.
-    pub fn stop(mut self) -> anyhow::Result<Duration> {
+    pub fn stop(self) -> anyhow::Result<Duration> {
+        self.stop_with_log().map(|(took, _)| took)
+    }
+
+    /// The same, and its whole log to the last line.
+    pub fn stop_with_log(mut self) -> anyhow::Result<(Duration, Vec<String>)> {
         let t = Instant::now();
         let status = self.proc.stop(libc::SIGTERM, STOP_LIMIT)?;
+        let took = t.elapsed();
+        let log = self.log.to_end(Duration::from_secs(2));
         if !status.success() {
-            bail!("latency-daemon run exited with {status} after SIGTERM; log: {:?}", self.log());
+            bail!("latency-daemon run exited with {status} after SIGTERM; log: {log:?}");
         }
-        Ok(t.elapsed())
+        Ok((took, log))
     }
 }

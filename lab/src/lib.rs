@@ -13,6 +13,7 @@
 //! - [`recorder`]: `latency-daemon record` in the background.
 //! - [`recording`]: what `record --json` prints (schema 1), typed for the demo.
 //! - [`daemon`]: `latency-daemon run` on a loopback port of its own.
+//! - [`logs`]: the daemon's log lines (logfmt, timestamps) read back.
 //! - [`web`]: HTTP GET over std, free loopback ports, samples in Prometheus text.
 //! - [`services`]: real Prometheus (a test's own configuration, or the shipped scrape.yml and
 //!   rules.yml) and Alertmanager, cgroups of a test's own, podman and containerd containers, and
@@ -26,7 +27,7 @@
 //! - [`cmd`]: running a program, with its command line in every error.
 //!
 //! `demo`, `bench` and `vmtest` are drivers: they use everything else, and nothing imports them.
-//! `cmd`, `guard` and `web` import nothing else of the lab but each other; `grafana` only the
+//! `cmd`, `guard`, `logs` and `web` import nothing else of the lab but each other; `grafana` only the
 //! workspace root; `browser` only `guard`.
 pub mod bench;
 pub mod browser;
@@ -35,6 +36,7 @@ pub mod daemon;
 pub mod demo;
 pub mod grafana;
 pub mod guard;
+pub mod logs;
 pub mod oracle;
 pub mod recorder;
 pub mod recording;

@@ -6,10 +6,12 @@
 //!
 //! - `cli`     — clap types of the command line (`run`'s settings are `config::args`).
 //! - `cmd`     — where each command starts: `check`, `record` (+ its text rendering), `run`
-//!   (attach, signals, reload, stop; `pipeline`: drain → window → attribute → alert → publish).
+//!   (attach, signals, reload, stop; `pipeline`: drain → window → attribute → alert → publish);
+//!   `logger`: the process's logfmt/JSON logger behind the `log` facade.
 //! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),
-//!   `drain` (map reads), `caps` (the gate), `btf` (struct layouts).
+//!   `drain` (map reads), `caps` (the gate), `privileges` (every capability dropped once
+//!   attached), `btf` (struct layouts).
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
 //!   process's cost, cgroup v2 id → path, container → namespace/pod/container from the
 //!   runtime's OCI config (`containers`).
@@ -30,7 +32,9 @@
 //! `kernel` → `model`, `host`; `alert` → `model`; `config` → `model`, `alert` (its `Rules`);
 //! `serve` → `model`, `config`, the stats types of `alert::notify`; `cli` → `config`;
 //! `cmd` → anything; nothing imports `cmd`. Instruments (histograms, counters) are created by
-//! `cmd::run` and passed in.
+//! `cmd::run` and passed in. Every layer may log through the `log` crate's macros (a facade, not
+//! a layer); only `cmd` installs the logger and sets its level and format. Nothing but the
+//! reports of `check` and `record` and the usage errors prints directly.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod alert;

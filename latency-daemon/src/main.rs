@@ -5,16 +5,20 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use latency_daemon::{
     cli::{Cli, Command},
-    cmd,
+    cmd::{self, logger},
+    config::args::{LogFormat, LogLevel},
 };
 
 fn main() -> ExitCode {
-    match Cli::try_parse() {
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    // `run` sets its own level and format as soon as it has read them.
+    logger::init(LogLevel::default(), LogFormat::default());
+    match Cli::try_parse_from(&args) {
         Ok(cli) => match cli.command {
             Command::Check => cmd::check::main(),
             Command::Record(args) => cmd::record::main(args),
             Command::Run(args) => cmd::run::main(args),
         },
-        Err(e) => cmd::usage_error(e),
+        Err(e) => cmd::usage_error(e, &args),
     }
 }

@@ -71,22 +71,34 @@ impl Lines {
     }
 }
 
-/// Every line of a child's pipe so far, kept on a thread of their own (a daemon's log).
+/// Every line of a child's pipe so far, kept on a thread of their own (a daemon's log), and
+/// whether the pipe has closed.
 #[derive(Debug, Clone)]
-pub struct Log(Arc<Mutex<Vec<String>>>);
+pub struct Log(Arc<Mutex<Vec<String>>>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Log {
     pub fn read(pipe: impl Read + Send + 'static) -> Log {
-        let log = Log(Arc::default());
-        let sink = log.0.clone();
+        let log = Log(Arc::default(), Arc::default());
+        let (sink, closed) = (log.0.clone(), log.1.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                 if let Ok(mut lines) = sink.lock() {
                     lines.push(line);
                 }
             }
+            closed.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         log
+    }
+
+    /// Every line up to end of file (call after the child exited), waiting at most `limit` for
+    /// the reader to get there.
+    pub fn to_end(&self, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        while !self.1.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.lines()
     }
 
     pub fn lines(&self) -> Vec<String> {

@@ -10,6 +10,7 @@ use crate::{
         btf::{Btf, VMLINUX},
         caps::{self, Caps},
         features::{self, Feature},
+        privileges,
         probe::ProbeOptions,
     },
 };
@@ -53,6 +54,11 @@ fn check() -> bool {
         (Ok(()), Ok(caps)) => {
             let how = if caps.sys_admin { "CAP_SYS_ADMIN" } else { "CAP_BPF, CAP_PERFMON" };
             println!("capabilities: ok ({how})");
+            // What `run` and `record` keep once attached (the same decision, nothing dropped here).
+            if let Ok(before) = privileges::Sets::current() {
+                let plan = privileges::Plan::new(before, privileges::bpf_needs_capability());
+                println!("after attach: {}", plan.describe(before));
+            }
         }
         (Ok(()), Err(e)) => {
             println!("capabilities: unknown ({e})");

@@ -129,6 +129,36 @@ pub struct RunArgs {
     /// The alerts' `severity` label [default: warning]
     #[arg(long, value_name = "TEXT")]
     pub alert_severity: Option<String>,
+
+    /// Least severe log events written: debug, info, warn or error [default: info]
+    #[arg(long, visible_alias = "log.level", value_enum, value_name = "LEVEL")]
+    #[serde(deserialize_with = "super::format::de_choice")]
+    pub log_level: Option<LogLevel>,
+
+    /// How log events are written to stderr, one per line: logfmt or json [default: logfmt]
+    #[arg(long, visible_alias = "log.format", value_enum, value_name = "FORMAT")]
+    #[serde(deserialize_with = "super::format::de_choice")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// `--log.level`: events below it are not written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    #[default]
+    Info,
+    Warn,
+    Error,
+}
+
+/// `--log.format`: logfmt (`key=value`, as Prometheus and its exporters write) or one JSON object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Logfmt,
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -80,6 +80,8 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
         ceiling: merged.ceiling.unwrap_or(d.ceiling),
         clock: merged.clock.map_or(d.clock, Into::into),
         alert,
+        log_level: merged.log_level.unwrap_or(d.log_level),
+        log_format: merged.log_format.unwrap_or(d.log_format),
         config_file,
     };
     problems.extend(check(&config));

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::ValueEnum as _;
+use clap::ValueEnum;
 use latency_common::knobs::Clock;
 use latency_common::maps::Reason;
 use serde::de::Error as _;
@@ -45,6 +45,17 @@ pub fn de_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D
 pub fn de_clock<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ClockArg>, D::Error> {
     parsed(d, |s| {
         ClockArg::from_str(s, false).map_err(|_| format!("'{s}' is not a clock; expected one of {}", clock_names()))
+    })
+}
+
+/// Any clap value enum (`log_level`, `log_format`) by the name its flag takes.
+pub fn de_choice<'de, D: Deserializer<'de>, T: ValueEnum>(d: D) -> Result<Option<T>, D::Error> {
+    parsed(d, |s| {
+        T::from_str(s, false).map_err(|_| {
+            let names: Vec<String> =
+                T::value_variants().iter().filter_map(|v| Some(v.to_possible_value()?.get_name().to_owned())).collect();
+            format!("'{s}' is not one of {}", names.join(", "))
+        })
     })
 }
 

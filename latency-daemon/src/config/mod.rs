@@ -55,6 +55,10 @@ pub struct Config {
     /// Thresholds, timing and sinks of alerts (shown under their own `alert_*` keys).
     #[serde(flatten)]
     pub alert: AlertConfig,
+    /// Least severe log events written; adopted on reload.
+    pub log_level: args::LogLevel,
+    /// Logfmt or JSON lines on stderr; adopted on reload.
+    pub log_format: args::LogFormat,
     /// The file the settings were read from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_file: Option<PathBuf>,
@@ -86,6 +90,18 @@ fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+fn process_env_names() -> impl Iterator<Item = String> {
+    std::env::vars_os().filter_map(|(name, _)| name.into_string().ok())
+}
+
+/// `run`'s flags after clap refused them, and the process environment: every problem, one line
+/// each, for a usage error that names them all at once.
+pub fn usage_problems(run_args: &[String]) -> Vec<String> {
+    let mut lines = sources::flag_problems(run_args);
+    lines.extend(sources::env_problems(&process_env, process_env_names()).iter().map(Problem::to_string));
+    lines
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -106,6 +122,8 @@ impl Default for Config {
             ceiling: Duration::from_nanos(DEFAULT_CEILING_NS),
             clock: Clock::Monotonic,
             alert: AlertConfig::default(),
+            log_level: args::LogLevel::Info,
+            log_format: args::LogFormat::Logfmt,
             config_file: None,
         }
     }
@@ -114,8 +132,18 @@ impl Default for Config {
 impl Config {
     /// Merges flags (`args`), the environment, the `--config` file and the defaults, in that order
     /// of precedence, and validates the result.
+    /// Variables of the `RUNQLAT_` family that set nothing are problems too.
     pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
-        Self::load_with(args, &process_env)
+        let unknown = sources::unknown_vars(process_env_names());
+        match Self::load_with(args, &process_env) {
+            Ok(config) if unknown.is_empty() => Ok(config),
+            Ok(_) => Err(ConfigError::Invalid { problems: unknown }),
+            Err(ConfigError::Invalid { mut problems }) => {
+                problems.extend(unknown);
+                Err(ConfigError::Invalid { problems })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn load_with(args: &RunArgs, env: Env<'_>) -> Result<Config, ConfigError> {

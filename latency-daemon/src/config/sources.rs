@@ -23,6 +23,59 @@ pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<Pat
     Ok((merged.or(file), Some(path), problems))
 }
 
+/// `run`'s arguments after clap refused them: each flag (with its values) parsed on its own, so
+/// every bad one is named, not only the first. Empty when each is fine alone (the fault is in
+/// their combination, e.g. a flag given twice): clap's own message says it then.
+pub fn flag_problems(args: &[String]) -> Vec<String> {
+    let command = RunArgs::augment_args(clap::Command::new("run"));
+    let mut groups: Vec<Vec<&str>> = Vec::new();
+    for arg in args {
+        match groups.last_mut() {
+            Some(group) if !(arg.starts_with('-') && arg.len() > 1) => group.push(arg),
+            _ => groups.push(vec![arg]),
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|group| {
+            let parsed = command
+                .clone()
+                .try_get_matches_from(std::iter::once("run").chain(group))
+                .and_then(|matches| RunArgs::from_arg_matches(&matches));
+            parsed.err().map(|e| first_line(&e))
+        })
+        .collect()
+}
+
+/// Variables named like ours that set nothing (a typo, or a setting that does not exist), from
+/// the names of the process environment.
+pub(super) fn unknown_vars(names: impl IntoIterator<Item = String>) -> Vec<Problem> {
+    let command = RunArgs::augment_args(clap::Command::new("run"));
+    let known: Vec<String> = command.get_arguments().filter_map(|a| a.get_long()).map(env_name).collect();
+    let mut unknown: Vec<String> =
+        names.into_iter().filter(|n| n.starts_with(ENV_PREFIX) && !known.contains(n)).collect();
+    unknown.sort();
+    unknown
+        .into_iter()
+        .map(|name| {
+            Problem::new(
+                name,
+                format!(
+                    "no such setting (each variable is {ENV_PREFIX} and the name of a flag of run, in upper snake case)"
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every problem of the process environment: values that do not parse and unknown variables.
+pub(super) fn env_problems(env: Env<'_>, names: impl IntoIterator<Item = String>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    from_env(env, &mut problems);
+    problems.extend(unknown_vars(names));
+    problems
+}
+
 /// Every key the file takes, in the order of `RunArgs`'s fields (which is also `run --help`'s):
 /// the flags' names and the file-only tables, as serde's derive lists them for `deny_unknown_fields`.
 pub(super) fn file_keys() -> &'static [&'static str] {
@@ -134,12 +187,15 @@ impl RunArgs {
             alert_webhook: self.alert_webhook.or(lower.alert_webhook),
             alert_resend: self.alert_resend.or(lower.alert_resend),
             alert_severity: self.alert_severity.or(lower.alert_severity),
+            log_level: self.log_level.or(lower.log_level),
+            log_format: self.log_format.or(lower.log_format),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::args::{LogFormat, LogLevel};
     use super::*;
 
     fn fake(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -219,6 +275,39 @@ mod tests {
             let e = parse_file(e, path).unwrap_err().to_string();
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn every_bad_flag_is_named() {
+        let args: Vec<String> =
+            ["stray", "--bogus", "--interval", "soon", "--per-task", "--top-cgroups", "many"].map(String::from).into();
+        let problems = flag_problems(&args);
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("'stray'"), "{problems:?}");
+        assert!(problems[1].contains("'--bogus'"), "{problems:?}");
+        assert!(problems[2].contains("'soon'") && problems[2].contains("--interval"), "{problems:?}");
+        assert!(problems[3].contains("'many'"), "{problems:?}");
+        assert!(problems.iter().all(|p| !p.contains('\n')));
+        let fine: Vec<String> = ["--interval", "2s", "--log.level=warn", "--per-task"].map(String::from).into();
+        assert!(flag_problems(&fine).is_empty());
+    }
+
+    #[test]
+    fn log_settings_in_the_file() {
+        let path = Path::new("/etc/latency-daemon.toml");
+        let args = parse_file("log_level = \"warn\"\nlog_format = \"json\"\n", path).unwrap();
+        assert_eq!((args.log_level, args.log_format), (Some(LogLevel::Warn), Some(LogFormat::Json)));
+        let e = parse_file("log_level = \"loud\"\n", path).unwrap_err().to_string();
+        assert!(e.contains("'loud' is not one of debug, info, warn, error"), "{e}");
+    }
+
+    #[test]
+    fn unknown_variables_are_named() {
+        let names = ["RUNQLAT_TOP_CGROUP", "PATH", "RUNQLAT_INTERVAL", "RUNQLAT_LOG_LEVEL", "RUNQLAT_AAA"];
+        let env = fake(&[("RUNQLAT_WINDOW", "never")]);
+        let problems = env_problems(&env, names.map(String::from));
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["window", "RUNQLAT_AAA", "RUNQLAT_TOP_CGROUP"]);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
 //! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
-//! test, podman and containerd for real containers). In: `dpkg-query`; out: the missing ones installed, services not started.
+//! test, podman and containerd for real containers, systemd-analyze and strace for the service
+//! unit and the seccomp profile). In: `dpkg-query`; out: the missing ones installed, services not
+//! started.
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -25,7 +27,10 @@ const PACKAGES: &[&str] = &[
     "runc",
     "containerd",
     "busybox-static",
-    // The seccomp profile is what strace sees the daemon call (`cargo xtask seccomp`).
+    // systemd-analyze verify/security for deploy/systemd (PID 1 need not be systemd).
+    "systemd",
+    // strace: the daemon's system calls, for the unit's SystemCallFilter and the container's
+    // seccomp profile (`cargo xtask seccomp`).
     "strace",
 ];
 

@@ -167,15 +167,16 @@ impl Health {
 
     fn ok(&mut self) {
         if std::mem::replace(&mut self.failing, false) {
-            eprintln!("notify: {} {} is delivering again", self.what, self.url);
+            ::log::info!("notify: {} {} is delivering again", self.what, self.url);
         }
     }
 
     fn failed(&mut self, error: &str) {
         if !std::mem::replace(&mut self.failing, true) {
-            eprintln!(
+            ::log::warn!(
                 "notify: {} {}: {error} (further failures are only counted until it recovers)",
-                self.what, self.url
+                self.what,
+                self.url
             );
         }
     }

@@ -77,21 +77,24 @@ pub fn alertmanager_body<'a>(
 
 #[derive(Serialize)]
 struct LogLine<'a> {
-    ts: String,
+    time: String,
     level: &'static str,
+    msg: &'static str,
     event: &'static str,
     #[serde(flatten)]
     alert: &'a Alert,
 }
 
-/// `{"ts":…,"level":"alert","event":"fired"|"resolved",…the Alert…}`, no trailing newline.
+/// `{"time":…,"level":"warn"|"info","msg":"alert fired"|"alert resolved","event":"fired"|"resolved",
+/// …the Alert…}`, no trailing newline: the keys of a `--log.format=json` event, so a JSON log
+/// reader takes it as one, and JSON under logfmt too, since the culprits are nested data.
 /// serde_json escapes every control character, so a hostile comm stays inside its string.
 pub fn log_line(t: &Transition, now_unix_ns: u64) -> Result<String, serde_json::Error> {
-    let (event, alert) = match t {
-        Transition::Fired(a) => ("fired", a),
-        Transition::Resolved(a) => ("resolved", a),
+    let (event, level, msg, alert) = match t {
+        Transition::Fired(a) => ("fired", "warn", "alert fired", a),
+        Transition::Resolved(a) => ("resolved", "info", "alert resolved", a),
     };
-    serde_json::to_string(&LogLine { ts: text::rfc3339(now_unix_ns), level: "alert", event, alert })
+    serde_json::to_string(&LogLine { time: text::rfc3339(now_unix_ns), level, msg, event, alert })
 }
 
 #[cfg(test)]
@@ -150,7 +153,9 @@ mod tests {
         let line = log_line(&Transition::Resolved(a.clone()), NOW).unwrap();
         assert!(!line.contains('\n'), "{line}");
         assert!(
-            line.starts_with(r#"{"ts":"2023-11-14T22:15:00.000Z","level":"alert","event":"resolved","key":"#),
+            line.starts_with(
+                r#"{"time":"2023-11-14T22:15:00.000Z","level":"info","msg":"alert resolved","event":"resolved","key":"#
+            ),
             "{line}"
         );
         let v: Value = serde_json::from_str(&line).unwrap();

@@ -72,7 +72,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
     };
     let (mut probe, degraded) = features::load(&options)?;
     for d in &degraded {
-        super::log(&format!("{} unavailable on this kernel, recording without it: {}", d.feature.name(), d.why));
+        log::warn!("{} unavailable on this kernel, recording without it: {}", d.feature.name(), d.why);
     }
     let start = Snapshot::empty(clock::monotonic_ns(), drain::possible_cpus());
     let run_queue_clock = !degraded.iter().any(|d| d.feature == Feature::RunQueueClock);
@@ -82,10 +82,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         filter: args.pids.clone(),
         clock: if run_queue_clock { options.clock } else { Clock::Monotonic },
     };
-    super::log(&format!(
-        "attached; recording for {} (Ctrl-C to stop early)",
-        humantime::format_duration(args.duration)
-    ));
+    log::info!("attached; recording for {} (Ctrl-C to stop early)", humantime::format_duration(args.duration));
 
     // --svg: the histograms every period, each period's delta a column.
     let period = Duration::from_secs(args.duration.as_secs().div_ceil(SVG_COLUMNS).max(1));
@@ -180,8 +177,8 @@ async fn wait(duration: Duration, period: Duration, mut each_period: impl FnMut(
         tokio::select! {
             _ = periods.tick() => each_period(),
             _ = tokio::time::sleep_until(deadline) => break,
-            _ = sigint.recv() => { if tty { eprintln!() } eprintln!("latency-daemon: interrupted; reporting what was measured"); return Ok(()) }
-            _ = sigterm.recv() => { if tty { eprintln!() } eprintln!("latency-daemon: terminated; reporting what was measured"); return Ok(()) }
+            _ = sigint.recv() => { if tty { eprintln!() } log::info!("interrupted; reporting what was measured"); return Ok(()) }
+            _ = sigterm.recv() => { if tty { eprintln!() } log::info!("terminated; reporting what was measured"); return Ok(()) }
             _ = tick.tick() => {
                 if tty {
                     let done = started.elapsed().as_secs_f64();

@@ -8,14 +8,15 @@ use latency_common::knobs::Clock;
 use tokio::{signal::unix::SignalKind, sync::watch};
 
 use self::pipeline::{Command, Drainer};
-use super::log;
+use super::logger;
 use crate::{
     alert::notify::{HttpUrl, Notifier, SinkConfig},
-    config::{Config, args::RunArgs},
+    config::{Config, ConfigError, args::RunArgs},
     host::{cgroups::CgroupNames, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
         features::{self, Feature},
+        privileges,
         probe::{ProbeError, ProbeOptions},
     },
     model::exposition::Exposition,
@@ -39,14 +40,24 @@ pub enum RunError {
 /// `latency-daemon run`: exit 0 after a clean stop, 2 on bad configuration (nothing attached),
 /// 1 when the machine said no.
 pub fn main(args: RunArgs) -> ExitCode {
-    // Every configuration problem is bad input: one line, exit 2, nothing attached.
+    ignore_stray_signals();
+    // The flags' log settings until the environment and the file are read too.
+    logger::set(args.log_level.unwrap_or_default(), args.log_format.unwrap_or_default());
+    // Every configuration problem is bad input: one line each, exit 2, nothing attached.
     let config = match Config::load(&args) {
         Ok(c) => c,
+        Err(ConfigError::Invalid { problems }) => {
+            for p in problems {
+                log::error!("invalid configuration: {p}");
+            }
+            return ExitCode::from(super::BAD_INPUT);
+        }
         Err(e) => {
-            log(&e.to_string());
+            log::error!("{e}");
             return ExitCode::from(super::BAD_INPUT);
         }
     };
+    logger::set(config.log_level, config.log_format);
     let runtime = match super::runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -66,11 +77,11 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     } else {
         match CgroupNames::discover() {
             Ok(n) => {
-                log(&format!("per-cgroup delays: cgroup2 at {}, {} cgroups", n.mount().display(), n.len()));
+                log::info!(mount:% = n.mount().display(), cgroups = n.len(); "per-cgroup delays on");
                 Some(n)
             }
             Err(e) => {
-                log(&format!("per-cgroup delays off: {e}"));
+                log::warn!("per-cgroup delays off: {e}");
                 None
             }
         }
@@ -88,18 +99,21 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let (probe, degraded) = features::load(&options)?;
     log(&system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
-        log(&format!("{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why));
+        log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why);
     }
     let clock =
         if degraded.iter().any(|d| d.feature == Feature::RunQueueClock) { Clock::Monotonic } else { config.clock };
     let config = Config { clock, ..config };
-    log(&format!(
+    // Least privilege from here on: the maps and links are file descriptors, and this is still the
+    // only thread, so the drain thread and every later one start without capabilities.
+    privileges::drop_after_attach();
+    log::info!(
         "attached; draining every {}, windows of {}, serving http://{}/metrics and the live view at http://{}/",
         humantime::format_duration(config.interval),
         humantime::format_duration(config.window),
         config.listen,
         config.listen
-    ));
+    );
 
     let first = Exposition {
         version: env!("CARGO_PKG_VERSION"),
@@ -135,36 +149,51 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate()).map_err(RunError::Signal)?;
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
     let mut sighup = tokio::signal::unix::signal(SignalKind::hangup()).map_err(RunError::Signal)?;
+    let mut sigusr1 = tokio::signal::unix::signal(SignalKind::user_defined1()).map_err(RunError::Signal)?;
+    let mut sigusr2 = tokio::signal::unix::signal(SignalKind::user_defined2()).map_err(RunError::Signal)?;
     let mut current = config;
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
+            _ = sigusr1.recv() => log::info!("SIGUSR1 received: it has no meaning here; ignored"),
+            _ = sigusr2.recv() => log::info!("SIGUSR2 received: it has no meaning here; ignored"),
             _ = sighup.recv() => match current.reload(&args) {
                 Ok(reload) => {
                     if !reload.needs_restart.is_empty() {
-                        log(&format!("reload: {} changed but need a restart; kept the running values", reload.needs_restart.join(", ")));
+                        log::warn!("reload: {} changed but need a restart (a new map size or re-attach needs the capabilities dropped after attach); kept the running values", reload.needs_restart.join(", "));
                     }
                     current = reload.config;
+                    logger::set(current.log_level, current.log_format);
                     routes.set_config(Arc::new(current.clone()));
                     if let Some(n) = &notifier {
                         n.reconfigure(sink_config(&current));
                     }
                     let _ = commands.send(Command::Reload(Box::new(current.clone())));
-                    log("reloaded the configuration");
+                    log::info!("reloaded the configuration");
                 }
-                Err(e) => log(&format!("reload failed, keeping the running configuration: {e}")),
+                Err(e) => log::error!("reload failed, keeping the running configuration: {e}"),
             },
         }
     }
-    log("stopping: detaching the kernel program");
+    log::info!("stopping: detaching the kernel program");
     let _ = commands.send(Command::Stop);
     // The drain thread drops the probe (detaching everything) and returns.
     let _ = tokio::task::spawn_blocking(move || drain_thread.join()).await;
     let _ = stop_http.send(());
     let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
-    log("stopped");
+    log::info!("stopped");
     Ok(())
+}
+
+/// SIGUSR1 and SIGUSR2 end a process by default (exit 138/140) and SIGPIPE would too; a stray
+/// `kill -USR1` must not stop the monitor. Ignored from the first instruction of `run`, before
+/// anything is attached; `run` later logs each one it receives.
+fn ignore_stray_signals() {
+    for signal in [libc::SIGUSR1, libc::SIGUSR2, libc::SIGPIPE] {
+        // SAFETY: SIG_IGN installs no handler code; called before any other thread exists.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
 }
 
 /// Where and how alerts are sent.
@@ -174,7 +203,7 @@ fn sink_config(config: &Config) -> SinkConfig {
             .filter_map(|u| match HttpUrl::parse(u) {
                 Ok(url) => Some(url),
                 Err(e) => {
-                    log(&format!("ignoring alert URL: {e}"));
+                    log::warn!("ignoring alert URL: {e}");
                     None
                 }
             })

@@ -10,7 +10,6 @@ use std::{
 use latency_common::Reason;
 use tokio::sync::watch;
 
-use super::log;
 use crate::{
     alert::{Alert, Engine, Transition, notify::Notifier},
     config::Config,
@@ -124,7 +123,7 @@ impl Drainer {
                 Ok(()) => self.duration.observe(started.elapsed().as_secs_f64()),
                 Err(e) => {
                     self.exposition.drain_errors += 1;
-                    log(&format!("drain failed: {e}"));
+                    log::error!("drain failed: {e}");
                 }
             }
             self.published.send_replace(Arc::new(self.exposition.clone()));
@@ -241,7 +240,7 @@ impl Drainer {
         for id in names.prune() {
             match self.probe.delete_cgroup(id) {
                 Ok(()) => self.exposition.cgroups_pruned += 1,
-                Err(e) => log(&format!("cannot delete cgroup {id} from the kernel map: {e}")),
+                Err(e) => log::warn!("cannot delete cgroup {id} from the kernel map: {e}"),
             }
         }
         top
