@@ -97,7 +97,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         attribute_ns: config.alert.attribute_ns(),
     };
     let (probe, degraded) = features::load(&options)?;
-    log(&system::stamp_slots_reason(probe.stamp_capacity()));
+    log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
         log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why);
     }
