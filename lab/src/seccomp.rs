@@ -1,5 +1,5 @@
 //! The daemon's seccomp profile, from what it really calls: `latency-daemon check`, `record` and a
-//! `run` that is scraped in every format, reloaded (SIGHUP) and stopped
+//! `run` that is scraped in every format, reloaded (SIGHUP), sent the signals it ignores and stopped
 //! (SIGTERM), each under `strace -f`; out, an OCI/docker seccomp profile allowing exactly
 //! those system calls (plus the few any process needs to exit and return from a signal), everything
 //! else refused with EPERM. `cargo xtask seccomp` writes it to deploy/seccomp/latency-daemon.json;
@@ -33,17 +33,25 @@ const ALWAYS: [&str; 5] = ["exit", "exit_group", "rt_sigreturn", "restart_syscal
 /// earlier, before it drops capabilities and changes user, and this profile is not enough.
 const RUNTIME: [&str; 5] = ["fstatfs", "getpid", "tgkill", "nanosleep", "sched_yield"];
 
-/// The system calls `daemon` makes across check, record and a scraped, reloaded, stopped run.
+/// The system calls `daemon` makes across check, record and a scraped, reloaded, stopped run (with
+/// alerting on, so the attribution programs and the alert log are in it too).
 pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
     let scratch = Scratch::new("runqlat-seccomp")?;
-    let mut calls: BTreeSet<String> = ALWAYS.iter().chain(&RUNTIME).map(|s| (*s).to_owned()).collect();
-
+    let mut calls = BTreeSet::new();
     println!("seccomp: tracing `check`");
     calls.extend(strace_to_end(&scratch, "check", daemon, &["check"])?);
     println!("seccomp: tracing `record --duration 1s`");
     calls.extend(strace_to_end(&scratch, "record", daemon, &["record", "--duration", "1s"])?);
+    println!("seccomp: tracing `run` (scrapes in every format, SIGHUP, SIGUSR1/2, SIGPIPE, SIGTERM)");
+    calls.extend(trace_run(daemon, &["--alert-max-delay", "1us"])?);
+    Ok(calls)
+}
 
-    println!("seccomp: tracing `run` (scrapes in every format, SIGHUP, SIGTERM)");
+/// The system calls of `daemon run ARGS` from start to exit: attach, drain, scrapes of every
+/// endpoint and format, SIGHUP (reload), the signals it ignores (SIGUSR1, SIGUSR2, SIGPIPE), and
+/// SIGTERM (detach). Fails if it dies on any but the last.
+pub fn trace_run(daemon: &Path, args: &[&str]) -> anyhow::Result<BTreeSet<String>> {
+    let scratch = Scratch::new("runqlat-seccomp")?;
     let addr = format!("127.0.0.1:{}", web::free_port()?);
     let out = scratch.join("run.trace");
     let mut command = Command::new("strace");
@@ -53,6 +61,7 @@ pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
         .arg("--")
         .arg(daemon)
         .args(["run", "--listen", &addr, "--interval", "200ms", "--window", "400ms", "--per-task"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -84,9 +93,9 @@ pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
     for (path, headers) in scrapes {
         web::get(&addr, path, headers).with_context(|| format!("GET {path}"))?;
     }
-    for signal in [libc::SIGHUP, libc::SIGTERM] {
+    for signal in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGPIPE, libc::SIGTERM] {
         if traced_child(strace.pid()).ok() != Some(pid) {
-            bail!("the traced daemon died before signal {signal}");
+            bail!("the traced daemon died before signal {signal} (it must survive all but SIGTERM)");
         }
         // SAFETY: kill(2) on the daemon this function started, still strace's child (checked above).
         unsafe { libc::kill(pid as i32, signal) };
@@ -96,13 +105,12 @@ pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
     while std::fs::metadata(format!("/proc/{pid}")).is_ok() {
         if Instant::now() > deadline {
             strace.signal(libc::SIGKILL);
-            bail!("the traced daemon did not stop within 10 s of SIGTERM (or died on a signal it should ignore)");
+            bail!("the traced daemon did not stop within 10 s of SIGTERM");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(strace);
-    calls.extend(syscalls(&std::fs::read_to_string(&out).context("reading the run trace")?));
-    Ok(calls)
+    Ok(syscalls(&std::fs::read_to_string(&out).context("reading the run trace")?))
 }
 
 /// `strace -f daemon ARGS` until it exits; the system calls it made.
@@ -149,8 +157,11 @@ pub fn syscalls(trace: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// An OCI/docker seccomp profile allowing `calls` on x86-64 (and its 32-bit ABIs refused).
-pub fn profile(calls: &BTreeSet<String>) -> serde_json::Value {
+/// An OCI/docker seccomp profile allowing the `traced` calls, those any process needs and those the
+/// runtime makes after installing it, on x86-64 (its 32-bit ABIs refused).
+pub fn profile(traced: &BTreeSet<String>) -> serde_json::Value {
+    let mut calls = traced.clone();
+    calls.extend(ALWAYS.iter().chain(&RUNTIME).map(|s| (*s).to_owned()));
     serde_json::json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": 1,
@@ -162,11 +173,13 @@ pub fn profile(calls: &BTreeSet<String>) -> serde_json::Value {
 /// `cargo xtask seccomp`: trace `daemon` and write the profile under `root`.
 pub fn write(daemon: &Path, root: &Path) -> anyhow::Result<()> {
     let calls = trace(daemon)?;
+    let profile = profile(&calls);
     let path = root.join(PROFILE);
     std::fs::create_dir_all(path.parent().context("profile path")?)?;
-    let text = serde_json::to_string_pretty(&profile(&calls))? + "\n";
+    let text = serde_json::to_string_pretty(&profile)? + "\n";
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    println!("seccomp: {} system calls allowed, written to {}", calls.len(), path.display());
+    let allowed = profile["syscalls"][0]["names"].as_array().map_or(0, Vec::len);
+    println!("seccomp: {} system calls traced, {allowed} allowed, written to {}", calls.len(), path.display());
     Ok(())
 }
 
@@ -195,6 +208,8 @@ mod tests {
     fn the_profile_refuses_by_default() {
         let p = profile(&["read".to_owned()].into());
         assert_eq!(p["defaultAction"], "SCMP_ACT_ERRNO");
-        assert_eq!(p["syscalls"][0]["names"][0], "read");
+        let names: Vec<&str> =
+            p["syscalls"][0]["names"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+        assert!(names.contains(&"read") && names.contains(&"fstatfs") && names.contains(&"exit_group"), "{names:?}");
     }
 }

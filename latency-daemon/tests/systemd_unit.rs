@@ -82,41 +82,13 @@ fn exposure_level_is_at_most_readmes_figure() {
 #[test]
 fn every_system_call_of_the_daemon_passes_the_units_filter() {
     let allowed = unit_filter();
-    let scratch = Scratch::new("strace").unwrap();
-    let counts = scratch.join("syscalls");
-    let out = counts.to_str().unwrap();
-    let daemon = latency_lab::daemon::Daemon::start_under(
-        DAEMON,
-        &["strace", "-f", "-qq", "-c", "-o", out, "--"],
-        &["--interval", "500ms", "--window", "1s", "--alert-max-delay", "1us"],
-    )
-    .expect("latency-daemon run under strace");
-    // The daemon is strace's child.
-    let strace = daemon.pid();
-    let children = std::fs::read_to_string(format!("/proc/{strace}/task/{strace}/children")).unwrap();
-    let pid: i32 = children.split_whitespace().next().expect("strace's child").parse().unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let _ = daemon.metrics().expect("GET /metrics");
-    let _ = daemon.get("/api/v1/snapshot");
-    // SAFETY: a signal to the daemon we started.
-    unsafe { libc::kill(pid, libc::SIGHUP) };
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    // SAFETY: as above. strace exits with its tracee's status.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    daemon.stop().expect("strace and the daemon exit 0 after SIGTERM");
+    let used = latency_lab::seccomp::trace_run(DAEMON.as_ref(), &["--alert-max-delay", "1us"])
+        .unwrap_or_else(|e| panic!("latency-daemon run under strace: {e:#}"));
     latency_lab::oracle::bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
-
-    let table = std::fs::read_to_string(&counts).unwrap();
-    let used: Vec<&str> = table
-        .lines()
-        .filter(|l| !l.starts_with('%') && !l.starts_with('-'))
-        .filter_map(|l| l.split_whitespace().last())
-        .filter(|&name| name != "total")
-        .collect();
-    assert!(used.contains(&"bpf") && used.contains(&"capset"), "strace saw too little: {table}");
-    eprintln!("{} system calls used: {}", used.len(), used.join(" "));
-    let denied: Vec<&str> = used.iter().copied().filter(|s| !allowed.iter().any(|a| a == s)).collect();
-    assert!(denied.is_empty(), "system calls the unit's filter would deny: {denied:?}\n{table}");
+    assert!(used.contains("bpf") && used.contains("capset"), "strace saw too little: {used:?}");
+    eprintln!("{} system calls used: {}", used.len(), used.iter().map(String::as_str).collect::<Vec<_>>().join(" "));
+    let denied: Vec<&String> = used.iter().filter(|s| !allowed.contains(s)).collect();
+    assert!(denied.is_empty(), "system calls the unit's filter would deny: {denied:?}");
 }
 
 /// The system calls `SystemCallFilter=` lines of the unit allow, groups expanded.
