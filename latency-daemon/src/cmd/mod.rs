@@ -12,7 +12,20 @@ pub const FAILED: u8 = 1;
 /// Bad input: flags, environment or configuration. Nothing was attached.
 pub const BAD_INPUT: u8 = 2;
 
-/// One thread for HTTP and signals; `run`'s drain loop has a thread of its own.
+/// `run`'s runtime: HTTP, signals and alert sinks on worker threads, so one busy connection (a
+/// large snapshot, a TLS handshake, a bcrypt check) cannot stall the others; as many workers as
+/// CPUs, between 2 and 4. The drain loop has a thread of its own.
+fn serving_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cpus.clamp(2, 4))
+        .thread_name("serve")
+        .enable_all()
+        .build()
+        .map_err(|e| fail(&format!("cannot start the runtime: {e}")))
+}
+
+/// One thread for `record`'s signals and timers.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

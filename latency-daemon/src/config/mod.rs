@@ -6,6 +6,7 @@ mod alert;
 pub mod args;
 mod buckets;
 mod check;
+pub mod file;
 mod format;
 mod sources;
 
@@ -71,8 +72,8 @@ pub struct Reload {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file: {source}")]
+    Read { source: file::FileError },
     #[error("config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("invalid configuration: {}", problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; "))]

@@ -18,7 +18,7 @@ pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<Pat
     let mut problems = Vec::new();
     let merged = args.clone().or(from_env(env, &mut problems));
     let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+    let text = super::file::read(&path).map_err(|source| ConfigError::Read { source })?;
     let file = parse_file(&text, &path)?;
     Ok((merged.or(file), Some(path), problems))
 }

@@ -335,7 +335,7 @@ fn file_problems() {
 
     let missing = Path::new("/nonexistent/latency-daemon.toml");
     let e = error(&flags(&["--config", &missing.display().to_string()]), &no_env);
-    assert!(e.starts_with("cannot read config file /nonexistent/latency-daemon.toml: "), "{e}");
+    assert!(e.starts_with("config file: cannot read /nonexistent/latency-daemon.toml: "), "{e}");
 }
 
 #[test]

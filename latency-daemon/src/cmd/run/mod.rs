@@ -11,7 +11,7 @@ use self::pipeline::{Command, Drainer};
 use super::log;
 use crate::{
     alert::notify::{HttpUrl, Notifier, SinkConfig},
-    config::{Config, args::RunArgs},
+    config::{Config, ConfigError, Reload, args::RunArgs},
     host::{cgroups::CgroupNames, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
@@ -47,11 +47,15 @@ pub fn main(args: RunArgs) -> ExitCode {
             return ExitCode::from(super::BAD_INPUT);
         }
     };
-    let runtime = match super::runtime() {
+    let runtime = match super::serving_runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(run(config, args)) {
+    let result = runtime.block_on(run(config, args));
+    // A blocking worker still reading a file must not hold the exit (the read is bounded, but
+    // the stop must not depend on it).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => super::fail(&e.to_string()),
     }
@@ -135,25 +139,41 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
     let mut sighup = tokio::signal::unix::signal(SignalKind::hangup()).map_err(RunError::Signal)?;
     let mut current = config;
+    // SIGHUP reads the files on a blocking worker: whatever the path turns out to be, serving and
+    // the stop signals go on. One reload at a time; a SIGHUP meanwhile is taken after it.
+    let mut reloading: Option<tokio::task::JoinHandle<Result<Reload, ConfigError>>> = None;
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = sighup.recv() => match current.reload(&args) {
-                Ok(reload) => {
-                    if !reload.needs_restart.is_empty() {
-                        log(&format!("reload: {} changed but need a restart; kept the running values", reload.needs_restart.join(", ")));
-                    }
-                    current = reload.config;
-                    routes.set_config(Arc::new(current.clone()));
-                    if let Some(n) = &notifier {
-                        n.reconfigure(sink_config(&current));
-                    }
-                    let _ = commands.send(Command::Reload(Box::new(current.clone())));
-                    log("reloaded the configuration");
+            _ = sighup.recv(), if reloading.is_none() => {
+                let (running, args) = (current.clone(), args.clone());
+                reloading = Some(tokio::task::spawn_blocking(move || running.reload(&args)));
+            }
+            done = async {
+                match reloading.as_mut() {
+                    Some(r) => r.await,
+                    None => std::future::pending().await,
                 }
-                Err(e) => log(&format!("reload failed, keeping the running configuration: {e}")),
-            },
+            }, if reloading.is_some() => {
+                reloading = None;
+                match done {
+                    Ok(Ok(reload)) => {
+                        if !reload.needs_restart.is_empty() {
+                            log(&format!("reload: {} changed but need a restart; kept the running values", reload.needs_restart.join(", ")));
+                        }
+                        current = reload.config;
+                        routes.set_config(Arc::new(current.clone()));
+                        if let Some(n) = &notifier {
+                            n.reconfigure(sink_config(&current));
+                        }
+                        let _ = commands.send(Command::Reload(Box::new(current.clone())));
+                        log("reloaded the configuration");
+                    }
+                    Ok(Err(e)) => log(&format!("reload failed, keeping the running configuration: {e}")),
+                    Err(e) => log(&format!("reload failed, keeping the running configuration: {e}")),
+                }
+            }
         }
     }
     log("stopping: detaching the kernel program");
