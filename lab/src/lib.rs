@@ -37,6 +37,7 @@ pub mod oracle;
 pub mod recorder;
 pub mod recording;
 pub mod services;
+pub mod tls;
 pub mod vmtest;
 pub mod web;
 pub mod workload;

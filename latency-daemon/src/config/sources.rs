@@ -113,6 +113,9 @@ impl RunArgs {
         RunArgs {
             config: self.config.or(lower.config),
             listen: self.listen.or(lower.listen),
+            web_config_file: self.web_config_file.or(lower.web_config_file),
+            web_max_requests: self.web_max_requests.or(lower.web_max_requests),
+            web_max_connections: self.web_max_connections.or(lower.web_max_connections),
             interval: self.interval.or(lower.interval),
             window: self.window.or(lower.window),
             top_cgroups: self.top_cgroups.or(lower.top_cgroups),
@@ -134,6 +137,10 @@ impl RunArgs {
             alert_webhook: self.alert_webhook.or(lower.alert_webhook),
             alert_resend: self.alert_resend.or(lower.alert_resend),
             alert_severity: self.alert_severity.or(lower.alert_severity),
+            alert_ca_file: self.alert_ca_file.or(lower.alert_ca_file),
+            alert_basic_auth_user: self.alert_basic_auth_user.or(lower.alert_basic_auth_user),
+            alert_basic_auth_password_file: self.alert_basic_auth_password_file.or(lower.alert_basic_auth_password_file),
+            alert_bearer_token_file: self.alert_bearer_token_file.or(lower.alert_bearer_token_file),
         }
     }
 }

@@ -497,9 +497,11 @@ fn serialized_config_reads_back() {
             resolve_after: 3,
             cooldown: Duration::ZERO,
             alertmanagers: vec!["http://a:9093".into(), "http://[::1]:9093/am".into()],
-            webhooks: vec!["http://hook/x?y=z".into()],
+            // A query is shown redacted, so only URLs without one read back.
+            webhooks: vec!["http://hook/x".into()],
             resend: Duration::from_millis(1500),
             severity: "critical".into(),
+            ..AlertConfig::default()
         },
         ..Config::default()
     };

@@ -1,11 +1,14 @@
-//! The smallest HTTP/1.1 client that will do: a URL, a path and a JSON body in, `Ok` for a 2xx
-//! status or a [`PostError`] out — always within the given time, whatever the server does.
+//! The smallest HTTP/1.1 client that will do: a URL, a path, a JSON body and the [`Client`]
+//! (CAs, credentials) in, `Ok` for a 2xx status or a [`PostError`] out — over TCP or TLS, always
+//! within the given time, whatever the server does.
 use std::io;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::client::Client;
 use super::url::HttpUrl;
 
 /// A status line longer than this is not HTTP; stop reading rather than buffer what a broken
@@ -16,6 +19,10 @@ const MAX_STATUS_LINE: usize = 1024;
 pub enum PostError {
     #[error("connect: {source}")]
     Connect { source: io::Error },
+    #[error("TLS: {source}")]
+    Tls { source: io::Error },
+    #[error("TLS: '{host}' is not a valid server name")]
+    ServerName { host: String },
     #[error("{step}: {source}")]
     Io { step: &'static str, source: io::Error },
     #[error("no response within {}", humantime::format_duration(*after))]
@@ -30,23 +37,49 @@ pub enum PostError {
 
 /// POSTs `body` to `url`'s host at `path` with `Connection: close`; connecting, writing and
 /// reading the status line all count against `timeout`. The rest of the response is not read.
-pub async fn post(url: &HttpUrl, path: &str, body: &[u8], timeout: Duration) -> Result<(), PostError> {
-    match tokio::time::timeout(timeout, attempt(url, path, body)).await {
+pub async fn post(
+    url: &HttpUrl,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+    client: &Client,
+) -> Result<(), PostError> {
+    match tokio::time::timeout(timeout, attempt(url, path, body, client)).await {
         Ok(result) => result,
         Err(_) => Err(PostError::Timeout { after: timeout }),
     }
 }
 
-async fn attempt(url: &HttpUrl, path: &str, body: &[u8]) -> Result<(), PostError> {
-    let mut stream =
+async fn attempt(url: &HttpUrl, path: &str, body: &[u8], client: &Client) -> Result<(), PostError> {
+    let stream =
         TcpStream::connect((url.host.as_str(), url.port)).await.map_err(|source| PostError::Connect { source })?;
+    let authorization = client.authorization(url);
+    if !url.tls {
+        return exchange(stream, url, path, body, authorization.as_deref()).await;
+    }
+    let name = ServerName::try_from(url.host.clone()).map_err(|_| PostError::ServerName { host: url.host.clone() })?;
+    let tls = tokio_rustls::TlsConnector::from(client.tls())
+        .connect(name, stream)
+        .await
+        .map_err(|source| PostError::Tls { source })?;
+    exchange(tls, url, path, body, authorization.as_deref()).await
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    url: &HttpUrl,
+    path: &str,
+    body: &[u8],
+    authorization: Option<&str>,
+) -> Result<(), PostError> {
     // One buffer, one write: a head and a body in separate segments can wait on Nagle and the
     // server's delayed ACK (tens of ms) for nothing.
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: runqlat-monitor\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
+         Content-Length: {}\r\nConnection: close\r\n{}\r\n",
         url.authority(),
-        body.len()
+        body.len(),
+        authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default(),
     )
     .into_bytes();
     request.extend_from_slice(body);
@@ -59,7 +92,7 @@ async fn attempt(url: &HttpUrl, path: &str, body: &[u8]) -> Result<(), PostError
     }
 }
 
-async fn read_status_line(stream: &mut TcpStream) -> Result<Vec<u8>, PostError> {
+async fn read_status_line<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, PostError> {
     let mut buf = Vec::with_capacity(128);
     let mut chunk = [0u8; 256];
     loop {
@@ -135,13 +168,13 @@ mod tests {
             s.write_all(reply).await.unwrap();
             req
         });
-        (HttpUrl { host: "127.0.0.1".into(), port, path: "/".into() }, task)
+        (HttpUrl { tls: false, host: "127.0.0.1".into(), port, path: "/".into(), userinfo: None }, task)
     }
 
     #[tokio::test]
     async fn writes_a_complete_request_and_reads_the_status() {
         let (url, server) = answer_once(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n").await;
-        post(&url, "/api/v2/alerts", br#"{"a":1}"#, Duration::from_secs(5)).await.unwrap();
+        post(&url, "/api/v2/alerts", br#"{"a":1}"#, Duration::from_secs(5), &Client::default()).await.unwrap();
         let req = String::from_utf8(server.await.unwrap()).unwrap();
         let want_host = format!("Host: 127.0.0.1:{}\r\n", url.port);
         assert!(req.starts_with("POST /api/v2/alerts HTTP/1.1\r\n"), "{req}");
@@ -156,31 +189,31 @@ mod tests {
     #[tokio::test]
     async fn non_2xx_and_garbage_are_errors() {
         let (url, _server) = answer_once(b"HTTP/1.1 503 Service Unavailable\r\n\r\n").await;
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::Status { code: 503 }), "{err}");
 
         let (url, _server) = answer_once(b"hello\r\n").await;
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::BadStatusLine { .. }), "{err}");
 
         let (url, _server) = answer_once(b"").await;
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::NoResponse), "{err}");
     }
 
     #[tokio::test]
     async fn a_silent_server_times_out_and_a_closed_port_refuses() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = HttpUrl { host: "127.0.0.1".into(), port: listener.local_addr().unwrap().port(), path: "/".into() };
+        let url = HttpUrl { tls: false, host: "127.0.0.1".into(), port: listener.local_addr().unwrap().port(), path: "/".into(), userinfo: None };
         // Accepts (the kernel's backlog does) and never answers.
         let started = Instant::now();
-        let err = post(&url, "/", b"{}", Duration::from_millis(200)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_millis(200), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::Timeout { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert_eq!(err.to_string(), "no response within 200ms");
 
         drop(listener);
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::Connect { .. }), "{err}");
     }
 }

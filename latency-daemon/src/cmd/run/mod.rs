@@ -10,7 +10,7 @@ use tokio::{signal::unix::SignalKind, sync::watch};
 use self::pipeline::{Command, Drainer};
 use super::log;
 use crate::{
-    alert::notify::{HttpUrl, Notifier, SinkConfig},
+    alert::notify::{Client, HttpUrl, Notifier, SinkConfig},
     config::{Config, ConfigError, Reload, args::RunArgs},
     host::{cgroups::CgroupNames, procstat, system},
     kernel::{
@@ -96,8 +96,9 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let clock =
         if degraded.iter().any(|d| d.feature == Feature::RunQueueClock) { Clock::Monotonic } else { config.clock };
     let config = Config { clock, ..config };
+    let scheme = if config.web.as_ref().is_some_and(|w| w.tls.is_some()) { "https" } else { "http" };
     log(&format!(
-        "attached; draining every {}, windows of {}, serving http://{}/metrics and the live view at http://{}/",
+        "attached; draining every {}, windows of {}, serving {scheme}://{}/metrics and the live view at {scheme}://{}/",
         humantime::format_duration(config.interval),
         humantime::format_duration(config.window),
         config.listen,
@@ -125,11 +126,19 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
 
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(
+    let web = Arc::new(http::WebSlot::new(http::WebState::new(config.web.as_ref())));
+    let limits = http::Limits {
+        max_connections: config.web_max_connections,
+        max_connections_per_peer: (config.web_max_connections / 4).max(1),
+        max_requests: config.web_max_requests,
+        ..http::Limits::default()
+    };
+    let server = tokio::spawn(http::serve_with(
         listener,
         routes.clone(),
-        http::Limits::default(),
+        limits,
         instruments.http.clone(),
+        Arc::clone(&web),
         async move {
             let _ = http_stopped.await;
         },
@@ -163,6 +172,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
                             log(&format!("reload: {} changed but need a restart; kept the running values", reload.needs_restart.join(", ")));
                         }
                         current = reload.config;
+                        web.set(http::WebState::new(current.web.as_ref()));
                         routes.set_config(Arc::new(current.clone()));
                         if let Some(n) = &notifier {
                             n.reconfigure(sink_config(&current));
@@ -208,5 +218,7 @@ fn sink_config(config: &Config) -> SinkConfig {
         instance: host,
         severity: config.alert.severity.clone(),
         log: true,
+        // Checked with the configuration; the default only if that check is ever skipped.
+        client: Client::new(config.alert.ca_pem.as_deref(), config.alert.auth.clone()).unwrap_or_default(),
     }
 }
