@@ -217,3 +217,64 @@ mod tests {
         assert!(matches!(err, PostError::Connect { .. }), "{err}");
     }
 }
+
+/// `https://` against a real TLS endpoint (rustls with latency-lab's test certificates): trusted
+/// through the CA file, with the bearer token; refused without the CA.
+#[cfg(test)]
+mod tls_tests {
+    use std::sync::Arc;
+
+    use latency_lab::tls::Certs;
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::alert::notify::client::{Auth, Secret};
+
+    async fn tls_receiver(certs: &Certs) -> (HttpUrl, tokio::task::JoinHandle<Vec<u8>>) {
+        super::super::client::install_ring();
+        let chain = CertificateDer::pem_file_iter(certs.path("server.pem")).unwrap().map(Result::unwrap).collect();
+        let key = PrivateKeyDer::from_pem_file(certs.path("server.key")).unwrap();
+        let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut req = Vec::new();
+            // The first connection may be the one without the CA, failing its handshake.
+            loop {
+                let (s, _) = listener.accept().await.unwrap();
+                let Ok(mut s) = acceptor.accept(s).await else { continue };
+                let mut chunk = [0u8; 4096];
+                while !req.ends_with(b"}") {
+                    let n = s.read(&mut chunk).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    req.extend_from_slice(&chunk[..n]);
+                }
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+                let _ = s.shutdown().await;
+                return req;
+            }
+        });
+        (HttpUrl::parse(&format!("https://localhost:{port}/hook")).unwrap(), task)
+    }
+
+    #[tokio::test]
+    async fn https_with_a_ca_file_and_a_bearer_token() {
+        let certs = Certs::new().unwrap();
+        let (url, server) = tls_receiver(&certs).await;
+        let untrusted = Client::new(None, None).unwrap();
+        let err = post(&url, "/hook", b"{}", Duration::from_secs(5), &untrusted).await.unwrap_err();
+        assert!(matches!(err, PostError::Tls { .. }), "{err}");
+
+        let ca = std::fs::read_to_string(certs.path("ca.pem")).unwrap();
+        let client = Client::new(Some(&ca), Some(Auth::Bearer(Secret("T0KEN".into())))).unwrap();
+        post(&url, "/hook", br#"{"a":1}"#, Duration::from_secs(5), &client).await.unwrap();
+        let req = String::from_utf8(server.await.unwrap()).unwrap();
+        assert!(req.starts_with("POST /hook HTTP/1.1\r\n"), "{req}");
+        assert!(req.contains("Authorization: Bearer T0KEN\r\n"), "{req}");
+    }
+}
