@@ -38,6 +38,10 @@ impl<K> Default for Memo<K> {
 }
 
 impl<K> Memo<K> {
+    fn clear(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
     fn get_or<E>(
         &self,
         key: &Arc<K>,
@@ -87,9 +91,8 @@ pub struct Routes {
     encoded: [Memo<Exposition>; 3],
     snapshot: Memo<Window>,
     heatmap: Memo<Exposition>,
-    /// The landing page, for one exposition and one configuration.
-    landing: Memo<(Arc<Exposition>, Arc<Config>)>,
-    landing_key: Mutex<Option<Arc<(Arc<Exposition>, Arc<Config>)>>>,
+    /// The landing page; forgotten when the configuration changes, since it shows it.
+    landing: Memo<Exposition>,
 }
 
 impl fmt::Debug for Routes {
@@ -108,7 +111,6 @@ impl Routes {
             snapshot: Memo::default(),
             heatmap: Memo::default(),
             landing: Memo::default(),
-            landing_key: Mutex::new(None),
         }
     }
 
@@ -116,6 +118,7 @@ impl Routes {
         if let Ok(mut c) = self.config.write() {
             *c = config;
         }
+        self.landing.clear();
     }
 
     fn config(&self) -> Option<Arc<Config>> {
@@ -140,24 +143,11 @@ impl Routes {
 
     /// The live view: the latest exposition and the running configuration.
     fn landing(&self) -> Bytes {
-        let config = self.config().unwrap_or_default();
         let e = self.latest.borrow().clone();
-        // One key object per (exposition, configuration) pair, so the memo can compare identities.
-        let key = {
-            let mut k = self.landing_key.lock().unwrap_or_else(PoisonError::into_inner);
-            match k.as_ref() {
-                Some(pair) if Arc::ptr_eq(&pair.0, &e) && Arc::ptr_eq(&pair.1, &config) => Arc::clone(pair),
-                _ => {
-                    let pair = Arc::new((e, config));
-                    *k = Some(Arc::clone(&pair));
-                    pair
-                }
-            }
-        };
-        let made = self.landing.get_or(&key, || {
-            let (e, config) = &*key;
-            let json = serde_json::to_string_pretty(&**config).unwrap_or_default();
-            Ok::<_, ()>(("", Bytes::from(view::page(e, config, &json))))
+        let made = self.landing.get_or(&e, || {
+            let config = self.config().unwrap_or_default();
+            let json = serde_json::to_string_pretty(&*config).unwrap_or_default();
+            Ok::<_, ()>(("", Bytes::from(view::page(&e, &config, &json))))
         });
         made.map(|(_, b)| b).unwrap_or_default()
     }

@@ -28,7 +28,7 @@ fn tls_auth_and_headers_with_paths_relative_to_the_file() {
     assert!(!format!("{w:?}").contains(&hash), "hashes are not shown");
     let mtls = tls("  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n");
     assert_eq!(load(&certs, &mtls).unwrap().client_auth, "required and verified");
-    assert_eq!(load(&certs, "basic_auth_users: {}\n").unwrap().tls.is_none(), true);
+    assert!(load(&certs, "basic_auth_users: {}\n").unwrap().tls.is_none());
 }
 
 #[test]
