@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
-};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType};
 use time::{Duration, OffsetDateTime};
 
 use crate::guard::Scratch;

@@ -80,7 +80,10 @@ fn credentials_in_sink_urls_are_used_but_never_shown() {
     assert!(log.contains(&format!("http://xxxxx@127.0.0.1:{dead}/am?xxxxx")), "{log}");
 
     let page = daemon.get("/").unwrap().text();
-    assert!(page.contains(&format!("http://xxxxx@127.0.0.1:{port}/hook?xxxxx")), "the landing page shows sinks redacted");
+    assert!(
+        page.contains(&format!("http://xxxxx@127.0.0.1:{port}/hook?xxxxx")),
+        "the landing page shows sinks redacted"
+    );
     for path in ["/", "/metrics", "/api/v1/snapshot", "/heatmap.svg", "/metrics?format=openmetrics"] {
         let body = daemon.get(path).unwrap().text();
         for secret in [PASSWORD, TOKEN, "alice", "bob"] {

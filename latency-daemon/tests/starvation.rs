@@ -116,7 +116,8 @@ fn slow_clients_and_snapshot_loopers_cannot_starve_scrapes() {
     let success = 100.0 * ok as f64 / SCRAPES as f64;
     let p99 = took.get((ok * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(Duration::MAX);
     let median = took.get(ok / 2).copied().unwrap_or(Duration::MAX);
-    let busy = metrics.lines().find(|l| l.starts_with("runqlat_http_requests_total") && l.contains("busy")).unwrap_or("");
+    let busy =
+        metrics.lines().find(|l| l.starts_with("runqlat_http_requests_total") && l.contains("busy")).unwrap_or("");
     eprintln!(
         "starvation: {ok}/{SCRAPES} scrapes ok ({success:.1} %), median {median:?}, p99 {p99:?}; \
          {} snapshots served to {LOOPERS} loopers, {} slow-client reconnects; {busy}",

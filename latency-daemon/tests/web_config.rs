@@ -29,7 +29,12 @@ fn web_config(certs: &Certs, cert: &str, key: &str) -> String {
 
 fn promtool_accepts(path: &Path) {
     let out = Command::new("promtool").args(["check", "web-config"]).arg(path).output().expect("promtool");
-    assert!(out.status.success(), "promtool check web-config: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "promtool check web-config: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `curl` over TLS trusting our CA: (status, headers and body).
@@ -113,7 +118,11 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_strangers_are_turned_away() {
     // A valid new file (no auth) takes effect.
     std::fs::write(
         &file,
-        format!("tls_server_config:\n  cert_file: {}\n  key_file: {}\n", certs.path("server.pem").display(), certs.path("server.key").display()),
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+            certs.path("server.pem").display(),
+            certs.path("server.key").display()
+        ),
     )
     .unwrap();
     daemon.signal(libc::SIGHUP);
@@ -161,8 +170,88 @@ fn the_shipped_example_is_valid() {
     let deadline = Instant::now() + Duration::from_secs(10);
     // 503 until the first drain, 401 if the example's password did not match its hash.
     while curl(&certs, &daemon.addr, "/healthz", Some("prometheus:change me")).0 != 200 {
-        assert!(Instant::now() < deadline, "{:?}", curl(&certs, &daemon.addr, "/healthz", Some("prometheus:change me")));
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            curl(&certs, &daemon.addr, "/healthz", Some("prometheus:change me"))
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+    daemon.stop().unwrap();
+}
+
+/// A real Alertmanager behind its own web config (TLS + basic auth) receives our alerts over
+/// https: the CA from `--alert-ca-file`, the password from `--alert-basic-auth-password-file`.
+#[test]
+fn alerts_reach_an_alertmanager_over_tls_with_basic_auth() {
+    let certs = Certs::new().unwrap();
+    let am_web = certs.path("am-web.yml");
+    std::fs::write(&am_web, web_config(&certs, "server.pem", "server.key")).unwrap();
+    let am =
+        latency_lab::services::Alertmanager::start_tls(&am_web, &certs.path("ca.pem"), &format!("{USER}:{PASSWORD}"))
+            .expect("alertmanager with a web config");
+    let password_file = certs.path("am-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let daemon = Daemon::start(
+        DAEMON,
+        &[
+            "--interval=500ms",
+            "--window=1s",
+            // Fires on the machine's own noise within a window or two.
+            "--alert-max-delay=1us",
+            "--alertmanager-url",
+            &am.url().replace("127.0.0.1", "localhost"),
+            "--alert-ca-file",
+            certs.path("ca.pem").to_str().unwrap(),
+            "--alert-basic-auth-user",
+            USER,
+            "--alert-basic-auth-password-file",
+            password_file.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ours = am.alerts().unwrap_or_default();
+        if ours.iter().any(|a| a["labels"]["alertname"] == "RunQueueDelayHigh") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no alert reached Alertmanager over TLS; log: {:?}", daemon.log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(!daemon.log().iter().any(|l| l.contains("notify: alertmanager")), "a delivery failed: {:?}", daemon.log());
+    daemon.stop().unwrap();
+}
+
+/// `RequireAndVerifyClientCert`: a client without a certificate signed by `client_ca_file` gets
+/// no TLS session; one with it is served.
+#[test]
+fn client_certificates_are_required_and_verified() {
+    let certs = Certs::new().unwrap();
+    let file = certs.path("web.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  \
+             client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+            certs.path("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    promtool_accepts(&file);
+    let daemon = start(&file);
+    let with_cert = |cert: bool| {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(certs.path("ca.pem"));
+        if cert {
+            c.arg("--cert").arg(certs.path("client.pem")).arg("--key").arg(certs.path("client.key"));
+        }
+        let out = c.arg(format!("https://{}/metrics", daemon.addr)).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(with_cert(true), "200");
+    assert_eq!(with_cert(false), "000", "no certificate, no session");
+    assert_eq!(with_cert(true), "200", "and the daemon goes on");
     daemon.stop().unwrap();
 }

@@ -139,7 +139,9 @@ impl RunArgs {
             alert_severity: self.alert_severity.or(lower.alert_severity),
             alert_ca_file: self.alert_ca_file.or(lower.alert_ca_file),
             alert_basic_auth_user: self.alert_basic_auth_user.or(lower.alert_basic_auth_user),
-            alert_basic_auth_password_file: self.alert_basic_auth_password_file.or(lower.alert_basic_auth_password_file),
+            alert_basic_auth_password_file: self
+                .alert_basic_auth_password_file
+                .or(lower.alert_basic_auth_password_file),
             alert_bearer_token_file: self.alert_bearer_token_file.or(lower.alert_bearer_token_file),
         }
     }

@@ -138,8 +138,7 @@ mod tests {
         let bearer = Client::new(None, Some(Auth::Bearer(Secret("T0KEN".into())))).unwrap();
         assert_eq!(bearer.authorization(&plain).as_deref(), Some("Bearer T0KEN"));
         assert_eq!(bearer.authorization(&with_user).as_deref(), Some("Basic YWxpY2U6cHc="));
-        let basic =
-            Client::new(None, Some(Auth::Basic { user: "bob".into(), password: Secret("pw".into()) })).unwrap();
+        let basic = Client::new(None, Some(Auth::Basic { user: "bob".into(), password: Secret("pw".into()) })).unwrap();
         assert_eq!(basic.authorization(&plain).as_deref(), Some("Basic Ym9iOnB3"));
         assert_eq!(Client::new(None, None).unwrap().authorization(&plain), None);
         assert!(!format!("{bearer:?}{basic:?}").contains("T0KEN"));

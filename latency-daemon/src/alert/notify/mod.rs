@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+pub use self::client::{Auth, Client, Secret, install_ring, parse_certs};
 pub use self::stats::NotifyStats;
 use self::stats::Sink;
-pub use self::client::{Auth, Client, Secret, install_ring, parse_certs};
 pub use self::url::{HttpUrl, redact};
 use crate::alert::Transition;
 

@@ -37,13 +37,7 @@ pub enum PostError {
 
 /// POSTs `body` to `url`'s host at `path` with `Connection: close`; connecting, writing and
 /// reading the status line all count against `timeout`. The rest of the response is not read.
-pub async fn post(
-    url: &HttpUrl,
-    path: &str,
-    body: &[u8],
-    timeout: Duration,
-    client: &Client,
-) -> Result<(), PostError> {
+pub async fn post(url: &HttpUrl, path: &str, body: &[u8], timeout: Duration, client: &Client) -> Result<(), PostError> {
     match tokio::time::timeout(timeout, attempt(url, path, body, client)).await {
         Ok(result) => result,
         Err(_) => Err(PostError::Timeout { after: timeout }),
@@ -204,7 +198,13 @@ mod tests {
     #[tokio::test]
     async fn a_silent_server_times_out_and_a_closed_port_refuses() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = HttpUrl { tls: false, host: "127.0.0.1".into(), port: listener.local_addr().unwrap().port(), path: "/".into(), userinfo: None };
+        let url = HttpUrl {
+            tls: false,
+            host: "127.0.0.1".into(),
+            port: listener.local_addr().unwrap().port(),
+            path: "/".into(),
+            userinfo: None,
+        };
         // Accepts (the kernel's backlog does) and never answers.
         let started = Instant::now();
         let err = post(&url, "/", b"{}", Duration::from_millis(200), &Client::default()).await.unwrap_err();

@@ -106,14 +106,17 @@ impl WebConfig {
         let dir = path.parent().unwrap_or(Path::new("."));
         let (tls, client_auth) = match &file.tls_server_config {
             Some(t) => {
-                let (config, client_auth) = tls::server_config(&tls_settings(t, dir)?).map_err(|e| invalid(e.to_string()))?;
+                let (config, client_auth) =
+                    tls::server_config(&tls_settings(t, dir)?).map_err(|e| invalid(e.to_string()))?;
                 (Some(Arc::new(config)), client_auth)
             }
             None => (None, "none"),
         };
         for (user, hash) in &file.basic_auth_users {
             if user.contains(':') || user.chars().any(char::is_control) {
-                return Err(invalid(format!("basic_auth_users: user {user:?} may not contain ':' or control characters")));
+                return Err(invalid(format!(
+                    "basic_auth_users: user {user:?} may not contain ':' or control characters"
+                )));
             }
             if hash.parse::<bcrypt::HashParts>().is_err() {
                 return Err(invalid(format!("basic_auth_users: {user}'s password is not a bcrypt hash")));
@@ -131,7 +134,10 @@ impl WebConfig {
             if let Some(allowed) = allowed
                 && !allowed.iter().any(|a| a.eq_ignore_ascii_case(value))
             {
-                return Err(invalid(format!("http_server_config.headers: {canonical} must be one of {}", allowed.join(", "))));
+                return Err(invalid(format!(
+                    "http_server_config.headers: {canonical} must be one of {}",
+                    allowed.join(", ")
+                )));
             }
             if value.chars().any(char::is_control) {
                 return Err(invalid(format!("http_server_config.headers: {canonical} contains control characters")));
@@ -148,10 +154,9 @@ fn tls_settings(t: &TlsFile, dir: &Path) -> Result<tls::Settings, WebError> {
     let read = |key: &str, p: &Option<PathBuf>| -> Result<Option<String>, WebError> {
         match p {
             None => Ok(None),
-            Some(p) => super::file::read(&dir.join(p)).map(Some).map_err(|e| WebError::Invalid {
-                path: dir.join(p),
-                message: format!("tls_server_config.{key}: {e}"),
-            }),
+            Some(p) => super::file::read(&dir.join(p))
+                .map(Some)
+                .map_err(|e| WebError::Invalid { path: dir.join(p), message: format!("tls_server_config.{key}: {e}") }),
         }
     };
     Ok(tls::Settings {

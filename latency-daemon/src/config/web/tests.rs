@@ -19,7 +19,9 @@ fn tls_auth_and_headers_with_paths_relative_to_the_file() {
     let hash = bcrypt::hash("pw", 4).unwrap();
     let yaml = format!(
         "{}http_server_config:\n  http2: true\n  headers:\n    x-frame-options: DENY\nbasic_auth_users:\n  alice: '{hash}'\n",
-        tls("  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n")
+        tls(
+            "  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n"
+        )
     );
     let w = load(&certs, &yaml).unwrap();
     assert!(w.tls.is_some());

@@ -114,7 +114,8 @@ fn check_validity(leaf: &CertificateDer<'_>) -> Result<(), TlsError> {
     let Some((not_before, not_after)) = der::validity(leaf) else {
         return err("cert_file: cannot read the certificate's validity period");
     };
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
     if now > not_after {
         return err(format!("cert_file: the certificate expired {} ago", ago(now - not_after)));
     }

@@ -37,8 +37,8 @@ impl Verified {
             };
             bcrypt::verify(password, hash).unwrap_or(false)
         })
-            .await
-            .unwrap_or(false)
+        .await
+        .unwrap_or(false)
             && known;
         if ok {
             let mut cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);

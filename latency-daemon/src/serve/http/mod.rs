@@ -7,9 +7,9 @@ mod connection;
 mod peers;
 mod respond;
 pub mod stats;
-pub mod web;
 #[cfg(test)]
 mod tests;
+pub mod web;
 
 use std::future::Future;
 use std::io;
@@ -178,14 +178,8 @@ pub async fn serve_with(
 ) -> Result<(), HttpError> {
     limits.check()?;
     let requests = (limits.max_requests > 0).then(|| Arc::new(Semaphore::new(limits.max_requests)));
-    let shared = Arc::new(connection::Shared {
-        handler,
-        stats,
-        limits,
-        web,
-        requests,
-        verified: auth::Verified::default(),
-    });
+    let shared =
+        Arc::new(connection::Shared { handler, stats, limits, web, requests, verified: auth::Verified::default() });
     let peers = peers::Peers::new(limits.max_connections_per_peer);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Turned-away sockets linger up to a second each; bounding them keeps a flood from holding
