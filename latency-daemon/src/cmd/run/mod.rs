@@ -120,7 +120,10 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let metrics = Metrics::new(latest.clone(), &instruments, procstat::sample);
     let routes = Arc::new(Routes::new(metrics, latest, Arc::new(config.clone())));
     let (commands, inbox) = mpsc::channel();
-    let notifier = config.alert.enabled().then(|| Notifier::spawn(sink_config(&config), instruments.notify.clone()));
+    let notifier = config
+        .alert
+        .enabled()
+        .then(|| Notifier::spawn(sink_config(&config, sink_client(&config)), instruments.notify.clone()));
     let drainer = Drainer::new(probe, names, config.clone(), published, instruments.drain.clone(), notifier.clone());
     let drain_thread =
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
@@ -150,14 +153,20 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let mut current = config;
     // SIGHUP reads the files on a blocking worker: whatever the path turns out to be, serving and
     // the stop signals go on. One reload at a time; a SIGHUP meanwhile is taken after it.
-    let mut reloading: Option<tokio::task::JoinHandle<Result<Reload, ConfigError>>> = None;
+    let mut reloading: Option<tokio::task::JoinHandle<Result<(Reload, Client), ConfigError>>> = None;
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = sighup.recv(), if reloading.is_none() => {
                 let (running, args) = (current.clone(), args.clone());
-                reloading = Some(tokio::task::spawn_blocking(move || running.reload(&args)));
+                // The sinks' client too: it may read the system's CA bundle.
+                reloading = Some(tokio::task::spawn_blocking(move || {
+                    running.reload(&args).map(|r| {
+                        let client = sink_client(&r.config);
+                        (r, client)
+                    })
+                }));
             }
             done = async {
                 match reloading.as_mut() {
@@ -167,7 +176,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
             }, if reloading.is_some() => {
                 reloading = None;
                 match done {
-                    Ok(Ok(reload)) => {
+                    Ok(Ok((reload, client))) => {
                         if !reload.needs_restart.is_empty() {
                             log(&format!("reload: {} changed but need a restart; kept the running values", reload.needs_restart.join(", ")));
                         }
@@ -175,7 +184,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
                         web.set(http::WebState::new(current.web.as_ref()));
                         routes.set_config(Arc::new(current.clone()));
                         if let Some(n) = &notifier {
-                            n.reconfigure(sink_config(&current));
+                            n.reconfigure(sink_config(&current, client));
                         }
                         let _ = commands.send(Command::Reload(Box::new(current.clone())));
                         log("reloaded the configuration");
@@ -197,7 +206,13 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
 }
 
 /// Where and how alerts are sent.
-fn sink_config(config: &Config) -> SinkConfig {
+/// The sinks' CAs and credentials, as the configuration read them.
+fn sink_client(config: &Config) -> Client {
+    // Checked with the configuration; the default only if that check is ever skipped.
+    Client::new(config.alert.ca_pem.as_deref(), config.alert.auth.clone()).unwrap_or_default()
+}
+
+fn sink_config(config: &Config, client: Client) -> SinkConfig {
     let parse = |urls: &[String]| -> Vec<HttpUrl> {
         urls.iter()
             .filter_map(|u| match HttpUrl::parse(u) {
@@ -218,7 +233,6 @@ fn sink_config(config: &Config) -> SinkConfig {
         instance: host,
         severity: config.alert.severity.clone(),
         log: true,
-        // Checked with the configuration; the default only if that check is ever skipped.
-        client: Client::new(config.alert.ca_pem.as_deref(), config.alert.auth.clone()).unwrap_or_default(),
+        client,
     }
 }
