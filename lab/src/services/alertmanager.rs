@@ -1,6 +1,8 @@
 //! A real Alertmanager (Debian's `prometheus-alertmanager`) on loopback, clustering off, routing
 //! everything to a receiver that sends nothing: in, nothing; out, its URL and its v2 API to read
 //! alerts. Stopped, and its data removed, when dropped.
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
@@ -16,45 +18,42 @@ pub struct Alertmanager {
     pub addr: String,
     _dir: Scratch,
     /// With a web config: the CA to trust and `user:password`, for `curl`.
-    tls: Option<(std::path::PathBuf, String)>,
+    tls: Option<(PathBuf, String)>,
 }
 
 impl Alertmanager {
     pub fn start() -> anyhow::Result<Alertmanager> {
-        let dir = Scratch::new("runqlat-am")?;
-        let config = dir.path().join("alertmanager.yml");
-        std::fs::write(&config, "route:\n  receiver: nowhere\n  group_wait: 1s\nreceivers:\n  - name: nowhere\n")
-            .with_context(|| format!("writing {}", config.display()))?;
-        let addr = format!("127.0.0.1:{}", web::free_port()?);
-        let args = [
-            format!("--config.file={}", config.display()),
-            format!("--storage.path={}", dir.path().join("data").display()),
-            format!("--web.listen-address={addr}"),
-            "--cluster.listen-address=".to_owned(),
-        ];
-        let proc = serve("prometheus-alertmanager", &args, &addr)?;
-        Ok(Alertmanager { _proc: proc, addr, _dir: dir, tls: None })
+        Alertmanager::launch(None)
     }
 
     /// Alertmanager behind its own `--web.config.file` (`web_config`: TLS and basic auth), read
     /// over https trusting `ca` as `auth` (`user:password`).
-    pub fn start_tls(web_config: &std::path::Path, ca: &std::path::Path, auth: &str) -> anyhow::Result<Alertmanager> {
+    pub fn start_tls(web_config: &Path, ca: &Path, auth: &str) -> anyhow::Result<Alertmanager> {
+        Alertmanager::launch(Some((web_config, (ca.to_owned(), auth.to_owned()))))
+    }
+
+    fn launch(web: Option<(&Path, (PathBuf, String))>) -> anyhow::Result<Alertmanager> {
         let dir = Scratch::new("runqlat-am")?;
         let config = dir.path().join("alertmanager.yml");
         std::fs::write(&config, "route:\n  receiver: nowhere\n  group_wait: 1s\nreceivers:\n  - name: nowhere\n")
             .with_context(|| format!("writing {}", config.display()))?;
         let addr = format!("127.0.0.1:{}", web::free_port()?);
-        let args = [
+        let mut args = vec![
             format!("--config.file={}", config.display()),
             format!("--storage.path={}", dir.path().join("data").display()),
             format!("--web.listen-address={addr}"),
-            format!("--web.config.file={}", web_config.display()),
             "--cluster.listen-address=".to_owned(),
         ];
-        let tls = Some((ca.to_owned(), auth.to_owned()));
-        let proc = {
-            let probe = Alertmanager::curl_get(&addr, tls.as_ref(), "/-/ready");
-            serve_until("prometheus-alertmanager", &args, || probe().is_ok_and(|(s, _)| s == 200))?
+        let (tls, proc) = match web {
+            None => (None, serve("prometheus-alertmanager", &args, &addr)?),
+            Some((web_config, tls)) => {
+                args.push(format!("--web.config.file={}", web_config.display()));
+                let proc = {
+                    let probe = Alertmanager::curl_get(&addr, Some(&tls), "/-/ready");
+                    serve_until("prometheus-alertmanager", &args, || probe().is_ok_and(|(s, _)| s == 200))?
+                };
+                (Some(tls), proc)
+            }
         };
         Ok(Alertmanager { _proc: proc, addr, _dir: dir, tls })
     }
@@ -67,7 +66,7 @@ impl Alertmanager {
     /// GET over plain HTTP, or over https with `curl` when it has a web config: (status, body).
     fn curl_get<'a>(
         addr: &'a str,
-        tls: Option<&'a (std::path::PathBuf, String)>,
+        tls: Option<&'a (PathBuf, String)>,
         path: &'a str,
     ) -> impl Fn() -> anyhow::Result<(u16, Vec<u8>)> + 'a {
         move || match tls {
