@@ -42,6 +42,7 @@ pub mod recorder;
 pub mod recording;
 pub mod seccomp;
 pub mod services;
+pub mod tls;
 pub mod vmtest;
 pub mod web;
 pub mod workload;

@@ -20,10 +20,11 @@
 //!   (`distribution`).
 //! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
 //!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened
-//!   transport).
+//!   transport: TLS, basic auth, per-peer shares, the request cap).
 //! - `alert`   — rules → transitions, typed by `Reason`; `notify`: the log, Alertmanager and
-//!   webhook sinks.
-//! - `config`  — flags, `RUNQLAT_*` variables and the TOML file (`args`) → one validated `Config`.
+//!   webhook sinks (http or https, URLs shown redacted).
+//! - `config`  — flags, `RUNQLAT_*` variables and the TOML file (`args`) → one validated `Config`;
+//!   `file` (bounded reads of regular files), `web` (`--web.config.file`, built into rustls).
 //!
 //! # Layering
 //!

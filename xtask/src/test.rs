@@ -31,6 +31,8 @@ fn extra_steps() -> Vec<Step> {
         // promtool's exposition lint. All run even if one fails, so one run shows every problem.
         run: Box::new(|| {
             let commands: [(&[&str], Option<&str>); 3] = [
+                // deploy/web-config.yml names certificate files a user provides, so promtool checks
+                // it beside test certificates in latency-daemon's web_config test.
                 (&["check", "rules", "--lint=all", "--lint-fatal", "deploy/prometheus/rules.yml"], None),
                 (&["test", "rules", "deploy/prometheus/rules_test.yml"], None),
                 (&["check", "metrics"], Some("latency-daemon/tests/golden/metrics.prom")),

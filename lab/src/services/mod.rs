@@ -27,11 +27,16 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 
 /// Starts `program ARGS`, quiet, and returns it once `addr/-/ready` answers 200 (within 30 s).
 fn serve(program: &str, args: &[String], addr: &str) -> anyhow::Result<Proc> {
+    serve_until(program, args, || web::get(addr, "/-/ready", &[]).map(|r| r.status).ok() == Some(200))
+}
+
+/// Starts `program ARGS`, quiet, and returns it once `ready()` (within 30 s).
+fn serve_until(program: &str, args: &[String], ready: impl Fn() -> bool) -> anyhow::Result<Proc> {
     let mut command = Command::new(program);
     command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let proc = Proc::spawn(&mut command, program).with_context(|| format!("cargo xtask setup installs {program}"))?;
     let deadline = Instant::now() + READY_LIMIT;
-    while web::get(addr, "/-/ready", &[]).map(|r| r.status).ok() != Some(200) {
+    while !ready() {
         if Instant::now() > deadline {
             bail!("{program} did not become ready within {READY_LIMIT:?}");
         }

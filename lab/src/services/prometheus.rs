@@ -42,6 +42,19 @@ impl Prometheus {
         Prometheus::launch(dir, &config)
     }
 
+    /// Prometheus scraping with one job given as YAML (a `- job_name: …` list item, indented by
+    /// two spaces), every second: e.g. over TLS with basic auth.
+    pub fn start_job(job: &str) -> anyhow::Result<Prometheus> {
+        let dir = Scratch::new("runqlat-prom")?;
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n{job}"),
+        )
+        .with_context(|| format!("writing {}", config.display()))?;
+        Prometheus::launch(dir, &config)
+    }
+
     /// Prometheus with the shipped scrape configuration and rules, scraping `target` every second.
     pub fn start_shipped(target: &str) -> anyhow::Result<Prometheus> {
         let deploy = crate::workspace_root().join("deploy/prometheus");

@@ -13,9 +13,25 @@ pub const FAILED: u8 = 1;
 /// Bad input: flags, environment or configuration. Nothing was attached.
 pub const BAD_INPUT: u8 = 2;
 
-/// One thread for HTTP and signals; `run`'s drain loop has a thread of its own. Any thread the
-/// runtime starts (its blocking pool; workers, should it become multi-threaded) drops every
-/// capability first: only the thread that attaches and the drain thread may hold one.
+/// `run`'s runtime: HTTP, signals and alert sinks on worker threads, so one busy connection (a
+/// large snapshot, a TLS handshake, a bcrypt check) cannot stall the others; as many workers as
+/// CPUs, between 2 and 4. The drain loop has a thread of its own. Every thread the runtime starts
+/// (its workers, before attach, and its blocking pool) drops every capability first: only the
+/// thread that attaches (`block_on` runs `run` on the calling thread) and the drain thread may hold
+/// one, and both give them up once attached.
+fn serving_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cpus.clamp(2, 4))
+        .thread_name("serve")
+        .enable_all()
+        .on_thread_start(crate::kernel::privileges::drop_this_thread)
+        .build()
+        .map_err(|e| fail(&format!("cannot start the runtime: {e}")))
+}
+
+/// One thread for `record`'s signals and timers; any thread it starts (its blocking pool) drops
+/// every capability first.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

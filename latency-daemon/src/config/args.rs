@@ -29,6 +29,19 @@ pub struct RunArgs {
     #[serde(deserialize_with = "super::format::de_listen")]
     pub listen: Option<SocketAddr>,
 
+    /// exporter-toolkit web configuration (YAML: tls_server_config, basic_auth_users,
+    /// http_server_config.headers) for every endpoint; re-read on SIGHUP; without it, plain HTTP and no auth [default: off]
+    #[arg(long, visible_alias = "web.config.file", value_name = "PATH")]
+    pub web_config_file: Option<PathBuf>,
+
+    /// Requests handled at once, all endpoints together; more are answered 503 at once [default: 40]
+    #[arg(long, visible_alias = "web.max-requests", value_name = "N")]
+    pub web_max_requests: Option<usize>,
+
+    /// Connections open at once (idle, slow or busy); more are answered 503 [default: 1024]
+    #[arg(long, visible_alias = "web.max-connections", value_name = "N")]
+    pub web_max_connections: Option<usize>,
+
     /// How often to read the kernel's counters [default: 1s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     #[serde(deserialize_with = "super::format::de_duration")]
@@ -110,13 +123,14 @@ pub struct RunArgs {
     #[serde(deserialize_with = "super::format::de_duration_or_zero")]
     pub alert_cooldown: Option<Duration>,
 
-    /// Alertmanager to send alerts to, as http://HOST:PORT (plain http); repeatable or comma-separated
+    /// Alertmanager to send alerts to, as http[s]://HOST:PORT; repeatable or comma-separated.
+    /// Shown with user information and query hidden
     #[arg(long, value_name = "URL", value_delimiter = ',')]
     #[serde(deserialize_with = "super::format::de_urls")]
     pub alertmanager_url: Option<Vec<String>>,
 
-    /// URL to POST each alert's firing and resolution to as JSON (plain http); repeatable or
-    /// comma-separated
+    /// URL to POST each alert's firing and resolution to as JSON, http[s]://; repeatable or
+    /// comma-separated. Shown with user information and query hidden
     #[arg(long, value_name = "URL", value_delimiter = ',')]
     #[serde(deserialize_with = "super::format::de_urls")]
     pub alert_webhook: Option<Vec<String>>,
@@ -139,6 +153,24 @@ pub struct RunArgs {
     #[arg(long, visible_alias = "log.format", value_enum, value_name = "FORMAT")]
     #[serde(deserialize_with = "super::format::de_choice")]
     pub log_format: Option<LogFormat>,
+
+    /// PEM file of the CAs that sign https:// sinks' certificates; without it, the system bundle
+    /// [default: off]
+    #[arg(long, value_name = "PATH")]
+    pub alert_ca_file: Option<PathBuf>,
+
+    /// User name of HTTP basic auth for every sink (with --alert-basic-auth-password-file)
+    /// [default: off]
+    #[arg(long, value_name = "NAME")]
+    pub alert_basic_auth_user: Option<String>,
+
+    /// File holding the basic auth password (its first line); never a flag's value [default: off]
+    #[arg(long, value_name = "PATH")]
+    pub alert_basic_auth_password_file: Option<PathBuf>,
+
+    /// File holding a bearer token sent to every sink (its first line) [default: off]
+    #[arg(long, value_name = "PATH")]
+    pub alert_bearer_token_file: Option<PathBuf>,
 }
 
 /// `--log.level`: events below it are not written.

@@ -42,6 +42,9 @@ impl fmt::Display for Problem {
     }
 }
 
+/// Bound of the web limits: a descriptor each, far below any real ulimit's worth of use.
+const MAX_WEB: usize = 65_536;
+
 /// Each field from `merged`, else its default; appends every problem to `problems`. The returned
 /// config is only meaningful when `problems` stays empty.
 pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &mut Vec<Problem>) -> Config {
@@ -66,8 +69,19 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
             d.cgroup_buckets
         }
     };
+    let web = merged.web_config_file.as_deref().and_then(|path| match super::web::WebConfig::load(path) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            problems.push(Problem::new("web_config_file", e.to_string()));
+            None
+        }
+    });
     let config = Config {
         listen: merged.listen.unwrap_or(d.listen),
+        web_config_file: merged.web_config_file.clone(),
+        web,
+        web_max_requests: merged.web_max_requests.unwrap_or(d.web_max_requests),
+        web_max_connections: merged.web_max_connections.unwrap_or(d.web_max_connections),
         interval: merged.interval.unwrap_or(d.interval),
         window: merged.window.unwrap_or(d.window),
         top_cgroups: merged.top_cgroups.unwrap_or(d.top_cgroups),
@@ -103,6 +117,13 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
         format!("{}..={}", human(MIN_INTERVAL), human(MAX_INTERVAL)),
     );
     within("top_cgroups", c.top_cgroups.to_string(), TOP_CGROUPS.contains(&c.top_cgroups), show(&TOP_CGROUPS));
+    within("web_max_requests", c.web_max_requests.to_string(), c.web_max_requests <= MAX_WEB, format!("0..={MAX_WEB}"));
+    within(
+        "web_max_connections",
+        c.web_max_connections.to_string(),
+        (1..=MAX_WEB).contains(&c.web_max_connections),
+        format!("1..={MAX_WEB}"),
+    );
     within("max_cgroups", c.max_cgroups.to_string(), MAX_CGROUPS.contains(&c.max_cgroups), show(&MAX_CGROUPS));
     within("max_tasks", c.max_tasks.to_string(), MAX_TASKS.contains(&c.max_tasks), show(&MAX_TASKS));
 

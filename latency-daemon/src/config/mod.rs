@@ -6,8 +6,10 @@ mod alert;
 pub mod args;
 mod buckets;
 mod check;
+pub mod file;
 mod format;
 mod sources;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +31,16 @@ pub const DEFAULT_PORT: u16 = 9954;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// exporter-toolkit web configuration file (TLS, basic auth, headers), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config_file: Option<PathBuf>,
+    /// What `web_config_file` holds, checked. Never shown (it holds hashes and keys).
+    #[serde(skip)]
+    pub web: Option<web::WebConfig>,
+    /// Requests handled at once (0: no limit); more get 503.
+    pub web_max_requests: usize,
+    /// Connections open at once; more get 503.
+    pub web_max_connections: usize,
     /// Drain period: how often the kernel's maps are read.
     #[serde(serialize_with = "format::ser_duration")]
     pub interval: Duration,
@@ -75,8 +87,8 @@ pub struct Reload {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file: {source}")]
+    Read { source: file::FileError },
     #[error("config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("invalid configuration: {}", problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; "))]
@@ -106,6 +118,12 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            web_config_file: None,
+            web: None,
+            // exporter-toolkit's default for --web.max-requests.
+            web_max_requests: 40,
+            // Each open connection costs a task and a few KiB; slow clients must not exhaust them.
+            web_max_connections: 1024,
             interval: Duration::from_secs(1),
             // Prometheus's default scrape interval: every scrape sees a window no older than itself.
             window: Duration::from_secs(15),
@@ -167,6 +185,8 @@ impl Config {
         // Each of these sizes a socket, a kernel map or the kernel program's constants, or (the
         // interval) the shape of every window already kept.
         keep("listen", &mut config.listen, self.listen, r);
+        keep("web_max_requests", &mut config.web_max_requests, self.web_max_requests, r);
+        keep("web_max_connections", &mut config.web_max_connections, self.web_max_connections, r);
         keep("interval", &mut config.interval, self.interval, r);
         keep("max_cgroups", &mut config.max_cgroups, self.max_cgroups, r);
         keep("per_cgroup", &mut config.per_cgroup, self.per_cgroup, r);

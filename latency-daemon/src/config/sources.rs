@@ -18,7 +18,7 @@ pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<Pat
     let mut problems = Vec::new();
     let merged = args.clone().or(from_env(env, &mut problems));
     let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+    let text = super::file::read(&path).map_err(|source| ConfigError::Read { source })?;
     let file = parse_file(&text, &path)?;
     Ok((merged.or(file), Some(path), problems))
 }
@@ -166,6 +166,9 @@ impl RunArgs {
         RunArgs {
             config: self.config.or(lower.config),
             listen: self.listen.or(lower.listen),
+            web_config_file: self.web_config_file.or(lower.web_config_file),
+            web_max_requests: self.web_max_requests.or(lower.web_max_requests),
+            web_max_connections: self.web_max_connections.or(lower.web_max_connections),
             interval: self.interval.or(lower.interval),
             window: self.window.or(lower.window),
             top_cgroups: self.top_cgroups.or(lower.top_cgroups),
@@ -189,6 +192,12 @@ impl RunArgs {
             alert_severity: self.alert_severity.or(lower.alert_severity),
             log_level: self.log_level.or(lower.log_level),
             log_format: self.log_format.or(lower.log_format),
+            alert_ca_file: self.alert_ca_file.or(lower.alert_ca_file),
+            alert_basic_auth_user: self.alert_basic_auth_user.or(lower.alert_basic_auth_user),
+            alert_basic_auth_password_file: self
+                .alert_basic_auth_password_file
+                .or(lower.alert_basic_auth_password_file),
+            alert_bearer_token_file: self.alert_bearer_token_file.or(lower.alert_bearer_token_file),
         }
     }
 }

@@ -2,12 +2,16 @@
 //! `/metrics` (Prometheus
 //! text, OpenMetrics or protobuf with native histograms, by Accept), `/healthz`,
 //! `/api/v1/snapshot` (the last window as `record --json` prints it). Everything is encoded from
-//! the latest published exposition; nothing here touches the kernel.
+//! the latest published exposition, once per exposition (per format) or per window, and served
+//! from those bytes to every scrape until the next: a crowd of clients costs copies, not encodes.
+//! Nothing here touches the kernel.
 use std::{
     fmt,
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, PoisonError, RwLock},
     time::{SystemTime, UNIX_EPOCH},
 };
+
+use bytes::Bytes;
 
 use tokio::sync::watch;
 
@@ -16,7 +20,44 @@ use super::{
     http::{Handler, Reply, Request, StatusCode},
     view,
 };
-use crate::{config::Config, model::exposition::Exposition};
+use crate::{
+    config::Config,
+    model::{exposition::Exposition, window::Window},
+};
+
+/// The last body made from `K` (compared by identity: a new exposition or window is a new Arc).
+/// The lock is held while encoding, so concurrent scrapes of a new exposition wait for one
+/// encode instead of each doing their own.
+#[derive(Debug)]
+struct Memo<K>(Mutex<Option<(Arc<K>, &'static str, Bytes)>>);
+
+impl<K> Default for Memo<K> {
+    fn default() -> Self {
+        Memo(Mutex::new(None))
+    }
+}
+
+impl<K> Memo<K> {
+    fn clear(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    fn get_or<E>(
+        &self,
+        key: &Arc<K>,
+        make: impl FnOnce() -> Result<(&'static str, Bytes), E>,
+    ) -> Result<(&'static str, Bytes), E> {
+        let mut memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((k, content_type, body)) = memo.as_ref()
+            && Arc::ptr_eq(k, key)
+        {
+            return Ok((content_type, body.clone()));
+        }
+        let (content_type, body) = make()?;
+        *memo = Some((Arc::clone(key), content_type, body.clone()));
+        Ok((content_type, body))
+    }
+}
 
 /// `?format=text|openmetrics|protobuf` overrides the Accept header (a Prometheus job can set it
 /// with `params`, e.g. to keep classic buckets next to a job that gets native histograms).
@@ -46,6 +87,12 @@ pub struct Routes {
     metrics: Metrics,
     latest: watch::Receiver<Arc<Exposition>>,
     config: RwLock<Arc<Config>>,
+    /// /metrics by format: text, OpenMetrics, protobuf.
+    encoded: [Memo<Exposition>; 3],
+    snapshot: Memo<Window>,
+    heatmap: Memo<Exposition>,
+    /// The landing page; forgotten when the configuration changes, since it shows it.
+    landing: Memo<Exposition>,
 }
 
 impl fmt::Debug for Routes {
@@ -56,13 +103,22 @@ impl fmt::Debug for Routes {
 
 impl Routes {
     pub fn new(metrics: Metrics, latest: watch::Receiver<Arc<Exposition>>, config: Arc<Config>) -> Routes {
-        Routes { metrics, latest, config: RwLock::new(config) }
+        Routes {
+            metrics,
+            latest,
+            config: RwLock::new(config),
+            encoded: Default::default(),
+            snapshot: Memo::default(),
+            heatmap: Memo::default(),
+            landing: Memo::default(),
+        }
     }
 
     pub fn set_config(&self, config: Arc<Config>) {
         if let Ok(mut c) = self.config.write() {
             *c = config;
         }
+        self.landing.clear();
     }
 
     fn config(&self) -> Option<Arc<Config>> {
@@ -86,16 +142,34 @@ impl Routes {
     }
 
     /// The live view: the latest exposition and the running configuration.
-    fn landing(&self) -> String {
-        let config = self.config().unwrap_or_default();
-        let json = serde_json::to_string_pretty(&*config).unwrap_or_default();
-        view::page(&self.latest.borrow().clone(), &config, &json)
+    fn landing(&self) -> Bytes {
+        let e = self.latest.borrow().clone();
+        let made = self.landing.get_or(&e, || {
+            let config = self.config().unwrap_or_default();
+            let json = serde_json::to_string_pretty(&*config).unwrap_or_default();
+            Ok::<_, ()>(("", Bytes::from(view::page(&e, &config, &json))))
+        });
+        made.map(|(_, b)| b).unwrap_or_default()
     }
 
-    fn heatmap(&self) -> String {
+    fn heatmap(&self) -> Bytes {
         let e = self.latest.borrow().clone();
-        let windows: Vec<_> = e.timeline.windows().collect();
-        view::chart::heatmap(&windows)
+        let made = self.heatmap.get_or(&e, || {
+            let windows: Vec<_> = e.timeline.windows().collect();
+            Ok::<_, ()>(("", Bytes::from(view::chart::heatmap(&windows))))
+        });
+        made.map(|(_, b)| b).unwrap_or_default()
+    }
+
+    /// /metrics in `format`, encoded once per exposition.
+    fn metrics(&self, format: Format) -> Result<(&'static str, Bytes), fmt::Error> {
+        let e = self.latest.borrow().clone();
+        let slot = match format {
+            Format::Text => 0,
+            Format::OpenMetrics => 1,
+            Format::Protobuf => 2,
+        };
+        self.encoded[slot].get_or(&e, || self.metrics.encode(format).map(|(t, b)| (t, Bytes::from(b))))
     }
 }
 
@@ -104,7 +178,7 @@ impl Handler for Routes {
         match req.path {
             "/" => Reply::new(StatusCode::OK, "text/html; charset=utf-8", self.landing()),
             "/heatmap.svg" => Reply::new(StatusCode::OK, "image/svg+xml", self.heatmap()),
-            "/metrics" => match self.metrics.encode(format_param(req.query).unwrap_or_else(|| negotiate(req.accept))) {
+            "/metrics" => match self.metrics(format_param(req.query).unwrap_or_else(|| negotiate(req.accept))) {
                 Ok((content_type, body)) => Reply::new(StatusCode::OK, content_type, body),
                 Err(_) => {
                     Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n")
@@ -118,8 +192,10 @@ impl Handler for Routes {
             "/api/v1/snapshot" => {
                 let e = self.latest.borrow().clone();
                 match &e.window {
-                    Some(w) => match serde_json::to_vec_pretty(&w.report) {
-                        Ok(body) => Reply::new(StatusCode::OK, "application/json", body),
+                    Some(w) => match self.snapshot.get_or(w, || {
+                        serde_json::to_vec_pretty(&w.report).map(|b| ("application/json", Bytes::from(b)))
+                    }) {
+                        Ok((_, body)) => Reply::new(StatusCode::OK, "application/json", body),
                         Err(_) => Reply::new(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             "text/plain; charset=utf-8",

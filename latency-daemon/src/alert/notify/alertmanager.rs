@@ -12,7 +12,7 @@ use super::payload::{self, Origin};
 use super::post::post;
 use super::stats::{NotifyStats, Sink};
 use super::url::HttpUrl;
-use super::{Health, text};
+use super::{ClientSlot, Health, text};
 use crate::alert::{Alert, AlertKey, Transition};
 
 /// Bound on each of the active and the resolved-but-undelivered sets. The alert engine keeps one
@@ -143,7 +143,13 @@ struct Batch {
 }
 
 /// This URL's task: runs until aborted (reconfigured away, or the notifier is gone).
-pub async fn run(url: HttpUrl, shared: Arc<Shared>, stats: Arc<NotifyStats>, attempt_timeout: Duration) {
+pub async fn run(
+    url: HttpUrl,
+    shared: Arc<Shared>,
+    stats: Arc<NotifyStats>,
+    attempt_timeout: Duration,
+    client: Arc<ClientSlot>,
+) {
     let path = url.join("/api/v2/alerts");
     let mut health = Health::new("alertmanager", &url);
     let mut resend_at: Option<Instant> = None;
@@ -169,7 +175,7 @@ pub async fn run(url: HttpUrl, shared: Arc<Shared>, stats: Arc<NotifyStats>, att
             now,
         );
         let result = match body {
-            Ok(body) => post(&url, &path, &body, attempt_timeout).await.map_err(|e| e.to_string()),
+            Ok(body) => post(&url, &path, &body, attempt_timeout, &client.get()).await.map_err(|e| e.to_string()),
             Err(e) => Err(format!("encoding the alerts: {e}")),
         };
         match result {

@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 use super::payload::Origin;
 use super::stats::{NotifyStats, Sink};
 use super::url::HttpUrl;
-use super::{SinkConfig, Targets, Timing, alertmanager, log, webhook};
+use super::{ClientSlot, SinkConfig, Targets, Timing, alertmanager, log, webhook};
 use crate::alert::{Alert, AlertKey, Transition};
 
 /// A running per-URL task and what it shares with the dispatcher.
@@ -32,6 +32,7 @@ pub(super) struct Dispatcher {
     log: mpsc::Sender<Transition>,
     alertmanagers: Vec<Running<alertmanager::Shared>>,
     webhooks: Vec<Running<webhook::Shared>>,
+    client: Arc<ClientSlot>,
 }
 
 impl Dispatcher {
@@ -48,6 +49,7 @@ impl Dispatcher {
             log,
             alertmanagers: Vec::new(),
             webhooks: Vec::new(),
+            client: Arc::default(),
         };
         d.reconfigure(config);
         d
@@ -107,6 +109,7 @@ impl Dispatcher {
             severity: config.severity.clone(),
             generator_url: config.generator_url.clone(),
         };
+        self.client.set(config.client.clone());
         let wanted = distinct(&config.alertmanagers);
         retain_wanted(&mut self.alertmanagers, &wanted);
         for am in &self.alertmanagers {
@@ -122,6 +125,7 @@ impl Dispatcher {
                 Arc::clone(&shared),
                 Arc::clone(&self.stats),
                 self.timing.attempt,
+                Arc::clone(&self.client),
             ));
             self.alertmanagers.push(Running { url, shared, task: task.abort_handle() });
         }
@@ -138,6 +142,7 @@ impl Dispatcher {
                 Arc::clone(&shared),
                 Arc::clone(&self.stats),
                 self.timing.clone(),
+                Arc::clone(&self.client),
             ));
             self.webhooks.push(Running { url, shared, task: task.abort_handle() });
         }

@@ -4,6 +4,7 @@
 //! bloat the daemon: docs/design.md.
 
 mod alertmanager;
+mod client;
 mod dispatch;
 mod log;
 mod payload;
@@ -21,9 +22,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+pub use self::client::{Auth, Client, Secret, install_ring, parse_certs};
 pub use self::stats::NotifyStats;
 use self::stats::Sink;
-pub use self::url::HttpUrl;
+pub use self::url::{HttpUrl, redact};
 use crate::alert::Transition;
 
 /// Transitions between `send` and the dispatcher. Transitions come a few per window close; this
@@ -47,6 +49,8 @@ pub struct SinkConfig {
     pub generator_url: String,
     /// A JSON line per transition on stderr.
     pub log: bool,
+    /// CAs for `https://` and the credentials every sink sends.
+    pub client: Client,
 }
 
 impl Default for SinkConfig {
@@ -59,6 +63,7 @@ impl Default for SinkConfig {
             severity: "warning".into(),
             generator_url: String::new(),
             log: false,
+            client: Client::default(),
         }
     }
 }
@@ -148,6 +153,20 @@ impl Notifier {
     /// configured Alertmanager; a URL in both the old and new lists keeps its queue.
     pub fn reconfigure(&self, config: SinkConfig) {
         self.inner.configs.send_replace(config);
+    }
+}
+
+/// The sinks' current [`Client`]: replaced on reconfiguration, read by each URL's task per attempt.
+#[derive(Debug, Default)]
+struct ClientSlot(std::sync::RwLock<Client>);
+
+impl ClientSlot {
+    fn get(&self) -> Client {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn set(&self, client: Client) {
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = client;
     }
 }
 

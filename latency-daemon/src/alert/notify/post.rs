@@ -1,11 +1,14 @@
-//! The smallest HTTP/1.1 client that will do: a URL, a path and a JSON body in, `Ok` for a 2xx
-//! status or a [`PostError`] out — always within the given time, whatever the server does.
+//! The smallest HTTP/1.1 client that will do: a URL, a path, a JSON body and the [`Client`]
+//! (CAs, credentials) in, `Ok` for a 2xx status or a [`PostError`] out — over TCP or TLS, always
+//! within the given time, whatever the server does.
 use std::io;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::client::Client;
 use super::url::HttpUrl;
 
 /// A status line longer than this is not HTTP; stop reading rather than buffer what a broken
@@ -16,6 +19,10 @@ const MAX_STATUS_LINE: usize = 1024;
 pub enum PostError {
     #[error("connect: {source}")]
     Connect { source: io::Error },
+    #[error("TLS: {source}")]
+    Tls { source: io::Error },
+    #[error("TLS: '{host}' is not a valid server name")]
+    ServerName { host: String },
     #[error("{step}: {source}")]
     Io { step: &'static str, source: io::Error },
     #[error("no response within {}", humantime::format_duration(*after))]
@@ -30,23 +37,43 @@ pub enum PostError {
 
 /// POSTs `body` to `url`'s host at `path` with `Connection: close`; connecting, writing and
 /// reading the status line all count against `timeout`. The rest of the response is not read.
-pub async fn post(url: &HttpUrl, path: &str, body: &[u8], timeout: Duration) -> Result<(), PostError> {
-    match tokio::time::timeout(timeout, attempt(url, path, body)).await {
+pub async fn post(url: &HttpUrl, path: &str, body: &[u8], timeout: Duration, client: &Client) -> Result<(), PostError> {
+    match tokio::time::timeout(timeout, attempt(url, path, body, client)).await {
         Ok(result) => result,
         Err(_) => Err(PostError::Timeout { after: timeout }),
     }
 }
 
-async fn attempt(url: &HttpUrl, path: &str, body: &[u8]) -> Result<(), PostError> {
-    let mut stream =
+async fn attempt(url: &HttpUrl, path: &str, body: &[u8], client: &Client) -> Result<(), PostError> {
+    let stream =
         TcpStream::connect((url.host.as_str(), url.port)).await.map_err(|source| PostError::Connect { source })?;
+    let authorization = client.authorization(url);
+    if !url.tls {
+        return exchange(stream, url, path, body, authorization.as_deref()).await;
+    }
+    let name = ServerName::try_from(url.host.clone()).map_err(|_| PostError::ServerName { host: url.host.clone() })?;
+    let tls = tokio_rustls::TlsConnector::from(client.tls())
+        .connect(name, stream)
+        .await
+        .map_err(|source| PostError::Tls { source })?;
+    exchange(tls, url, path, body, authorization.as_deref()).await
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    url: &HttpUrl,
+    path: &str,
+    body: &[u8],
+    authorization: Option<&str>,
+) -> Result<(), PostError> {
     // One buffer, one write: a head and a body in separate segments can wait on Nagle and the
     // server's delayed ACK (tens of ms) for nothing.
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: runqlat-monitor\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
+         Content-Length: {}\r\nConnection: close\r\n{}\r\n",
         url.authority(),
-        body.len()
+        body.len(),
+        authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default(),
     )
     .into_bytes();
     request.extend_from_slice(body);
@@ -59,7 +86,7 @@ async fn attempt(url: &HttpUrl, path: &str, body: &[u8]) -> Result<(), PostError
     }
 }
 
-async fn read_status_line(stream: &mut TcpStream) -> Result<Vec<u8>, PostError> {
+async fn read_status_line<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, PostError> {
     let mut buf = Vec::with_capacity(128);
     let mut chunk = [0u8; 256];
     loop {
@@ -135,13 +162,13 @@ mod tests {
             s.write_all(reply).await.unwrap();
             req
         });
-        (HttpUrl { host: "127.0.0.1".into(), port, path: "/".into() }, task)
+        (HttpUrl { tls: false, host: "127.0.0.1".into(), port, path: "/".into(), userinfo: None }, task)
     }
 
     #[tokio::test]
     async fn writes_a_complete_request_and_reads_the_status() {
         let (url, server) = answer_once(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n").await;
-        post(&url, "/api/v2/alerts", br#"{"a":1}"#, Duration::from_secs(5)).await.unwrap();
+        post(&url, "/api/v2/alerts", br#"{"a":1}"#, Duration::from_secs(5), &Client::default()).await.unwrap();
         let req = String::from_utf8(server.await.unwrap()).unwrap();
         let want_host = format!("Host: 127.0.0.1:{}\r\n", url.port);
         assert!(req.starts_with("POST /api/v2/alerts HTTP/1.1\r\n"), "{req}");
@@ -156,31 +183,98 @@ mod tests {
     #[tokio::test]
     async fn non_2xx_and_garbage_are_errors() {
         let (url, _server) = answer_once(b"HTTP/1.1 503 Service Unavailable\r\n\r\n").await;
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::Status { code: 503 }), "{err}");
 
         let (url, _server) = answer_once(b"hello\r\n").await;
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::BadStatusLine { .. }), "{err}");
 
         let (url, _server) = answer_once(b"").await;
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::NoResponse), "{err}");
     }
 
     #[tokio::test]
     async fn a_silent_server_times_out_and_a_closed_port_refuses() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = HttpUrl { host: "127.0.0.1".into(), port: listener.local_addr().unwrap().port(), path: "/".into() };
+        let url = HttpUrl {
+            tls: false,
+            host: "127.0.0.1".into(),
+            port: listener.local_addr().unwrap().port(),
+            path: "/".into(),
+            userinfo: None,
+        };
         // Accepts (the kernel's backlog does) and never answers.
         let started = Instant::now();
-        let err = post(&url, "/", b"{}", Duration::from_millis(200)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_millis(200), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::Timeout { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert_eq!(err.to_string(), "no response within 200ms");
 
         drop(listener);
-        let err = post(&url, "/", b"{}", Duration::from_secs(5)).await.unwrap_err();
+        let err = post(&url, "/", b"{}", Duration::from_secs(5), &Client::default()).await.unwrap_err();
         assert!(matches!(err, PostError::Connect { .. }), "{err}");
+    }
+}
+
+/// `https://` against a real TLS endpoint (rustls with latency-lab's test certificates): trusted
+/// through the CA file, with the bearer token; refused without the CA.
+#[cfg(test)]
+mod tls_tests {
+    use std::sync::Arc;
+
+    use latency_lab::tls::Certs;
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::alert::notify::client::{Auth, Secret};
+
+    async fn tls_receiver(certs: &Certs) -> (HttpUrl, tokio::task::JoinHandle<Vec<u8>>) {
+        super::super::client::install_ring();
+        let chain = CertificateDer::pem_file_iter(certs.path("server.pem")).unwrap().map(Result::unwrap).collect();
+        let key = PrivateKeyDer::from_pem_file(certs.path("server.key")).unwrap();
+        let config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut req = Vec::new();
+            // The first connection may be the one without the CA, failing its handshake.
+            loop {
+                let (s, _) = listener.accept().await.unwrap();
+                let Ok(mut s) = acceptor.accept(s).await else { continue };
+                let mut chunk = [0u8; 4096];
+                while !req.ends_with(b"}") {
+                    let n = s.read(&mut chunk).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    req.extend_from_slice(&chunk[..n]);
+                }
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+                let _ = s.shutdown().await;
+                return req;
+            }
+        });
+        (HttpUrl::parse(&format!("https://localhost:{port}/hook")).unwrap(), task)
+    }
+
+    #[tokio::test]
+    async fn https_with_a_ca_file_and_a_bearer_token() {
+        let certs = Certs::new().unwrap();
+        let (url, server) = tls_receiver(&certs).await;
+        let untrusted = Client::new(None, None).unwrap();
+        let err = post(&url, "/hook", b"{}", Duration::from_secs(5), &untrusted).await.unwrap_err();
+        assert!(matches!(err, PostError::Tls { .. }), "{err}");
+
+        let ca = std::fs::read_to_string(certs.path("ca.pem")).unwrap();
+        let client = Client::new(Some(&ca), Some(Auth::Bearer(Secret("T0KEN".into())))).unwrap();
+        post(&url, "/hook", br#"{"a":1}"#, Duration::from_secs(5), &client).await.unwrap();
+        let req = String::from_utf8(server.await.unwrap()).unwrap();
+        assert!(req.starts_with("POST /hook HTTP/1.1\r\n"), "{req}");
+        assert!(req.contains("Authorization: Bearer T0KEN\r\n"), "{req}");
     }
 }

@@ -53,7 +53,13 @@ impl Fake {
 
 async fn fake(behaviour: Behaviour, path: &str) -> Fake {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = HttpUrl { host: "127.0.0.1".into(), port: listener.local_addr().unwrap().port(), path: path.into() };
+    let url = HttpUrl {
+        tls: false,
+        host: "127.0.0.1".into(),
+        port: listener.local_addr().unwrap().port(),
+        path: path.into(),
+        userinfo: None,
+    };
     let (tx, received) = unbounded_channel();
     let requests = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&requests);
@@ -125,7 +131,7 @@ async fn closed_port() -> HttpUrl {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
-    HttpUrl { host: "127.0.0.1".into(), port, path: "/".into() }
+    HttpUrl { tls: false, host: "127.0.0.1".into(), port, path: "/".into(), userinfo: None }
 }
 
 fn row(stats: &NotifyStats, sink: &str) -> (u64, u64, u64) {

@@ -1,42 +1,52 @@
-//! A sink's address: `http://host[:port][/path]` text in, [`HttpUrl`] out (or a one-line reason).
-//! Only plain HTTP: the client in `post.rs` speaks HTTP/1.1 over TCP and nothing else.
+//! A sink's address: `http[s]://[user:password@]host[:port][/path][?query]` text in, [`HttpUrl`]
+//! out (or a one-line reason). Shown anywhere (log, landing page, errors) only through
+//! [`HttpUrl`]'s `Display` or [`redact`], which hide the user information and the query: both
+//! commonly carry credentials (`?token=…`).
 use std::fmt;
+
+/// Stands in for what is hidden.
+const HIDDEN: &str = "xxxxx";
 
 /// Where a sink POSTs. Host and path never contain whitespace or control characters, so they
 /// can be written into a request head as they are.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct HttpUrl {
+    /// `https://`: TLS (see `post.rs`).
+    pub tls: bool,
     /// A name or an IP address; an IPv6 address without its brackets.
     pub host: String,
     pub port: u16,
-    /// Starts with '/'; may carry a query.
+    /// Starts with '/'; may carry a query. Never shown: it may hold a token.
     pub path: String,
+    /// `user:password` from the URL, sent as HTTP basic auth. Never shown.
+    pub userinfo: Option<String>,
 }
 
-/// Why a URL cannot be a sink's address: the URL as given and one line of reason.
+/// Why a URL cannot be a sink's address: the URL as given (redacted) and one line of reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("alert URL '{}': {why}", url.escape_debug())]
 pub struct BadUrl {
+    /// Redacted by [`redact`].
     pub url: String,
     pub why: String,
 }
 
 impl HttpUrl {
-    /// `"http://127.0.0.1:9093"` → host `127.0.0.1`, port 9093, path `/`. The port defaults to 80.
-    /// The one parser of sink URLs: the configuration's checks use it too.
+    /// `"http://127.0.0.1:9093"` → host `127.0.0.1`, port 9093, path `/`. The port defaults to 80
+    /// (443 for https). The one parser of sink URLs: the configuration's checks use it too.
     pub fn parse(s: &str) -> Result<HttpUrl, BadUrl> {
-        let bad = |why: String| BadUrl { url: s.to_string(), why };
+        let bad = |why: String| BadUrl { url: redact(s), why };
         let scheme = |prefix: &str| s.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
-        if scheme("https://") {
-            return Err(bad("https is not supported; use a plain-http Alertmanager or a local relay".into()));
-        }
-        if !scheme("http://") {
-            return Err(bad("must start with http:// (e.g. http://alertmanager:9093)".into()));
-        }
+        let (tls, rest) = if scheme("https://") {
+            (true, &s["https://".len()..])
+        } else if scheme("http://") {
+            (false, &s["http://".len()..])
+        } else {
+            return Err(bad("must start with http:// or https:// (e.g. http://alertmanager:9093)".into()));
+        };
         if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(bad("contains whitespace or control characters".into()));
         }
-        let rest = &s["http://".len()..];
         // The fragment never goes on the wire.
         let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
         let (authority, path) = match rest.find(['/', '?']) {
@@ -44,20 +54,30 @@ impl HttpUrl {
             Some(i) => (&rest[..i], rest[i..].to_string()),
             None => (rest, "/".to_string()),
         };
-        if authority.contains('@') {
-            return Err(bad("user information in the URL is not supported".into()));
-        }
-        let (host, port) = split_host_port(authority).map_err(bad)?;
+        let (userinfo, authority) = match authority.rsplit_once('@') {
+            Some((user, host)) => {
+                if !user.contains(':') {
+                    return Err(bad("user information must be user:password".into()));
+                }
+                (Some(user.to_string()), host)
+            }
+            None => (None, authority),
+        };
+        let (host, port) = split_host_port(authority, if tls { 443 } else { 80 }).map_err(bad)?;
         if host.is_empty() {
             return Err(bad("has no host".into()));
         }
-        Ok(HttpUrl { host: host.to_string(), port, path })
+        Ok(HttpUrl { tls, host: host.to_string(), port, path, userinfo })
     }
 
-    /// The `Host` header's value: the port only when it is not 80, IPv6 in brackets.
+    fn default_port(&self) -> u16 {
+        if self.tls { 443 } else { 80 }
+    }
+
+    /// The `Host` header's value: the port only when it is not the scheme's, IPv6 in brackets.
     pub fn authority(&self) -> String {
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        if self.port == 80 { host } else { format!("{host}:{}", self.port) }
+        if self.port == self.default_port() { host } else { format!("{host}:{}", self.port) }
     }
 
     /// This URL's path with `suffix` appended, without doubling the slash between them.
@@ -71,13 +91,41 @@ impl HttpUrl {
     }
 }
 
-impl fmt::Display for HttpUrl {
+/// Redacted, like `Display`.
+impl fmt::Debug for HttpUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority(), self.path)
+        write!(f, "HttpUrl({self})")
     }
 }
 
-fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
+/// `scheme://[xxxxx@]host[:port]/path[?xxxxx]`: what may be shown.
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        let user = if self.userinfo.is_some() { format!("{HIDDEN}@") } else { String::new() };
+        let (path, query) = self.path.split_once('?').map_or((self.path.as_str(), false), |(p, _)| (p, true));
+        let query = if query { format!("?{HIDDEN}") } else { String::new() };
+        write!(f, "{scheme}://{user}{}{path}{query}", self.authority())
+    }
+}
+
+/// Any URL-like text with its user information and query hidden and its fragment dropped, for
+/// showing text that may not even parse.
+pub fn redact(s: &str) -> String {
+    let (scheme, rest) = s.split_once("://").map_or(("", s), |(a, b)| (a, b));
+    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+    let (rest, query) = rest.split_once('?').map_or((rest, false), |(r, _)| (r, true));
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{HIDDEN}@{host}"),
+        None => authority.to_string(),
+    };
+    let scheme = if scheme.is_empty() { String::new() } else { format!("{scheme}://") };
+    let query = if query { format!("?{HIDDEN}") } else { String::new() };
+    format!("{scheme}{authority}{path}{query}")
+}
+
+fn split_host_port(authority: &str, default_port: u16) -> Result<(&str, u16), String> {
     let (host, port) = match authority.strip_prefix('[') {
         Some(bracketed) => {
             let Some((host, after)) = bracketed.split_once(']') else {
@@ -100,7 +148,7 @@ fn split_host_port(authority: &str) -> Result<(&str, u16), String> {
         },
     };
     match port.map(str::parse::<u16>) {
-        None => Ok((host, 80)),
+        None => Ok((host, default_port)),
         Some(Ok(n @ 1..)) => Ok((host, n)),
         Some(_) => Err(format!("port '{}' is not a number from 1 to 65535", port.unwrap_or_default().escape_debug())),
     }
@@ -111,7 +159,7 @@ mod tests {
     use super::*;
 
     fn url(host: &str, port: u16, path: &str) -> HttpUrl {
-        HttpUrl { host: host.into(), port, path: path.into() }
+        HttpUrl { tls: false, host: host.into(), port, path: path.into(), userinfo: None }
     }
 
     #[test]
@@ -125,6 +173,8 @@ mod tests {
             ("http://hooks.local?token=abc", url("hooks.local", 80, "/?token=abc")),
             ("http://[::1]:9093/am", url("::1", 9093, "/am")),
             ("http://[::1]", url("::1", 80, "/")),
+            ("https://am", HttpUrl { tls: true, ..url("am", 443, "/") }),
+            ("http://u:p@w@am:1/x", HttpUrl { userinfo: Some("u:p@w".into()), ..url("am", 1, "/x") }),
         ];
         for (text, want) in cases {
             assert_eq!(HttpUrl::parse(text), Ok(want), "{text}");
@@ -134,7 +184,6 @@ mod tests {
     #[test]
     fn refuses_with_one_line_naming_the_url() {
         let cases = [
-            ("https://am:9093", "https is not supported"),
             ("ftp://am", "must start with http://"),
             ("am:9093", "must start with http://"),
             ("http://", "has no host"),
@@ -143,7 +192,7 @@ mod tests {
             ("http://am:99999", "port '99999' is not a number"),
             ("http://am:0", "port '0' is not a number"),
             ("http://am:x1", "port 'x1' is not a number"),
-            ("http://user:pw@am", "user information"),
+            ("http://user@am", "user information must be user:password"),
             ("http://::1:9093", "need brackets"),
             ("http://[::1", "unclosed"),
             ("http://am/a b", "whitespace"),
@@ -152,7 +201,7 @@ mod tests {
         for (text, want) in cases {
             let err = HttpUrl::parse(text).expect_err(text).to_string();
             assert!(err.contains(want), "{text}: {err}");
-            assert!(err.contains(&text.escape_debug().to_string()), "{text}: {err}");
+            assert!(err.contains(&redact(text).escape_debug().to_string()), "{text}: {err}");
             assert!(!err.contains('\n'), "{text}: {err}");
         }
     }
@@ -165,5 +214,26 @@ mod tests {
         assert_eq!(url("am", 9093, "/am/").join("/api/v2/alerts"), "/am/api/v2/alerts");
         assert_eq!(url("am", 9093, "/am?x=1").join("/api/v2/alerts"), "/am/api/v2/alerts?x=1");
         assert_eq!(url("::1", 9093, "/p").to_string(), "http://[::1]:9093/p");
+        assert_eq!(HttpUrl { tls: true, ..url("am", 443, "/") }.authority(), "am");
+    }
+
+    #[test]
+    fn credentials_are_never_shown() {
+        let parsed = HttpUrl::parse("https://alice:s3cret@hooks.local:8443/x/y?token=SECRET#frag").unwrap();
+        assert_eq!(parsed.userinfo.as_deref(), Some("alice:s3cret"));
+        assert_eq!(parsed.path, "/x/y?token=SECRET");
+        assert_eq!(parsed.to_string(), "https://xxxxx@hooks.local:8443/x/y?xxxxx");
+        assert_eq!(format!("{parsed:?}"), "HttpUrl(https://xxxxx@hooks.local:8443/x/y?xxxxx)");
+        let cases = [
+            ("http://a:b@h/p?t=1#f", "http://xxxxx@h/p?xxxxx"),
+            ("http://h", "http://h"),
+            ("ftp://u:SECRET@h?SECRET", "ftp://xxxxx@h?xxxxx"),
+            ("u:SECRET@h/p", "xxxxx@h/p"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact(text), want, "{text}");
+        }
+        let e = HttpUrl::parse("http://u:SECRET@h:99999/?token=SECRET").unwrap_err().to_string();
+        assert!(!e.contains("SECRET"), "{e}");
     }
 }

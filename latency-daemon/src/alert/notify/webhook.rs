@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 use super::post::post;
 use super::stats::{NotifyStats, Sink};
 use super::url::HttpUrl;
-use super::{Health, Timing};
+use super::{ClientSlot, Health, Timing};
 
 /// Per URL. A dead endpoint costs at most this many events of memory; keeping the newest ones
 /// means that when it comes back it hears about the current state, not an hour-old backlog.
@@ -58,13 +58,13 @@ impl Shared {
 }
 
 /// This URL's task: runs until aborted (reconfigured away, or the notifier is gone).
-pub async fn run(url: HttpUrl, shared: Arc<Shared>, stats: Arc<NotifyStats>, timing: Timing) {
+pub async fn run(url: HttpUrl, shared: Arc<Shared>, stats: Arc<NotifyStats>, timing: Timing, client: Arc<ClientSlot>) {
     let mut health = Health::new("webhook", &url);
     loop {
         let body = shared.pop().await;
         let mut backoff = timing.backoff.iter();
         loop {
-            match post(&url, &url.path, &body, timing.attempt).await {
+            match post(&url, &url.path, &body, timing.attempt, &client.get()).await {
                 Ok(()) => {
                     stats.sent(Sink::Webhook);
                     health.ok();

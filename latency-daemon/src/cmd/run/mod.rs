@@ -10,8 +10,8 @@ use tokio::{signal::unix::SignalKind, sync::watch};
 use self::pipeline::{Command, Drainer};
 use super::logger;
 use crate::{
-    alert::notify::{HttpUrl, Notifier, SinkConfig},
-    config::{Config, ConfigError, args::RunArgs},
+    alert::notify::{Client, HttpUrl, Notifier, SinkConfig},
+    config::{Config, ConfigError, Reload, args::RunArgs},
     host::{cgroups::CgroupNames, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
@@ -58,11 +58,15 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     };
     logger::set(config.log_level, config.log_format);
-    let runtime = match super::runtime() {
+    let runtime = match super::serving_runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match runtime.block_on(run(config, args)) {
+    let result = runtime.block_on(run(config, args));
+    // A blocking worker still reading a file must not hold the exit (the read is bounded, but
+    // the stop must not depend on it).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => super::fail(&e.to_string()),
     }
@@ -104,11 +108,12 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let clock =
         if degraded.iter().any(|d| d.feature == Feature::RunQueueClock) { Clock::Monotonic } else { config.clock };
     let config = Config { clock, ..config };
-    // Least privilege from here on: the maps and links are file descriptors, and this is still the
-    // only thread, so the drain thread and every later one start without capabilities.
+    // Least privilege from here on: the maps and links are file descriptors. The runtime's threads
+    // dropped theirs when they started, so the drain thread and every later one start without.
     privileges::drop_after_attach();
+    let scheme = if config.web.as_ref().is_some_and(|w| w.tls.is_some()) { "https" } else { "http" };
     log::info!(
-        "attached; draining every {}, windows of {}, serving http://{}/metrics and the live view at http://{}/",
+        "attached; draining every {}, windows of {}, serving {scheme}://{}/metrics and the live view at {scheme}://{}/",
         humantime::format_duration(config.interval),
         humantime::format_duration(config.window),
         config.listen,
@@ -130,17 +135,28 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let metrics = Metrics::new(latest.clone(), &instruments, procstat::sample);
     let routes = Arc::new(Routes::new(metrics, latest, Arc::new(config.clone())));
     let (commands, inbox) = mpsc::channel();
-    let notifier = config.alert.enabled().then(|| Notifier::spawn(sink_config(&config), instruments.notify.clone()));
+    let notifier = config
+        .alert
+        .enabled()
+        .then(|| Notifier::spawn(sink_config(&config, sink_client(&config)), instruments.notify.clone()));
     let drainer = Drainer::new(probe, names, config.clone(), published, instruments.drain.clone(), notifier.clone());
     let drain_thread =
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
 
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(
+    let web = Arc::new(http::WebSlot::new(http::WebState::new(config.web.as_ref())));
+    let limits = http::Limits {
+        max_connections: config.web_max_connections,
+        max_connections_per_peer: (config.web_max_connections / 4).max(1),
+        max_requests: config.web_max_requests,
+        ..http::Limits::default()
+    };
+    let server = tokio::spawn(http::serve_with(
         listener,
         routes.clone(),
-        http::Limits::default(),
+        limits,
         instruments.http.clone(),
+        Arc::clone(&web),
         async move {
             let _ = http_stopped.await;
         },
@@ -152,28 +168,51 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let mut sigusr1 = tokio::signal::unix::signal(SignalKind::user_defined1()).map_err(RunError::Signal)?;
     let mut sigusr2 = tokio::signal::unix::signal(SignalKind::user_defined2()).map_err(RunError::Signal)?;
     let mut current = config;
+    // SIGHUP reads the files on a blocking worker: whatever the path turns out to be, serving and
+    // the stop signals go on. One reload at a time; a SIGHUP meanwhile is taken after it.
+    let mut reloading: Option<tokio::task::JoinHandle<Result<(Reload, Client), ConfigError>>> = None;
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = sigusr1.recv() => log::info!("SIGUSR1 received: it has no meaning here; ignored"),
             _ = sigusr2.recv() => log::info!("SIGUSR2 received: it has no meaning here; ignored"),
-            _ = sighup.recv() => match current.reload(&args) {
-                Ok(reload) => {
-                    if !reload.needs_restart.is_empty() {
-                        log::warn!("reload: {} changed but need a restart (a new map size or re-attach needs the capabilities dropped after attach); kept the running values", reload.needs_restart.join(", "));
-                    }
-                    current = reload.config;
-                    logger::set(current.log_level, current.log_format);
-                    routes.set_config(Arc::new(current.clone()));
-                    if let Some(n) = &notifier {
-                        n.reconfigure(sink_config(&current));
-                    }
-                    let _ = commands.send(Command::Reload(Box::new(current.clone())));
-                    log::info!("reloaded the configuration");
+            _ = sighup.recv(), if reloading.is_none() => {
+                let (running, args) = (current.clone(), args.clone());
+                // The sinks' client too: it may read the system's CA bundle.
+                reloading = Some(tokio::task::spawn_blocking(move || {
+                    running.reload(&args).map(|r| {
+                        let client = sink_client(&r.config);
+                        (r, client)
+                    })
+                }));
+            }
+            done = async {
+                match reloading.as_mut() {
+                    Some(r) => r.await,
+                    None => std::future::pending().await,
                 }
-                Err(e) => log::error!("reload failed, keeping the running configuration: {e}"),
-            },
+            }, if reloading.is_some() => {
+                reloading = None;
+                match done {
+                    Ok(Ok((reload, client))) => {
+                        if !reload.needs_restart.is_empty() {
+                            log::warn!("reload: {} changed but need a restart (a new map size or re-attach needs the capabilities dropped after attach); kept the running values", reload.needs_restart.join(", "));
+                        }
+                        current = reload.config;
+                        logger::set(current.log_level, current.log_format);
+                        web.set(http::WebState::new(current.web.as_ref()));
+                        routes.set_config(Arc::new(current.clone()));
+                        if let Some(n) = &notifier {
+                            n.reconfigure(sink_config(&current, client));
+                        }
+                        let _ = commands.send(Command::Reload(Box::new(current.clone())));
+                        log::info!("reloaded the configuration");
+                    }
+                    Ok(Err(e)) => log::error!("reload failed, keeping the running configuration: {e}"),
+                    Err(e) => log::error!("reload failed, keeping the running configuration: {e}"),
+                }
+            }
         }
     }
     log::info!("stopping: detaching the kernel program");
@@ -197,7 +236,13 @@ fn ignore_stray_signals() {
 }
 
 /// Where and how alerts are sent.
-fn sink_config(config: &Config) -> SinkConfig {
+/// The sinks' CAs and credentials, as the configuration read them.
+fn sink_client(config: &Config) -> Client {
+    // Checked with the configuration; the default only if that check is ever skipped.
+    Client::new(config.alert.ca_pem.as_deref(), config.alert.auth.clone()).unwrap_or_default()
+}
+
+fn sink_config(config: &Config, client: Client) -> SinkConfig {
     let parse = |urls: &[String]| -> Vec<HttpUrl> {
         urls.iter()
             .filter_map(|u| match HttpUrl::parse(u) {
@@ -218,5 +263,6 @@ fn sink_config(config: &Config) -> SinkConfig {
         instance: host,
         severity: config.alert.severity.clone(),
         log: true,
+        client,
     }
 }

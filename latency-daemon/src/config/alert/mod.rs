@@ -3,6 +3,7 @@
 //! of them a reload may change while the kernel program keeps running.
 
 use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use latency_common::maps::Reason;
@@ -11,7 +12,10 @@ use serde::Serialize;
 use super::Problem;
 use super::args::{self, RunArgs};
 use super::format;
-use crate::alert::{Rules, notify::HttpUrl};
+use crate::alert::{
+    Rules,
+    notify::{Auth, Client, HttpUrl, Secret, redact},
+};
 
 const FOR_WINDOWS: RangeInclusive<u32> = 1..=100;
 const RESOLVE_AFTER: RangeInclusive<u32> = 1..=100;
@@ -46,11 +50,11 @@ pub struct AlertConfig {
     /// After resolving, the same alert does not fire again for this long (zero: at once).
     #[serde(rename = "alert_cooldown", serialize_with = "format::ser_duration")]
     pub cooldown: Duration,
-    /// Alertmanager base URLs (`http://host[:port][/path]`).
-    #[serde(rename = "alertmanager_url")]
+    /// Alertmanager base URLs (`http[s]://[user:password@]host[:port][/path]`); shown redacted.
+    #[serde(rename = "alertmanager_url", serialize_with = "ser_redacted")]
     pub alertmanagers: Vec<String>,
     /// Webhook URLs, same form.
-    #[serde(rename = "alert_webhook")]
+    #[serde(rename = "alert_webhook", serialize_with = "ser_redacted")]
     pub webhooks: Vec<String>,
     /// How often active alerts are sent to Alertmanager again.
     #[serde(rename = "alert_resend", serialize_with = "format::ser_duration")]
@@ -58,6 +62,26 @@ pub struct AlertConfig {
     /// The `severity` label.
     #[serde(rename = "alert_severity")]
     pub severity: String,
+    /// PEM file of the CAs of https:// sinks; None: the system bundle.
+    #[serde(rename = "alert_ca_file", skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    #[serde(rename = "alert_basic_auth_user", skip_serializing_if = "Option::is_none")]
+    pub basic_auth_user: Option<String>,
+    #[serde(rename = "alert_basic_auth_password_file", skip_serializing_if = "Option::is_none")]
+    pub basic_auth_password_file: Option<PathBuf>,
+    #[serde(rename = "alert_bearer_token_file", skip_serializing_if = "Option::is_none")]
+    pub bearer_token_file: Option<PathBuf>,
+    /// What `ca_file` held, read with the configuration (so a reload re-reads it).
+    #[serde(skip)]
+    pub ca_pem: Option<String>,
+    /// The credentials the files above held. Never shown.
+    #[serde(skip)]
+    pub auth: Option<Auth>,
+}
+
+/// URLs as they may be shown: user information and query hidden.
+fn ser_redacted<S: serde::Serializer>(urls: &[String], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(urls.iter().map(|u| redact(u)))
 }
 
 fn none_set(per_reason: &[Option<Duration>; Reason::COUNT]) -> bool {
@@ -80,6 +104,12 @@ impl Default for AlertConfig {
             // heard of again by then counts as resolved.
             resend: Duration::from_secs(30),
             severity: "warning".to_owned(),
+            ca_file: None,
+            basic_auth_user: None,
+            basic_auth_password_file: None,
+            bearer_token_file: None,
+            ca_pem: None,
+            auth: None,
         }
     }
 }
@@ -162,6 +192,55 @@ pub(super) fn resolve(merged: &RunArgs, problems: &mut Vec<Problem>) -> AlertCon
         webhooks: merged.alert_webhook.clone().unwrap_or(d.webhooks),
         resend: merged.alert_resend.unwrap_or(d.resend),
         severity: merged.alert_severity.clone().unwrap_or(d.severity),
+        ca_pem: read_file("alert_ca_file", merged.alert_ca_file.as_deref(), problems),
+        auth: auth(merged, problems),
+        ca_file: merged.alert_ca_file.clone(),
+        basic_auth_user: merged.alert_basic_auth_user.clone(),
+        basic_auth_password_file: merged.alert_basic_auth_password_file.clone(),
+        bearer_token_file: merged.alert_bearer_token_file.clone(),
+    }
+}
+
+/// A file's text, or a problem naming the key.
+fn read_file(field: &'static str, path: Option<&Path>, problems: &mut Vec<Problem>) -> Option<String> {
+    match super::file::read(path?) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            problems.push(Problem::new(field, e.to_string()));
+            None
+        }
+    }
+}
+
+/// The sinks' credentials from their files: basic auth (user and password file together) or a
+/// bearer token, not both. Only the first line counts, without its newline.
+fn auth(merged: &RunArgs, problems: &mut Vec<Problem>) -> Option<Auth> {
+    let secret = |field, path: Option<&Path>, problems: &mut Vec<Problem>| {
+        read_file(field, path, problems).map(|t| Secret(t.lines().next().unwrap_or_default().to_owned()))
+    };
+    let user = merged.alert_basic_auth_user.clone();
+    let password = secret("alert_basic_auth_password_file", merged.alert_basic_auth_password_file.as_deref(), problems);
+    let token = secret("alert_bearer_token_file", merged.alert_bearer_token_file.as_deref(), problems);
+    let basic_given = user.is_some() || merged.alert_basic_auth_password_file.is_some();
+    if basic_given && merged.alert_bearer_token_file.is_some() {
+        problems.push(Problem::new("alert_bearer_token_file", "give basic auth or a bearer token, not both"));
+        return None;
+    }
+    match (user, password, token) {
+        (_, _, Some(token)) => Some(Auth::Bearer(token)),
+        (Some(user), Some(password), None) => Some(Auth::Basic { user, password }),
+        (Some(_), None, None) if merged.alert_basic_auth_password_file.is_none() => {
+            problems.push(Problem::new(
+                "alert_basic_auth_user",
+                "needs alert_basic_auth_password_file (passwords are read from files only)",
+            ));
+            None
+        }
+        (None, Some(_), None) => {
+            problems.push(Problem::new("alert_basic_auth_password_file", "needs alert_basic_auth_user"));
+            None
+        }
+        _ => None,
     }
 }
 
@@ -201,9 +280,14 @@ pub(super) fn check(a: &AlertConfig, ceiling: Duration) -> Vec<Problem> {
     for (field, urls) in [("alertmanager_url", &a.alertmanagers), ("alert_webhook", &a.webhooks)] {
         for url in urls {
             if let Err(why) = check_url(url) {
-                problems.push(Problem::new(field, format!("{}: {why}", quote(url))));
+                problems.push(Problem::new(field, format!("{}: {why}", quote(&redact(url)))));
             }
         }
+    }
+    if let Some(pem) = &a.ca_pem
+        && let Err(why) = Client::new(Some(pem), None)
+    {
+        problems.push(Problem::new("alert_ca_file", why));
     }
     if a.resend < MIN_RESEND {
         let (resend, min) = (humantime::format_duration(a.resend), humantime::format_duration(MIN_RESEND));

@@ -93,13 +93,13 @@ fn each_message_names_its_field() {
         (AlertConfig { for_windows: 101, ..d.clone() }, "alert_for: 101 is not in 1..=100"),
         (AlertConfig { resolve_after: 0, ..d.clone() }, "alert_resolve_after: 0 is not in 1..=100"),
         (
-            AlertConfig { alertmanagers: vec!["https://am:9093".into()], ..d.clone() },
-            "alertmanager_url: 'https://am:9093': https is not supported; use a plain-http Alertmanager or a \
-             local relay",
+            AlertConfig { alertmanagers: vec!["ftp://u:SECRET@am:9093?t=SECRET".into()], ..d.clone() },
+            "alertmanager_url: 'ftp://xxxxx@am:9093?xxxxx': must start with http:// or https:// (e.g. \
+             http://alertmanager:9093)",
         ),
         (
             AlertConfig { webhooks: vec!["hooks.local/x".into()], ..d.clone() },
-            "alert_webhook: 'hooks.local/x': must start with http:// (e.g. http://alertmanager:9093)",
+            "alert_webhook: 'hooks.local/x': must start with http:// or https:// (e.g. http://alertmanager:9093)",
         ),
         (AlertConfig { resend: ms(50), ..d.clone() }, "alert_resend: 50ms is below 100ms"),
         (AlertConfig { severity: String::new(), ..d.clone() }, "alert_severity: must not be empty"),
@@ -143,12 +143,13 @@ fn urls() {
         "http://hooks.local?token=abc",
         "http://[::1]:9093/am",
         "http://[::1]",
+        "https://am:9093",
+        "HTTPS://am",
+        "http://user:pw@am",
     ] {
         assert_eq!(check_url(ok), Ok(()), "{ok}");
     }
     for (bad, why) in [
-        ("https://am:9093", "https is not supported; use a plain-http Alertmanager or a local relay"),
-        ("HTTPS://am", "https is not supported"),
         ("ftp://am", "must start with http://"),
         ("am:9093", "must start with http://"),
         ("", "must start with http://"),
@@ -159,7 +160,7 @@ fn urls() {
         ("http://am:0", "port '0' is not a number"),
         ("http://am:99999", "port '99999' is not a number"),
         ("http://am:x1/", "port 'x1' is not a number"),
-        ("http://user:pw@am", "user information"),
+        ("http://user@am", "user information must be user:password"),
         ("http://::1:9093", "need brackets"),
         ("http://[::1", "unclosed"),
         ("http://[::1]x", "unexpected 'x'"),

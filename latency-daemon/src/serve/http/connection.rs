@@ -1,8 +1,8 @@
-//! One accepted socket in; served by hyper until the client leaves, a limit ends it, or shutdown —
-//! or, when every slot is taken, a fixed 503 and a close.
+//! One accepted socket in; a TLS handshake if the web config asks for one, then served by hyper
+//! (each request authenticated when users are configured) until the client leaves, a limit ends
+//! it, or shutdown — or, when every slot is taken, a fixed 503 and a close.
 
 use std::convert::Infallible;
-use std::future::ready;
 use std::io;
 use std::pin::pin;
 use std::sync::Arc;
@@ -10,24 +10,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::respond::respond;
+use super::auth::Verified;
+use super::peers::PeerPermit;
+use super::respond::{TEXT, frame, respond};
 use super::stats::{HttpStats, Outcome};
-use super::{Handler, Limits};
+use super::web::{WebSlot, WebState};
+use super::{Handler, Limits, Reply, StatusCode};
 
 /// What every connection task needs, shared rather than cloned per connection.
 pub(super) struct Shared {
     pub handler: Arc<dyn Handler>,
     pub stats: Arc<HttpStats>,
     pub limits: Limits,
+    pub web: Arc<WebSlot>,
+    /// Requests in progress (authentication and handler); None: no limit.
+    pub requests: Option<Arc<Semaphore>>,
+    pub verified: Verified,
 }
 
 /// When the connection last produced a response, so the watchdog can tell idle from busy.
@@ -38,22 +46,74 @@ struct Progress {
     last_reply_ms: AtomicU64,
 }
 
-pub(super) async fn serve(stream: TcpStream, shared: Arc<Shared>, watcher: Watcher, _slot: OwnedSemaphorePermit) {
+/// Go's answer to plain HTTP on a TLS port, so a misconfigured scraper says what is wrong.
+const PLAIN_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+/// The first byte of every TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+pub(super) async fn serve(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    watcher: Watcher,
+    slot: (OwnedSemaphorePermit, PeerPermit),
+) {
     let _open = shared.stats.open_connection();
     // Each response is written in one piece; Nagle would only hold its tail back for an ACK.
     let _ = stream.set_nodelay(true);
+    let web = shared.web.get();
+    let Some(tls) = web.tls.clone() else {
+        return serve_io(TokioIo::new(stream), shared, watcher, web, slot).await;
+    };
+    // The handshake counts against the header deadline: a client that connects and stays silent
+    // is as slow as one that never finishes its head.
+    let deadline = Instant::now() + shared.limits.header_read_timeout;
+    let handshake = async {
+        let mut first = [0u8; 1];
+        let n = stream.peek(&mut first).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if first[0] != TLS_HANDSHAKE {
+            let mut stream = stream;
+            let _ = stream.write_all(PLAIN_ON_TLS).await;
+            let _ = stream.shutdown().await;
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "plain HTTP on the TLS port"));
+        }
+        tls.accept(stream).await.map(Some)
+    };
+    match tokio::time::timeout_at(deadline, handshake).await {
+        Ok(Ok(Some(tls))) => serve_io(TokioIo::new(tls), shared, watcher, web, slot).await,
+        Ok(Ok(None)) => {}
+        // Not TLS, or a failed handshake (wrong CA, no client certificate, a protocol error):
+        // rustls has sent its alert; nothing reached the handler.
+        Ok(Err(_)) => shared.stats.record(Outcome::Malformed),
+        Err(_) => shared.stats.record(Outcome::Timeout),
+    }
+}
+
+async fn serve_io<I>(io: TokioIo<I>, shared: Arc<Shared>, watcher: Watcher, web: Arc<WebState>, _slot: impl Send)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
 
     let service = {
         let (shared, progress) = (Arc::clone(&shared), Arc::clone(&progress));
         service_fn(move |req: hyper::Request<Incoming>| {
-            let (response, outcome) = respond(&req, &*shared.handler, shared.limits.max_body_bytes);
-            shared.stats.record(outcome);
-            let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            progress.last_reply_ms.store(ms, Ordering::Relaxed);
-            progress.replies.fetch_add(1, Ordering::Relaxed);
-            ready(Ok::<_, Infallible>(response))
+            let (shared, progress, web) = (Arc::clone(&shared), Arc::clone(&progress), Arc::clone(&web));
+            async move {
+                let (mut response, outcome) = answer(&req, &shared, &web).await;
+                for (name, value) in &web.headers {
+                    response.headers_mut().insert(name.clone(), value.clone());
+                }
+                shared.stats.record(outcome);
+                let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                progress.last_reply_ms.store(ms, Ordering::Relaxed);
+                progress.replies.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, Infallible>(response)
+            }
         })
     };
     let limits = &shared.limits;
@@ -64,7 +124,7 @@ pub(super) async fn serve(stream: TcpStream, shared: Arc<Shared>, watcher: Watch
         // answers 431 itself and closes.
         .max_header_size(limits.max_header_bytes)
         .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(io, service);
     let mut connection = pin!(watcher.watch(connection));
 
     // hyper bounds each wait for a head (including idle keep-alive gaps) by header_read_timeout; this
@@ -93,6 +153,35 @@ pub(super) async fn serve(stream: TcpStream, shared: Arc<Shared>, watcher: Watch
             }
         }
     }
+}
+
+/// One request: a request slot (or 503), the credentials (or 401), then the handler.
+async fn answer(
+    req: &hyper::Request<Incoming>,
+    shared: &Shared,
+    web: &WebState,
+) -> (hyper::Response<http_body_util::Full<bytes::Bytes>>, Outcome) {
+    let head = req.method() == hyper::Method::HEAD;
+    let _request = match &shared.requests {
+        None => None,
+        Some(requests) => match Arc::clone(requests).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let reply = Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "too many requests at once\n")
+                    .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return (frame(reply, head), Outcome::Busy);
+            }
+        },
+    };
+    if !web.users.is_empty() {
+        let authorization = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+        if !shared.verified.check(&web.users, authorization).await {
+            let reply = Reply::new(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n")
+                .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+            return (frame(reply, head), Outcome::HandlerError);
+        }
+    }
+    respond(req, &*shared.handler, shared.limits.max_body_bytes)
 }
 
 /// Counts what hyper ended the connection for. A header timeout after at least one reply is an idle

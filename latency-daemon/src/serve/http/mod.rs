@@ -2,11 +2,14 @@
 //! [`Limits`] in; GET/HEAD requests answered by the handler, everything else refused, until
 //! shutdown. What happens at each limit (each counted in [`HttpStats`]): docs/design.md.
 
+mod auth;
 mod connection;
+mod peers;
 mod respond;
 pub mod stats;
 #[cfg(test)]
 mod tests;
+pub mod web;
 
 use std::future::Future;
 use std::io;
@@ -24,6 +27,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 pub use self::stats::HttpStats;
+pub use self::web::{WebSlot, WebState};
 
 /// What the handler sees of a request: borrowed from hyper's parsed head, valid for one call.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +73,10 @@ pub trait Handler: Send + Sync + 'static {
 pub struct Limits {
     /// Connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
+    /// Connections one client address may hold at once; more of its own are answered 503.
+    pub max_connections_per_peer: usize,
+    /// Requests handled at once (authentication included); more are answered 503 at once. 0: no limit.
+    pub max_requests: usize,
     /// Time allowed to send a complete request head, and to start the next one on a kept-alive connection.
     pub header_read_timeout: Duration,
     /// Longest a connection may go without a response being produced, whatever it is doing.
@@ -82,8 +90,12 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: 64,
-            header_read_timeout: Duration::from_secs(5),
+            max_connections: 1024,
+            // A quarter: one host's idle or slow connections leave three quarters to the others.
+            max_connections_per_peer: 256,
+            max_requests: 40,
+            // Prometheus writes its request head in one segment; two seconds is generous.
+            header_read_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             max_header_bytes: 8 * 1024,
             max_body_bytes: 0,
@@ -99,6 +111,9 @@ impl Limits {
         let problem = |field, problem| Err(HttpError::Limits { field, problem });
         if self.max_connections == 0 {
             return problem("max_connections", "must be at least 1");
+        }
+        if self.max_connections_per_peer == 0 {
+            return problem("max_connections_per_peer", "must be at least 1");
         }
         if self.header_read_timeout.is_zero() {
             return problem("header_read_timeout", "must be longer than zero");
@@ -149,8 +164,23 @@ pub async fn serve(
     stats: Arc<HttpStats>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
+    serve_with(listener, handler, limits, stats, Arc::default(), shutdown).await
+}
+
+/// [`serve`] with a web configuration (TLS, basic auth, headers) that the caller may replace.
+pub async fn serve_with(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    limits: Limits,
+    stats: Arc<HttpStats>,
+    web: Arc<WebSlot>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
     limits.check()?;
-    let shared = Arc::new(connection::Shared { handler, stats, limits });
+    let requests = (limits.max_requests > 0).then(|| Arc::new(Semaphore::new(limits.max_requests)));
+    let shared =
+        Arc::new(connection::Shared { handler, stats, limits, web, requests, verified: auth::Verified::default() });
+    let peers = peers::Peers::new(limits.max_connections_per_peer);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Turned-away sockets linger up to a second each; bounding them keeps a flood from holding
     // descriptors the served connections need.
@@ -167,8 +197,8 @@ pub async fn serve(
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 shared.stats.accept_failed();
                 if !is_per_connection(&e) {
@@ -180,8 +210,10 @@ pub async fn serve(
                 continue;
             }
         };
-        if let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
-            tasks.spawn(connection::serve(stream, Arc::clone(&shared), graceful.watcher(), slot));
+        if let Ok(slot) = Arc::clone(&slots).try_acquire_owned()
+            && let Some(share) = peers.try_acquire(peer.ip())
+        {
+            tasks.spawn(connection::serve(stream, Arc::clone(&shared), graceful.watcher(), (slot, share)));
             continue;
         }
         shared.stats.record(stats::Outcome::Busy);

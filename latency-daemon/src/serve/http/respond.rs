@@ -12,7 +12,7 @@ use hyper::{Method, Response, StatusCode};
 use super::stats::Outcome;
 use super::{Handler, Reply, Request};
 
-const TEXT: &str = "text/plain; charset=utf-8";
+pub(super) const TEXT: &str = "text/plain; charset=utf-8";
 
 pub(super) fn respond<B: Body>(
     req: &hyper::Request<B>,
@@ -67,7 +67,7 @@ fn body_fits(hint: &SizeHint, max: usize) -> bool {
 
 /// Sets the framing headers ourselves so they are present and right even for HEAD, where the body is
 /// dropped but Content-Length still describes what GET would send (RFC 9110 §9.3.2).
-fn frame(reply: Reply, head: bool) -> Response<Full<Bytes>> {
+pub(super) fn frame(reply: Reply, head: bool) -> Response<Full<Bytes>> {
     let content_type = HeaderValue::from_str(reply.content_type).unwrap_or_else(|_| HeaderValue::from_static(TEXT));
     let body = if head { Bytes::new() } else { reply.body.clone() };
     let mut response = Response::new(Full::new(body));

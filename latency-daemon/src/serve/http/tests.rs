@@ -334,3 +334,43 @@ async fn invalid_limits_are_refused() {
     let error = serve(listener, Arc::new(Fixture), limits, stats, async {}).await.unwrap_err();
     assert_eq!(error.to_string(), "HTTP limit max_connections must be at least 1");
 }
+
+/// One address's share is full: its next connection gets 503, another address's is served.
+#[tokio::test]
+async fn one_peer_cannot_take_every_slot() {
+    let limits = Limits { max_connections: 8, max_connections_per_peer: 2, ..Limits::default() };
+    let server = start(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = server.connect().await;
+        assert_eq!(exchange(&mut stream, GET).await.status, 200);
+        held.push(stream);
+    }
+    let mut third = server.connect().await;
+    assert_eq!(exchange(&mut third, GET).await.status, 503);
+
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind(SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
+    let mut other = other.connect(server.addr).await.unwrap();
+    assert_eq!(exchange(&mut other, GET).await.status, 200, "another address has its own share");
+    server.stop().await;
+}
+
+/// `max_requests` in progress: the next request gets 503 at once, and its connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_max_requests_get_503_and_the_connection_goes_on() {
+    let limits = Limits { max_requests: 1, ..Limits::default() };
+    let server = start(limits).await;
+    let mut slow = server.connect().await;
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut other = server.connect().await;
+    let asked = Instant::now();
+    let response = exchange(&mut other, GET).await;
+    assert_eq!(response.status, 503);
+    assert_eq!(response.header("retry-after"), Some("1"));
+    assert!(asked.elapsed() < Duration::from_millis(150), "{:?}", asked.elapsed());
+    assert_eq!(read_response(&mut slow, false).await.status, 200);
+    assert_eq!(exchange(&mut other, GET).await.status, 200, "same connection, slot free again");
+    server.stop().await;
+}

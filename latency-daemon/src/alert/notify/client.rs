@@ -1,0 +1,152 @@
+//! How sinks connect: the trusted CAs (a file's PEM, else the system bundle) and the credentials
+//! (basic auth or a bearer token, read from files by `config`) in; a [`Client`] out, with the
+//! `Authorization` value for a URL and the rustls configuration for `https://`.
+use std::fmt;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use rustls::{ClientConfig, RootCertStore};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject as _;
+
+use super::url::HttpUrl;
+
+/// Debian's (and most distributions') bundle of trusted CAs, used when no CA file is given.
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// A secret read from a file; never printed.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<hidden>)")
+    }
+}
+
+/// Credentials every sink sends (a URL's own `user:password@` wins for that URL).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Auth {
+    Basic { user: String, password: Secret },
+    Bearer(Secret),
+}
+
+/// What sinks need to connect and authenticate; built once per configuration.
+#[derive(Clone)]
+pub struct Client {
+    tls: Arc<ClientConfig>,
+    auth: Option<Auth>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").field("auth", &self.auth).finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// `ca_pem`: the CA file's text (None: the system bundle, if readable). Fails with one line
+    /// when the PEM holds no usable certificate.
+    pub fn new(ca_pem: Option<&str>, auth: Option<Auth>) -> Result<Client, String> {
+        let roots = match ca_pem {
+            Some(pem) => {
+                let mut roots = RootCertStore::empty();
+                let (added, _) = roots.add_parsable_certificates(parse_certs(pem.as_bytes())?);
+                if added == 0 {
+                    return Err("the CA file holds no usable certificate".into());
+                }
+                roots
+            }
+            None => system_roots(),
+        };
+        Ok(Client { tls: Arc::new(config(roots)), auth })
+    }
+
+    pub fn tls(&self) -> Arc<ClientConfig> {
+        Arc::clone(&self.tls)
+    }
+
+    /// The `Authorization` header's value for `url`, if any.
+    pub fn authorization(&self, url: &HttpUrl) -> Option<String> {
+        let basic = |user: &str, password: &str| {
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+        };
+        if let Some(userinfo) = &url.userinfo {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            return Some(basic(user, password));
+        }
+        match &self.auth {
+            Some(Auth::Basic { user, password }) => Some(basic(user, &password.0)),
+            Some(Auth::Bearer(token)) => Some(format!("Bearer {}", token.0)),
+            None => None,
+        }
+    }
+}
+
+impl Default for Client {
+    /// The system bundle, no credentials.
+    fn default() -> Self {
+        Client { tls: Arc::new(config(system_roots())), auth: None }
+    }
+}
+
+fn system_roots() -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    // No bundle (a minimal container): https then fails per attempt, counted and logged.
+    if let Ok(pem) = std::fs::read(SYSTEM_BUNDLE) {
+        roots.add_parsable_certificates(parse_certs(&pem).unwrap_or_default());
+    }
+    roots
+}
+
+fn config(roots: RootCertStore) -> ClientConfig {
+    install_ring();
+    ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()
+}
+
+/// Makes ring the process's rustls provider (the only one we build), so rustls's infallible
+/// builders can find it; idempotent.
+pub fn install_ring() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err only if a provider is installed already, which is then the one to use.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+impl PartialEq for Client {
+    /// Same credentials and the same configuration object (a reload builds a new one).
+    fn eq(&self, other: &Self) -> bool {
+        self.auth == other.auth && Arc::ptr_eq(&self.tls, &other.tls)
+    }
+}
+impl Eq for Client {}
+
+/// Every certificate in a PEM text; one line on the first that does not parse.
+pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().map_err(|e| format!("bad PEM: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_from_url_or_settings_never_in_debug() {
+        let plain = HttpUrl::parse("http://h/").unwrap();
+        let with_user = HttpUrl::parse("http://alice:pw@h/").unwrap();
+        let bearer = Client::new(None, Some(Auth::Bearer(Secret("T0KEN".into())))).unwrap();
+        assert_eq!(bearer.authorization(&plain).as_deref(), Some("Bearer T0KEN"));
+        assert_eq!(bearer.authorization(&with_user).as_deref(), Some("Basic YWxpY2U6cHc="));
+        let basic = Client::new(None, Some(Auth::Basic { user: "bob".into(), password: Secret("pw".into()) })).unwrap();
+        assert_eq!(basic.authorization(&plain).as_deref(), Some("Basic Ym9iOnB3"));
+        assert_eq!(Client::new(None, None).unwrap().authorization(&plain), None);
+        assert!(!format!("{bearer:?}{basic:?}").contains("T0KEN"));
+        assert!(!format!("{basic:?}").contains("pw\""));
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        assert!(Client::new(Some("not a certificate\n"), None).unwrap_err().contains("no usable certificate"));
+    }
+}
