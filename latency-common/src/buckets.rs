@@ -111,7 +111,13 @@ pub const GUESS: [u8; GUESS_LEN] = {
 /// Both indices are masked so the kernel verifier sees them in bounds.
 #[inline(always)]
 pub fn bucket_of(delay_ns: u64) -> usize {
-    let k = GUESS[slice_of(delay_ns) & (GUESS_LEN - 1)] as usize & (BUCKETS - 1);
+    let slice = slice_of(delay_ns);
+    // The compiler can prove `slice < GUESS_LEN` and would drop the mask, but it proves it with
+    // bit tricks (leading zeros as a popcount) whose bound the verifier cannot follow; a volatile
+    // read hides the proof, so the mask stays (one store and load on the stack).
+    // SAFETY: a read of a local variable.
+    let slice = unsafe { core::ptr::read_volatile(&raw const slice) };
+    let k = GUESS[slice & (GUESS_LEN - 1)] as usize & (BUCKETS - 1);
     (k + usize::from(delay_ns > UPPER_NS[k])) & (BUCKETS - 1)
 }
 

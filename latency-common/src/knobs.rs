@@ -39,6 +39,8 @@ pub struct Knobs {
     pub css_set_dfl_cgrp: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
+    /// log2 of the number of slots in `CGROUP_SLOTS` (1..=16).
+    pub cgroup_slot_bits: u32,
     /// Delays at or above this get an attributed `Incident` (runs meanwhile, queue depth); 0
     /// turns attribution off, and with it the run ring and queue-depth writes.
     pub attribute_ns: u64,
@@ -69,6 +71,7 @@ impl Knobs {
         css_set_dfl_cgrp: 0,
         cgroup_kn: 0,
         kernfs_node_id: 0,
+        cgroup_slot_bits: 1,
         attribute_ns: 0,
         depth_known: 0,
         rq_nr_running: 0,

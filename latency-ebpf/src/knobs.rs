@@ -86,6 +86,10 @@ pub fn kernfs_node_id() -> u32 {
     knob!(kernfs_node_id)
 }
 #[inline(always)]
+pub fn cgroup_slot_bits() -> u32 {
+    knob!(cgroup_slot_bits)
+}
+#[inline(always)]
 pub fn attribute_ns() -> u64 {
     knob!(attribute_ns)
 }

@@ -4,12 +4,15 @@ use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use latency_common::{
     CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
-    maps::{CgroupHist, cgroup_bucket, stamp_pack, stamp_unpack, window_index},
+    maps::{CgroupHist, CgroupSlot, cgroup_bucket, cgroup_slot, stamp_pack, stamp_unpack, window_index},
 };
 
 use crate::{
     attribute, knobs,
-    maps::{CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS, WINDOW_MAX},
+    maps::{
+        CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS,
+        WINDOW_MAX,
+    },
     task::Task,
 };
 
@@ -96,8 +99,7 @@ pub fn take(tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
 #[inline(always)]
 pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, next: Task, next_tid: u32) {
     // Find the cgroup's entry first, so the bucket index below is used by both histograms at
-    // one spot and dies right after: the verifier walks the 256 outcomes of the bucket search
-    // over a few instructions only, instead of over the rest of the program.
+    // one spot and dies right after.
     let cgroup_id = if knobs::cgroups() { next.cgroup_id() } else { 0 };
     let cgroup = if knobs::cgroups() { cgroup_entry(cgroup_id) } else { None };
     let bucket = bucket_of(delay) & (BUCKETS - 1);
@@ -140,9 +142,42 @@ pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, n
     }
 }
 
-/// This CPU's histogram of cgroup `id`, created if needed; `None` (counted) if the map is full.
+/// This CPU's histogram of cgroup `id`: in the common case its slot, an array element (one
+/// multiply to find it, one compare to own it); when another cgroup holds the slot on this CPU,
+/// the hash map. `None` (counted) only if that is full.
 #[inline(always)]
 fn cgroup_entry(id: u64) -> Option<&'static mut CgroupHist> {
+    let index = cgroup_slot(id, knobs::cgroup_slot_bits());
+    if let Some(slot) = CGROUP_SLOTS.get_ptr_mut(index) {
+        // SAFETY: this CPU's value of a per-CPU array element; no other writer on this CPU (the
+        // daemon never writes it).
+        let slot: &mut CgroupSlot = unsafe { &mut *slot };
+        if slot.id == id {
+            return Some(&mut slot.hist);
+        }
+        if id != 0 && claimable(slot.id, index) {
+            slot.hist = CgroupHist::ZERO;
+            slot.id = id;
+            if let Some(word) = CGROUP_USED.get_ptr_mut(index / 64) {
+                // SAFETY: this CPU's word; as above.
+                unsafe { *word |= 1u64 << (index % 64) };
+            }
+            return Some(&mut slot.hist);
+        }
+    }
+    cgroup_overflow(id)
+}
+
+/// A slot may be taken when free, or when it holds the cgroup the daemon retired there (removed,
+/// its final counts read). Off the common path: only when the slot's owner differs.
+#[inline(always)]
+fn claimable(owner: u64, index: u32) -> bool {
+    owner == 0 || CGROUP_RETIRED.get(index).is_some_and(|retired| *retired == owner)
+}
+
+/// The hash map's entry for cgroup `id` on this CPU, created if needed.
+#[inline(always)]
+fn cgroup_overflow(id: u64) -> Option<&'static mut CgroupHist> {
     let slot = match CGROUPS.get_ptr_mut(id) {
         Some(h) => h,
         None => {

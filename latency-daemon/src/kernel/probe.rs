@@ -32,9 +32,10 @@ pub struct ProbeOptions {
     pub ceiling_ns: u64,
     /// Which clock the kernel program reads.
     pub clock: Clock,
-    /// Keep a coarse histogram per cgroup v2 id (one per-CPU hash update per delay).
+    /// Keep a coarse histogram per cgroup v2 id (an array store per delay, see `cgroups`).
     pub cgroups: bool,
-    /// Capacity of the per-cgroup map.
+    /// Capacity of the per-cgroup maps: the slot table has the power of two at or above it, its
+    /// overflow hash map this many entries.
     pub max_cgroups: u32,
     /// Attribute delays at or above this (runs meanwhile, queue depth); 0: off.
     pub attribute_ns: u64,
@@ -107,12 +108,16 @@ impl Probe {
         }
         // The stamp array is indexed by tid, and no tid reaches `kernel.pid_max`.
         let stamps = system::pid_max().map_err(|source| ProbeError::Proc { path: system::PID_MAX, source })?;
+        let slots = 1u32 << knobs.cgroup_slot_bits;
         let ebpf = EbpfLoader::new()
             .override_global(KNOBS_SYMBOL, &knobs, true)
             .map_max_entries(names::STAMPS, stamps)
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
             .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
             .map_max_entries(names::CGROUPS, if options.cgroups { options.max_cgroups } else { 1 })
+            .map_max_entries(names::CGROUP_SLOTS, if options.cgroups { slots } else { 1 })
+            .map_max_entries(names::CGROUP_RETIRED, if options.cgroups { slots } else { 1 })
+            .map_max_entries(names::CGROUP_USED, if options.cgroups { slots / 64 } else { 1 })
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
@@ -174,7 +179,7 @@ impl Probe {
         self.ebpf.map(map).ok_or(ProbeError::MissingMap { map })
     }
 
-    fn map_mut(&mut self, map: &'static str) -> Result<&mut Map, ProbeError> {
+    pub(super) fn map_mut(&mut self, map: &'static str) -> Result<&mut Map, ProbeError> {
         self.ebpf.map_mut(map).ok_or(ProbeError::MissingMap { map })
     }
 
@@ -215,6 +220,7 @@ fn knobs(
         css_set_dfl_cgrp: cgroup.map_or(0, |c| c.css_set_dfl_cgrp.offset),
         cgroup_kn: cgroup.map_or(0, |c| c.cgroup_kn.offset),
         kernfs_node_id: cgroup.map_or(0, |c| c.kernfs_node_id.offset),
+        cgroup_slot_bits: if cgroup.is_some() { super::cgroups::slot_bits(options.max_cgroups) } else { 6 },
         attribute_ns: options.attribute_ns,
         depth_known: 0,
         rq_nr_running: 0,
