@@ -48,6 +48,10 @@ pub struct Knobs {
     pub depth_known: u32,
     /// Offset of `rq.nr_running`.
     pub rq_nr_running: u32,
+    /// Offsets of `cgroup.root` and `cgroup_root.hierarchy_id`: `cgroup_rmdir` keeps only
+    /// cgroups of the v2 hierarchy (id 0) (used only with `cgroups`).
+    pub cgroup_root: u32,
+    pub cgroup_root_hierarchy_id: u32,
 }
 
 impl Knobs {
@@ -75,6 +79,8 @@ impl Knobs {
         attribute_ns: 0,
         depth_known: 0,
         rq_nr_running: 0,
+        cgroup_root: 0,
+        cgroup_root_hierarchy_id: 0,
     };
 }
 
@@ -96,7 +102,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 96);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 104);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

@@ -34,6 +34,9 @@ pub mod names {
     /// Per-CPU bitmap of the slots ever claimed on that CPU (`PerCpuArray<u64>`, one word per 64
     /// slots), so user space reads only those.
     pub const CGROUP_USED: &str = "CGROUP_USED";
+    /// Per-CPU ring of the ids of removed cgroup v2 cgroups (`PerCpuArray<RemovedRing>`, one
+    /// entry), written by `cgroup_rmdir`, so the daemon retires them at its next drain.
+    pub const CGROUP_REMOVED: &str = "CGROUP_REMOVED";
     /// Per-CPU ring of the last runs on that CPU (`PerCpuArray<RunRing>`, one entry), kept when
     /// attribution is on.
     pub const RUNS: &str = "RUNS";
@@ -45,6 +48,8 @@ pub mod names {
 
     /// Programs, one per tracepoint; the program name is the tracepoint name.
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
+    /// The program attached with per-cgroup histograms only (not part of the bench's floor).
+    pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
 }
 
 /// Why a task was waiting on a run queue.
@@ -207,6 +212,19 @@ impl CgroupSlot {
 #[inline(always)]
 pub const fn cgroup_slot(id: u64, bits: u32) -> u32 {
     (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as u32
+}
+
+/// How many removed cgroups a CPU's ring holds between two drains (the daemon counts any it
+/// missed and then falls back to finding removed cgroups by their directories).
+pub const REMOVED_KEPT: usize = 256;
+
+/// The ids of cgroups removed on one CPU: entry `n` is at `ids[n % REMOVED_KEPT]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemovedRing {
+    /// Ids written so far.
+    pub head: u64,
+    pub ids: [u64; REMOVED_KEPT],
 }
 
 /// How many runs a CPU remembers, and so how many culprits an incident can name.
@@ -421,6 +439,7 @@ const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (6 + Discard::COUN
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 128);
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 136);
+const _: () = assert!(core::mem::size_of::<RemovedRing>() == 8 + 8 * REMOVED_KEPT);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
 const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
 const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 16 + 40 * RUNS_KEPT);
@@ -441,6 +460,7 @@ mod pod {
     unsafe impl aya::Pod for super::TaskStats {}
     unsafe impl aya::Pod for super::CgroupHist {}
     unsafe impl aya::Pod for super::CgroupSlot {}
+    unsafe impl aya::Pod for super::RemovedRing {}
     unsafe impl aya::Pod for super::RunRing {}
     unsafe impl aya::Pod for super::Incident {}
 }

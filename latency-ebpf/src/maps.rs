@@ -4,8 +4,9 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
+use crate::diag::DiagState;
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, CpuStats, Histogram, Incident, Reason, RunRing, TaskStats, WINDOW_SLOTS, WindowMax,
+    CgroupHist, CgroupSlot, Control, RemovedRing, CpuStats, Histogram, Incident, Reason, RunRing, TaskStats, WINDOW_SLOTS, WindowMax,
 };
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
@@ -59,6 +60,16 @@ pub static CGROUP_RETIRED: Array<u64> = Array::with_max_entries(1, 0);
 /// only claimed slots.
 #[map]
 pub static CGROUP_USED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Ids of removed v2 cgroups, per CPU, for the daemon to retire their slots (rare: one write per
+/// rmdir).
+#[map]
+pub static CGROUP_REMOVED: PerCpuArray<RemovedRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: when each rare condition was last logged and how often it happened (off the hot
+/// cache lines: touched only on the rare branches).
+#[map]
+pub static DIAG: PerCpuArray<DiagState> = PerCpuArray::with_max_entries(1, 0);
 
 /// The last runs on each CPU, so an incident can name who ran while its victim waited.
 #[map]

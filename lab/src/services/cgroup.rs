@@ -28,6 +28,13 @@ impl TestCgroup {
         Ok(TestCgroup { dir, path: format!("/{top}") })
     }
 
+    /// A child cgroup `name` inside this one (removed on drop, like its parent: drop it first).
+    pub fn child(&self, name: &str) -> anyhow::Result<TestCgroup> {
+        let dir = self.dir.join(name);
+        std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(TestCgroup { dir, path: format!("{}/{name}", self.path) })
+    }
+
     /// Starts `argv` inside this cgroup (a shell moves itself in, then execs it).
     pub fn spawn(&self, argv: &[&str]) -> anyhow::Result<Proc> {
         let procs = self.dir.join("cgroup.procs");

@@ -25,6 +25,24 @@ pub fn log(message: &str) {
     eprintln!("latency-daemon: {message}");
 }
 
+/// Records of the `log` facade (the kernel program's lines, through aya-log) as `log` lines,
+/// unless a logger is installed already.
+pub fn install_logger() {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            log(&format!("{}: {}", record.level().as_str().to_lowercase(), record.args()));
+        }
+        fn flush(&self) {}
+    }
+    if log::set_logger(&Stderr).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+}
+
 /// Says why on one line; exit code 1.
 fn fail(message: &str) -> ExitCode {
     log(message);

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aya::maps::{Array, MapError, PerCpuArray, PerCpuHashMap};
-use latency_common::maps::{CgroupHist, CgroupSlot, cgroup_slot, names};
+use latency_common::maps::{CgroupHist, CgroupSlot, REMOVED_KEPT, RemovedRing, cgroup_slot, names};
 
 use super::probe::{Probe, ProbeError};
 use crate::model::snapshot::add_cgroup;
@@ -29,13 +29,40 @@ pub struct CgroupTable {
     retired: HashMap<u32, u64>,
     /// Removed cgroups whose slot still waits for an earlier retiree to leave it.
     waiting: Vec<u64>,
+    /// Cgroups with an entry in the overflow map at the last read.
+    overflowed: std::collections::HashSet<u64>,
     /// Final counts of retired cgroups, reported in place of the maps until the window closes.
     finals: BTreeMap<u64, CgroupHist>,
+    /// How far each CPU's ring of removed cgroups has been read.
+    heads: Vec<u64>,
+    /// Removals a ring overwrote before we read them (the directory walk finds those later).
+    pub removals_missed: u64,
+    /// Removed cgroups retired so far.
+    pub retired_total: u64,
 }
 
 impl CgroupTable {
     pub fn new(max_cgroups: u32) -> CgroupTable {
         CgroupTable { bits: slot_bits(max_cgroups), ..CgroupTable::default() }
+    }
+
+    /// The v2 cgroups removed since the last call (from `cgroup_rmdir`'s per-CPU rings).
+    pub fn removed(&mut self, probe: &Probe) -> Result<Vec<u64>, ProbeError> {
+        let map = names::CGROUP_REMOVED;
+        let rings: PerCpuArray<_, RemovedRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+        let per_cpu = rings.get(&0, 0).map_err(map_err(map))?;
+        self.heads.resize(per_cpu.len(), 0);
+        let mut ids = Vec::new();
+        for (ring, seen) in per_cpu.iter().zip(self.heads.iter_mut()) {
+            let kept = REMOVED_KEPT as u64;
+            if ring.head - *seen > kept {
+                self.removals_missed += ring.head - *seen - kept;
+                *seen = ring.head - kept;
+            }
+            ids.extend((*seen..ring.head).map(|n| ring.ids[(n % kept) as usize]));
+            *seen = ring.head;
+        }
+        Ok(ids)
     }
 
     /// Every cgroup's histogram, summed over CPUs and over both maps, sorted by id; a retired
@@ -67,8 +94,10 @@ impl CgroupTable {
         let map = names::CGROUPS;
         let table: PerCpuHashMap<_, u64, CgroupHist> =
             PerCpuHashMap::try_from(probe.map(map)?).map_err(map_err(map))?;
+        self.overflowed.clear();
         for entry in table.iter() {
             let (id, per_cpu) = entry.map_err(map_err(map))?;
+            self.overflowed.insert(id);
             let sum = sums.entry(id).or_insert(CgroupHist::ZERO);
             for h in per_cpu.iter() {
                 add_cgroup(sum, h);
@@ -88,10 +117,14 @@ impl CgroupTable {
         removed: Vec<u64>,
         read: &[(u64, CgroupHist)],
     ) -> Result<(), ProbeError> {
+        let removed: Vec<u64> = removed.into_iter().filter(|id| !self.finals.contains_key(id)).collect();
+        self.retired_total += removed.len() as u64;
         for id in &removed {
             let last = read.binary_search_by_key(id, |(i, _)| *i).map_or(CgroupHist::ZERO, |at| read[at].1);
             self.finals.entry(*id).or_insert(last);
-            probe.delete_cgroup(*id)?;
+            if self.overflowed.contains(id) {
+                probe.delete_cgroup(*id)?;
+            }
         }
         let mut queue = std::mem::take(&mut self.waiting);
         queue.extend(removed);

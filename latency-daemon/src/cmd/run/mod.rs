@@ -85,6 +85,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         max_cgroups: config.max_cgroups,
         attribute_ns: config.alert.attribute_ns(),
     };
+    super::install_logger();
     let (probe, degraded) = features::load(&options)?;
     for d in &degraded {
         log(&format!("{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why));

@@ -144,13 +144,18 @@ impl Drainer {
     }
 
     fn drain(&mut self) -> Result<(), ProbeError> {
+        self.probe.flush_kernel_log();
         let mut now = drain::snapshot(&self.probe, Extras { tasks: self.config.per_task })?;
         if self.names.is_some() {
+            // Removed before the read that follows: their counts in it are final.
+            let removed = self.cgroups.removed(&self.probe)?;
+            self.removed.extend(removed);
             now.cgroups = self.cgroups.read(&self.probe)?;
-            // Removed before this read: their counts in it are final.
             if !self.removed.is_empty() {
                 self.cgroups.retire(&mut self.probe, std::mem::take(&mut self.removed), &now.cgroups)?;
             }
+            self.exposition.cgroups_pruned = self.cgroups.retired_total;
+            self.exposition.cgroup_removals_missed = self.cgroups.removals_missed;
         }
         self.drains_in_window += 1;
         let start = self.window_start.get_or_insert_with(|| now.clone());
@@ -248,10 +253,12 @@ impl Drainer {
             timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
         self.series.add_window(&window.cgroups, |id| names.path(id).map(str::to_string), self.config.top_cgroups);
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
-        // Retired at the next drain, whose read is after their removal.
+        // The kernel's rings report every removal unless one overflowed; then the walk's finds are
+        // retired at the next drain, whose read is after their removal.
         let removed = names.prune();
-        self.exposition.cgroups_pruned += removed.len() as u64;
-        self.removed.extend(removed);
+        if self.cgroups.removals_missed > 0 {
+            self.removed.extend(removed);
+        }
         top
     }
 }
