@@ -9,7 +9,8 @@
 //!   (attach, signals, reload, stop; `pipeline`: drain → window → attribute → alert → publish).
 //! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),
-//!   `drain` (map reads), `caps` (the gate), `btf` (struct layouts).
+//!   `drain` (map reads), `cgroups` (per-cgroup slots: read, retire removed cgroups), `caps` (the
+//!   gate), `btf` (struct layouts).
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
 //!   process's cost, cgroup v2 id → path.
 //! - `model`   — plain data and pure functions, no I/O: `Snapshot`, `Window`, `Report` (the JSON
