@@ -136,7 +136,14 @@ impl CgroupTable {
             // replaced it here: then this one waits (its slot, if any, is simply not reused yet).
             let held = |other: u64| self.owners.get(&index).is_some_and(|o| o.contains(&other));
             match self.retired.get(&index) {
-                Some(&earlier) if earlier != id && held(earlier) => self.waiting.push(id),
+                // Bounded: past one per slot, the oldest waiters give up; their slots stay held
+                // (new cgroups there use the overflow map, whose entries are always reclaimed).
+                Some(&earlier) if earlier != id && held(earlier) => {
+                    if self.waiting.len() >= 1 << self.bits {
+                        self.waiting.remove(0);
+                    }
+                    self.waiting.push(id);
+                }
                 _ => {
                     retired.set(index, id, 0).map_err(map_err(map))?;
                     self.retired.insert(index, id);
