@@ -32,8 +32,9 @@ pub struct DiagState {
 }
 
 /// Note one `what` about `id` (a tid or cgroup id), and log it unless this CPU logged the same
-/// kind less than 10 s ago.
-#[inline(always)]
+/// kind less than 10 s ago. A function of its own (a BPF-to-BPF call), so the formatting code is
+/// not inlined into the handlers' common path.
+#[inline(never)]
 pub fn rare(ctx: &BtfTracePointContext, what: Rare, id: u64) {
     let Some(state) = DIAG.get_ptr_mut(0) else { return };
     // SAFETY: this CPU's slot; these programs do not nest on one CPU.
