@@ -168,7 +168,8 @@ fn cgroup_entry(ctx: &BtfTracePointContext, id: u64) -> Option<&'static mut Cgro
         // SAFETY: this CPU's value of a per-CPU array element; no other writer on this CPU (the
         // daemon never writes it).
         let slot: &mut CgroupSlot = unsafe { &mut *slot };
-        if slot.id == id {
+        // Id 0 (a NULL on the way to it) never owns a slot: a free slot's id is 0 too.
+        if id != 0 && slot.id == id {
             return Some(&mut slot.hist);
         }
         if id != 0 && claimable(slot.id, index) {
