@@ -66,21 +66,72 @@ pub const UPPER_NS: [u64; BUCKETS] = [
     u64::MAX,
 ];
 
+/// Sub-octave bits of [`GUESS`]'s index: 16 slices per octave, each narrower (at most 17/16)
+/// than a bucket (2^(1/8) ≈ 1.09), so a slice meets at most one bucket boundary.
+const SLICE_BITS: u32 = 4;
+/// Entries of [`GUESS`]: 64 octaves × 16 slices.
+pub const GUESS_LEN: usize = 64 << SLICE_BITS;
+
+/// The slice of `delay_ns`: its highest set bit `h` and the 4 bits below it, `(h << 4) | bits`;
+/// below 16 the delay itself (those slices all lie in bucket 0).
+#[inline(always)]
+const fn slice_of(delay_ns: u64) -> usize {
+    if delay_ns < 1 << SLICE_BITS {
+        return delay_ns as usize;
+    }
+    let h = 63 - delay_ns.leading_zeros();
+    ((h << SLICE_BITS) as usize) | ((delay_ns >> (h - SLICE_BITS)) as usize & ((1 << SLICE_BITS) - 1))
+}
+
+/// The smallest delay in slice `i` (see [`slice_of`]).
+const fn slice_start(i: usize) -> u64 {
+    let h = (i >> SLICE_BITS) as u32;
+    if h < SLICE_BITS {
+        return i as u64;
+    }
+    (((1 << SLICE_BITS) | (i & ((1 << SLICE_BITS) - 1))) as u64) << (h - SLICE_BITS)
+}
+
+/// `GUESS[slice]`: the bucket of the slice's smallest delay; every delay in the slice is in that
+/// bucket or the next (see [`SLICE_BITS`]). Built at compile time from [`UPPER_NS`].
+pub const GUESS: [u8; GUESS_LEN] = {
+    let mut t = [0u8; GUESS_LEN];
+    let mut i = 0;
+    while i < GUESS_LEN {
+        t[i] = search(slice_start(i)) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// The bucket that holds `delay_ns`: the first `k` with `delay_ns ≤ UPPER_NS[k]`.
 ///
-/// Branch-per-step binary search over a power-of-two table: 8 comparisons, each index masked so
-/// the kernel verifier sees it in bounds without tracking the search.
+/// The slice (highest set bit and the 4 bits below it) gives the bucket or the one before, and
+/// one compare against the exact table settles it: two table loads instead of a search's eight.
+/// Both indices are masked so the kernel verifier sees them in bounds.
 #[inline(always)]
 pub fn bucket_of(delay_ns: u64) -> usize {
+    let slice = slice_of(delay_ns);
+    // The compiler can prove `slice < GUESS_LEN` and would drop the mask, but it proves it with
+    // bit tricks (leading zeros as a popcount) whose bound the verifier cannot follow; a volatile
+    // read hides the proof, so the mask stays (one store and load on the stack).
+    // SAFETY: a read of a local variable.
+    let slice = unsafe { core::ptr::read_volatile(&raw const slice) };
+    let k = GUESS[slice & (GUESS_LEN - 1)] as usize & (BUCKETS - 1);
+    (k + usize::from(delay_ns > UPPER_NS[k])) & (BUCKETS - 1)
+}
+
+/// The same by binary search over [`UPPER_NS`] (how [`GUESS`] is built; the reference in tests).
+const fn search(delay_ns: u64) -> usize {
     let mut pos = 0usize;
     let mut half = BUCKETS / 2;
     while half > 0 {
-        if UPPER_NS[(pos + half - 1) & (BUCKETS - 1)] < delay_ns {
+        if UPPER_NS[pos + half - 1] < delay_ns {
             pos += half;
         }
         half /= 2;
     }
-    pos & (BUCKETS - 1)
+    pos
 }
 
 /// The native-histogram index of bucket `k`, or `None` for the zero and overflow buckets.
@@ -168,6 +219,25 @@ mod tests {
         assert_eq!(bucket_of_native(95), None);
     }
 
+    #[test]
+    fn every_slice_meets_at_most_one_boundary() {
+        // The guess is the bucket of the slice's first delay; its last delay is at most one further.
+        // Indices 16..64 are never a slice (below 16 the slice is the delay; from 16 on, h ≥ 4).
+        for i in (0..16).chain(64..GUESS_LEN) {
+            let next = match i {
+                15 => 16,
+                _ if i + 1 < GUESS_LEN => slice_start(i + 1),
+                _ => 0,
+            };
+            let start = slice_start(i);
+            if next > start {
+                assert!(search(next - 1) <= GUESS[i] as usize + 1, "slice {i} [{start}, {next}) spans > 2 buckets");
+                assert_eq!(slice_of(start), i);
+                assert_eq!(slice_of(next - 1), i);
+            }
+        }
+    }
+
     proptest! {
         /// Against a naive reference: the first bucket whose upper bound is not below the delay.
         #[test]
@@ -175,6 +245,7 @@ mod tests {
             for delay in [d, small] {
                 let naive = UPPER_NS.iter().position(|&u| delay <= u).unwrap();
                 prop_assert_eq!(bucket_of(delay), naive);
+                prop_assert_eq!(search(delay), naive);
             }
         }
     }

@@ -39,6 +39,8 @@ pub struct Knobs {
     pub css_set_dfl_cgrp: u32,
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
+    /// log2 of the number of slots in `CGROUP_SLOTS` (1..=16).
+    pub cgroup_slot_bits: u32,
     /// Delays at or above this get an attributed `Incident` (runs meanwhile, queue depth); 0
     /// turns attribution off, and with it the run ring and queue-depth writes.
     pub attribute_ns: u64,
@@ -46,6 +48,10 @@ pub struct Knobs {
     pub depth_known: u32,
     /// Offset of `rq.nr_running`.
     pub rq_nr_running: u32,
+    /// Offsets of `cgroup.root` and `cgroup_root.hierarchy_id`: `cgroup_rmdir` keeps only
+    /// cgroups of the v2 hierarchy (id 0) (used only with `cgroups`).
+    pub cgroup_root: u32,
+    pub cgroup_root_hierarchy_id: u32,
 }
 
 impl Knobs {
@@ -69,9 +75,12 @@ impl Knobs {
         css_set_dfl_cgrp: 0,
         cgroup_kn: 0,
         kernfs_node_id: 0,
+        cgroup_slot_bits: 1,
         attribute_ns: 0,
         depth_known: 0,
         rq_nr_running: 0,
+        cgroup_root: 0,
+        cgroup_root_hierarchy_id: 0,
     };
 }
 
@@ -93,7 +102,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 96);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 104);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

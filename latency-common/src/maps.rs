@@ -23,6 +23,20 @@ pub mod names {
     /// Per-CPU coarse histogram per cgroup v2 id of the task that waited
     /// (`PerCpuHashMap<u64, CgroupHist>`).
     pub const CGROUPS: &str = "CGROUPS";
+    /// Per-CPU table of cgroup slots (`PerCpuArray<CgroupSlot>`, a power of two of them), indexed
+    /// by [`super::cgroup_slot`]: where a delay's cgroup histogram lives unless its slot is held
+    /// by another cgroup on that CPU (then `CGROUPS` takes it).
+    pub const CGROUP_SLOTS: &str = "CGROUP_SLOTS";
+    /// Written by user space: per slot, the id of a removed cgroup whose counts it has read for
+    /// the last time (`Array<u64>`, as many as `CGROUP_SLOTS`). The kernel may then reuse the
+    /// slot on any CPU.
+    pub const CGROUP_RETIRED: &str = "CGROUP_RETIRED";
+    /// Per-CPU bitmap of the slots ever claimed on that CPU (`PerCpuArray<u64>`, one word per 64
+    /// slots), so user space reads only those.
+    pub const CGROUP_USED: &str = "CGROUP_USED";
+    /// Per-CPU ring of the ids of removed cgroup v2 cgroups (`PerCpuArray<RemovedRing>`, one
+    /// entry), written by `cgroup_rmdir`, so the daemon retires them at its next drain.
+    pub const CGROUP_REMOVED: &str = "CGROUP_REMOVED";
     /// Per-CPU ring of the last runs on that CPU (`PerCpuArray<RunRing>`, one entry), kept when
     /// attribution is on.
     pub const RUNS: &str = "RUNS";
@@ -34,6 +48,8 @@ pub mod names {
 
     /// Programs, one per tracepoint; the program name is the tracepoint name.
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
+    /// The program attached with per-cgroup histograms only (not part of the bench's floor).
+    pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
 }
 
 /// Why a task was waiting on a run queue.
@@ -176,6 +192,39 @@ pub struct CgroupHist {
 
 impl CgroupHist {
     pub const ZERO: CgroupHist = CgroupHist { sum_ns: 0, buckets: [0; CGROUP_BUCKETS] };
+}
+
+/// One slot of the per-cgroup table on one CPU: the cgroup it holds (0: free) and its delays.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupSlot {
+    pub id: u64,
+    pub hist: CgroupHist,
+}
+
+impl CgroupSlot {
+    pub const ZERO: CgroupSlot = CgroupSlot { id: 0, hist: CgroupHist::ZERO };
+}
+
+/// The slot of cgroup `id` in a table of `2^bits` slots (`1 ≤ bits ≤ 32`): Fibonacci hashing,
+/// one multiply and a shift. Cgroup ids are kernfs inode numbers handed out in sequence with
+/// each cgroup's files in between, a stride that would alias in a plain `id % 2^bits`.
+#[inline(always)]
+pub const fn cgroup_slot(id: u64, bits: u32) -> u32 {
+    (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as u32
+}
+
+/// How many removed cgroups a CPU's ring holds between two drains (the daemon counts any it
+/// missed and then falls back to finding removed cgroups by their directories).
+pub const REMOVED_KEPT: usize = 256;
+
+/// The ids of cgroups removed on one CPU: entry `n` is at `ids[n % REMOVED_KEPT]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemovedRing {
+    /// Ids written so far.
+    pub head: u64,
+    pub ids: [u64; REMOVED_KEPT],
 }
 
 /// How many runs a CPU remembers, and so how many culprits an incident can name.
@@ -389,6 +438,8 @@ const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (6 + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 128);
+const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 136);
+const _: () = assert!(core::mem::size_of::<RemovedRing>() == 8 + 8 * REMOVED_KEPT);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
 const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
 const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 16 + 40 * RUNS_KEPT);
@@ -408,6 +459,8 @@ mod pod {
     unsafe impl aya::Pod for super::WindowMax {}
     unsafe impl aya::Pod for super::TaskStats {}
     unsafe impl aya::Pod for super::CgroupHist {}
+    unsafe impl aya::Pod for super::CgroupSlot {}
+    unsafe impl aya::Pod for super::RemovedRing {}
     unsafe impl aya::Pod for super::RunRing {}
     unsafe impl aya::Pod for super::Incident {}
 }
@@ -439,6 +492,18 @@ mod tests {
         assert_eq!(cgroup_bucket(0), 0);
         assert_eq!(cgroup_bucket(BUCKETS - 1), CGROUP_BUCKETS - 1);
         assert_eq!(cgroup_bucket(bucket_of(UPPER_NS[BUCKETS - 2])), CGROUP_BUCKETS - 1);
+    }
+
+    #[test]
+    fn cgroup_slots_spread_strided_ids() {
+        // kernfs ids of consecutive cgroups, 20 inodes apart: 1000 of them in 2048 slots.
+        let bits = 11;
+        let mut seen = [false; 1 << 11];
+        for i in 0..1000u64 {
+            seen[cgroup_slot(1000 + 20 * i, bits) as usize] = true;
+        }
+        let distinct = seen.iter().filter(|s| **s).count();
+        assert!(distinct > 750, "only {distinct} distinct slots");
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //!   `logger`: the process's logfmt/JSON logger behind the `log` facade.
 //! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),
-//!   `drain` (map reads), `caps` (the gate), `privileges` (every capability dropped once
-//!   attached), `btf` (struct layouts).
+//!   `drain` (map reads), `cgroups` (per-cgroup slots: read, retire removed cgroups), `caps` (the
+//!   gate), `privileges` (every capability dropped once attached), `btf` (struct layouts).
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
 //!   process's cost, cgroup v2 id → path, container → namespace/pod/container from the
 //!   runtime's OCI config (`containers`).

@@ -86,6 +86,18 @@ pub fn kernfs_node_id() -> u32 {
     knob!(kernfs_node_id)
 }
 #[inline(always)]
+pub fn cgroup_slot_bits() -> u32 {
+    knob!(cgroup_slot_bits)
+}
+#[inline(always)]
+pub fn cgroup_root() -> u32 {
+    knob!(cgroup_root)
+}
+#[inline(always)]
+pub fn cgroup_root_hierarchy_id() -> u32 {
+    knob!(cgroup_root_hierarchy_id)
+}
+#[inline(always)]
 pub fn attribute_ns() -> u64 {
     knob!(attribute_ns)
 }

@@ -4,6 +4,8 @@
 #![no_main]
 
 mod attribute;
+mod cgroup;
+mod diag;
 mod knobs;
 mod maps;
 mod observe;

@@ -4,8 +4,9 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
+use crate::diag::DiagState;
 use latency_common::maps::{
-    CgroupHist, Control, CpuStats, Histogram, Incident, Reason, RunRing, TaskStats, WINDOW_SLOTS, WindowMax,
+    CgroupHist, CgroupSlot, Control, RemovedRing, CpuStats, Histogram, Incident, Reason, RunRing, TaskStats, WINDOW_SLOTS, WindowMax,
 };
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
@@ -38,11 +39,37 @@ pub static TASKS: HashMap<u32, TaskStats> = HashMap::with_max_entries(32 * 1024,
 #[map]
 pub static FILTER: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
 
-/// Coarse histogram per cgroup v2 id of the task that waited, per CPU (no atomics). The daemon
-/// sizes it (`max_cgroups`; memory = entries × CPUs × 128 B) and deletes entries of removed
-/// cgroups; a full map is counted in `Lost::Cgroups`.
+/// Coarse histogram per cgroup v2 id of the task that waited, per CPU (no atomics), for delays
+/// whose slot in `CGROUP_SLOTS` is held by another cgroup on that CPU. The daemon sizes it
+/// (`max_cgroups`; memory = entries × CPUs × 128 B) and deletes entries of removed cgroups; a
+/// full map is counted in `Lost::Cgroups`.
 #[map]
 pub static CGROUPS: PerCpuHashMap<u64, CgroupHist> = PerCpuHashMap::with_max_entries(1, 0);
+
+/// Per-cgroup histograms by slot (see latency-common's `cgroup_slot`), per CPU: the common
+/// case is an array store. The daemon sizes it (the power of two ≥ `max_cgroups`); a slot held by
+/// another cgroup on this CPU sends the delay to `CGROUPS`.
+#[map]
+pub static CGROUP_SLOTS: PerCpuArray<CgroupSlot> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per slot, a removed cgroup whose final counts the daemon has read: its slot may be reused.
+#[map]
+pub static CGROUP_RETIRED: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Per CPU, one bit per slot ever claimed there (one word per 64 slots), so the daemon reads
+/// only claimed slots.
+#[map]
+pub static CGROUP_USED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Ids of removed v2 cgroups, per CPU, for the daemon to retire their slots (rare: one write per
+/// rmdir).
+#[map]
+pub static CGROUP_REMOVED: PerCpuArray<RemovedRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: when each rare condition was last logged and how often it happened (off the hot
+/// cache lines: touched only on the rare branches).
+#[map]
+pub static DIAG: PerCpuArray<DiagState> = PerCpuArray::with_max_entries(1, 0);
 
 /// The last runs on each CPU, so an incident can name who ran while its victim waited.
 #[map]

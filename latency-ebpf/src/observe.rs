@@ -1,15 +1,20 @@
 //! The per-event verbs: `stamp` an enqueue, `take` a stamp at switch-in, `record` the delay, and
 //! (per-task feature) `task_out` / `task_in`. O(1), one clock read per event.
-use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
+use aya_ebpf::{helpers::generated::bpf_ktime_get_ns, programs::BtfTracePointContext};
 use latency_common::{
     CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
-    maps::{CgroupHist, cgroup_bucket, stamp_pack, stamp_unpack, window_index},
+    maps::{CgroupHist, CgroupSlot, cgroup_bucket, cgroup_slot, stamp_pack, stamp_unpack, window_index},
 };
 
 use crate::{
-    attribute, knobs,
-    maps::{CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS, WINDOW_MAX},
+    attribute,
+    diag::{self, Rare},
+    knobs,
+    maps::{
+        CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS,
+        WINDOW_MAX,
+    },
     task::Task,
 };
 
@@ -46,7 +51,7 @@ fn count_lost(what: Lost) {
 /// Remember when `task` (tid `tid`) entered a run queue and why: a single store, plus the
 /// queue depth when attribution is on.
 #[inline(always)]
-pub fn stamp(task: Task, tid: u32, now: u64, reason: Reason) {
+pub fn stamp(ctx: &BtfTracePointContext, task: Task, tid: u32, now: u64, reason: Reason) {
     if knobs::attribute_ns() != 0 {
         attribute::remember_depth(task, tid);
     }
@@ -54,7 +59,10 @@ pub fn stamp(task: Task, tid: u32, now: u64, reason: Reason) {
         // SAFETY: an element of an array map; a racing writer for the same tid can only be
         // another event of that task, and the last stamp wins either way.
         Some(slot) => unsafe { *slot = stamp_pack(now, reason) },
-        None => count_lost(Lost::Stamps),
+        None => {
+            count_lost(Lost::Stamps);
+            diag::rare(ctx, Rare::LostStamp, tid as u64);
+        }
     }
 }
 
@@ -70,7 +78,7 @@ pub fn forget(tid: u32) {
 /// Consume `tid`'s stamp: the delay and its reason, or `None` if there is none (the task was
 /// queued before we attached) or it is not believable (counted).
 #[inline(always)]
-pub fn take(tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
+pub fn take(ctx: &BtfTracePointContext, tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
     let slot = STAMPS.get_ptr_mut(tid)?;
     // SAFETY: an element of an array map, see `stamp`.
     let stamp = unsafe { *slot };
@@ -82,6 +90,7 @@ pub fn take(tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
     let (at, reason) = stamp_unpack(stamp);
     if at > now {
         cpu.discarded[Discard::FutureStamp as usize] += 1;
+        diag::rare(ctx, Rare::FutureStamp, tid as u64);
         return None;
     }
     let delay = now - at;
@@ -94,12 +103,21 @@ pub fn take(tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
 
 /// Add a delay to this CPU's histogram for its reason and to the window maximum.
 #[inline(always)]
-pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, next: Task, next_tid: u32) {
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    ctx: &BtfTracePointContext,
+    delay: u64,
+    reason: Reason,
+    now: u64,
+    prev: Task,
+    prev_tid: u32,
+    next: Task,
+    next_tid: u32,
+) {
     // Find the cgroup's entry first, so the bucket index below is used by both histograms at
-    // one spot and dies right after: the verifier walks the 256 outcomes of the bucket search
-    // over a few instructions only, instead of over the rest of the program.
+    // one spot and dies right after.
     let cgroup_id = if knobs::cgroups() { next.cgroup_id() } else { 0 };
-    let cgroup = if knobs::cgroups() { cgroup_entry(cgroup_id) } else { None };
+    let cgroup = if knobs::cgroups() { cgroup_entry(ctx, cgroup_id) } else { None };
     let bucket = bucket_of(delay) & (BUCKETS - 1);
     if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
@@ -140,9 +158,43 @@ pub fn record(delay: u64, reason: Reason, now: u64, prev: Task, prev_tid: u32, n
     }
 }
 
-/// This CPU's histogram of cgroup `id`, created if needed; `None` (counted) if the map is full.
+/// This CPU's histogram of cgroup `id`: in the common case its slot, an array element (one
+/// multiply to find it, one compare to own it); when another cgroup holds the slot on this CPU,
+/// the hash map. `None` (counted) only if that is full.
 #[inline(always)]
-fn cgroup_entry(id: u64) -> Option<&'static mut CgroupHist> {
+fn cgroup_entry(ctx: &BtfTracePointContext, id: u64) -> Option<&'static mut CgroupHist> {
+    let index = cgroup_slot(id, knobs::cgroup_slot_bits());
+    if let Some(slot) = CGROUP_SLOTS.get_ptr_mut(index) {
+        // SAFETY: this CPU's value of a per-CPU array element; no other writer on this CPU (the
+        // daemon never writes it).
+        let slot: &mut CgroupSlot = unsafe { &mut *slot };
+        // Id 0 (a NULL on the way to it) never owns a slot: a free slot's id is 0 too.
+        if id != 0 && slot.id == id {
+            return Some(&mut slot.hist);
+        }
+        if id != 0 && claimable(slot.id, index) {
+            slot.hist = CgroupHist::ZERO;
+            slot.id = id;
+            if let Some(word) = CGROUP_USED.get_ptr_mut(index / 64) {
+                // SAFETY: this CPU's word; as above.
+                unsafe { *word |= 1u64 << (index % 64) };
+            }
+            return Some(&mut slot.hist);
+        }
+    }
+    cgroup_overflow(ctx, id)
+}
+
+/// A slot may be taken when free, or when it holds the cgroup the daemon retired there (removed,
+/// its final counts read). Off the common path: only when the slot's owner differs.
+#[inline(always)]
+fn claimable(owner: u64, index: u32) -> bool {
+    owner == 0 || CGROUP_RETIRED.get(index).is_some_and(|retired| *retired == owner)
+}
+
+/// The hash map's entry for cgroup `id` on this CPU, created if needed.
+#[inline(always)]
+fn cgroup_overflow(ctx: &BtfTracePointContext, id: u64) -> Option<&'static mut CgroupHist> {
     let slot = match CGROUPS.get_ptr_mut(id) {
         Some(h) => h,
         None => {
@@ -152,6 +204,7 @@ fn cgroup_entry(id: u64) -> Option<&'static mut CgroupHist> {
                 Some(h) => h,
                 None => {
                     count_lost(Lost::Cgroups);
+                    diag::rare(ctx, Rare::FullCgroups, id);
                     return None;
                 }
             }
@@ -163,7 +216,7 @@ fn cgroup_entry(id: u64) -> Option<&'static mut CgroupHist> {
 
 /// The per-task entry for `tid`, created if missing; `None` (counted) if the map is full.
 #[inline(always)]
-fn task_entry(task: Task, tid: u32) -> Option<&'static mut TaskStats> {
+fn task_entry(ctx: &BtfTracePointContext, task: Task, tid: u32) -> Option<&'static mut TaskStats> {
     if let Some(t) = TASKS.get_ptr_mut(tid) {
         // SAFETY: a hash map value; one CPU runs a given task at a time, and its switch-out and
         // switch-in happen in order under run-queue locks.
@@ -176,6 +229,7 @@ fn task_entry(task: Task, tid: u32) -> Option<&'static mut TaskStats> {
     // BPF_NOEXIST: never overwrite an entry another CPU created in between.
     if TASKS.insert(tid, &fresh, 1).is_err() && TASKS.get_ptr_mut(tid).is_none() {
         count_lost(Lost::Tasks);
+        diag::rare(ctx, Rare::FullTasks, tid as u64);
         return None;
     }
     // SAFETY: as above.
@@ -184,8 +238,8 @@ fn task_entry(task: Task, tid: u32) -> Option<&'static mut TaskStats> {
 
 /// `prev` leaves the CPU: close its running period and count the switch.
 #[inline(always)]
-pub fn task_out(prev: Task, tid: u32, now: u64, involuntary: bool, untraced_in: bool) {
-    let Some(t) = task_entry(prev, tid) else { return };
+pub fn task_out(ctx: &BtfTracePointContext, prev: Task, tid: u32, now: u64, involuntary: bool, untraced_in: bool) {
+    let Some(t) = task_entry(ctx, prev, tid) else { return };
     if untraced_in {
         // It got this CPU unseen: when is unknown, so this period is not counted.
         t.untraced += 1;
@@ -216,8 +270,8 @@ pub fn untraced_out(tid: u32) {
 
 /// `next` gets the CPU: open a running period and add its delay, if one was measured.
 #[inline(always)]
-pub fn task_in(next: Task, tid: u32, now: u64, delay: Option<(u64, Reason)>) {
-    let Some(t) = task_entry(next, tid) else { return };
+pub fn task_in(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, delay: Option<(u64, Reason)>) {
+    let Some(t) = task_entry(ctx, next, tid) else { return };
     t.last_in_ns = now;
     // comm and prio change (exec, prctl, renice): keep the latest.
     t.comm = next.comm();

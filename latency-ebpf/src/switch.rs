@@ -64,14 +64,14 @@ fn on_switch(ctx: &BtfTracePointContext) {
         }
         let kept = observe::keep(prev, prev_tid);
         if queued && kept {
-            observe::stamp(prev, prev_tid, now, Reason::Preempt);
+            observe::stamp(ctx, prev, prev_tid, now, Reason::Preempt);
         } else if untraced {
             // Its stamp was never taken: without this, a second unseen switch could turn it into
             // a delay that includes run time.
             observe::forget(prev_tid);
         }
         if knobs::per_task() && kept {
-            observe::task_out(prev, prev_tid, now, queued || preempt, untraced);
+            observe::task_out(ctx, prev, prev_tid, now, queued || preempt, untraced);
         }
     }
 
@@ -79,11 +79,11 @@ fn on_switch(ctx: &BtfTracePointContext) {
         cpu.idle_since_ns = now;
         return;
     }
-    let delay = observe::take(next_tid, now, cpu);
+    let delay = observe::take(ctx, next_tid, now, cpu);
     if let Some((delay_ns, reason)) = delay {
-        observe::record(delay_ns, reason, now, prev, prev_tid, next, next_tid);
+        observe::record(ctx, delay_ns, reason, now, prev, prev_tid, next, next_tid);
     }
     if knobs::per_task() && observe::keep(next, next_tid) {
-        observe::task_in(next, next_tid, now, delay);
+        observe::task_in(ctx, next, next_tid, now, delay);
     }
 }

@@ -5,8 +5,8 @@ use aya_ebpf::programs::BtfTracePointContext;
 
 use crate::knobs;
 
-/// A `struct task_struct *` passed to a BTF tracepoint (or, inside `rq_clock`, another
-/// BTF-typed kernel pointer reached from it).
+/// A `struct task_struct *` passed to a BTF tracepoint (or another BTF-typed kernel pointer:
+/// one reached from it, or `cgroup_rmdir`'s `struct cgroup *`).
 #[derive(Clone, Copy)]
 pub struct Task(*const u8);
 
@@ -83,6 +83,17 @@ impl Task {
             .and_then(|css_set| css_set.follow(knobs::css_set_dfl_cgrp()))
             .and_then(|cgroup| cgroup.follow(knobs::cgroup_kn()))
             .map_or(0, |kn| kn.load::<u64>(knobs::kernfs_node_id()))
+    }
+
+    /// For a `struct cgroup *` (not a task): its id if it belongs to the v2 hierarchy (whose
+    /// `hierarchy_id` is 0; v1 hierarchies have their own ids, which may equal v2 ones).
+    #[inline(always)]
+    pub fn v2_cgroup_id(self) -> Option<u64> {
+        let root = self.follow(knobs::cgroup_root())?;
+        if root.load::<u32>(knobs::cgroup_root_hierarchy_id()) != 0 {
+            return None;
+        }
+        self.follow(knobs::cgroup_kn()).map(|kn| kn.load::<u64>(knobs::kernfs_node_id()))
     }
 
     /// `task_struct.comm`, 16 bytes, read as two words (NUL-padded by the kernel).

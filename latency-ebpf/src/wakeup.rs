@@ -26,5 +26,5 @@ fn on_wakeup(ctx: &BtfTracePointContext) {
     if tid == 0 || !observe::keep(task, tid) {
         return;
     }
-    observe::stamp(task, tid, observe::now(task), Reason::Wakeup);
+    observe::stamp(ctx, task, tid, observe::now(task), Reason::Wakeup);
 }

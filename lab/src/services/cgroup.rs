@@ -14,6 +14,9 @@ use crate::guard::Proc;
 #[derive(Debug)]
 pub struct TestCgroup {
     dir: PathBuf,
+    /// What `new` created right under the mount, when `name` had a '/' in it (nested dirs), so
+    /// drop removes the parents too; `None` for a single directory.
+    top: Option<PathBuf>,
     /// Its path as the daemon labels it: relative to the cgroup2 mount, starting with '/'.
     pub path: String,
 }
@@ -25,7 +28,15 @@ impl TestCgroup {
         let top = format!("runqlat-test-{}-{name}", std::process::id());
         let dir = mount.join(&top);
         std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
-        Ok(TestCgroup { dir, path: format!("/{top}") })
+        let first = top.split('/').next().map(|f| mount.join(f)).filter(|f| *f != dir);
+        Ok(TestCgroup { dir, top: first, path: format!("/{top}") })
+    }
+
+    /// A child cgroup `name` inside this one (removed on drop, like its parent: drop it first).
+    pub fn child(&self, name: &str) -> anyhow::Result<TestCgroup> {
+        let dir = self.dir.join(name);
+        std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(TestCgroup { dir, top: None, path: format!("{}/{name}", self.path) })
     }
 
     /// Starts `argv` inside this cgroup (a shell moves itself in, then execs it).
@@ -50,6 +61,14 @@ impl Drop for TestCgroup {
         let deadline = Instant::now() + Duration::from_secs(5);
         while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // A name with '/' made nested directories: remove the empty parents up to the top one.
+        if let Some(top) = &self.top {
+            let mut parent = self.dir.parent();
+            while let Some(p) = parent.filter(|p| p.starts_with(top)) {
+                let _ = std::fs::remove_dir(p);
+                parent = p.parent();
+            }
         }
     }
 }

@@ -56,7 +56,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub top_cgroups: Option<usize>,
 
-    /// Capacity of the kernel's per-cgroup histogram map [default: 1024]
+    /// Capacity of the kernel's per-cgroup histogram maps (slots and overflow) [default: 1024]
     #[arg(long, value_name = "N")]
     pub max_cgroups: Option<u32>,
 
@@ -70,7 +70,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
     pub cgroup_buckets: Option<Vec<f64>>,
 
-    /// Keep a histogram per cgroup v2 of the task that waited (a per-CPU hash update per delay)
+    /// Keep a histogram per cgroup v2 of the task that waited (an array store per delay)
     /// [default: true]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
           value_parser = BoolishValueParser::new())]

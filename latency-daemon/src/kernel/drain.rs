@@ -1,16 +1,16 @@
 //! The loaded probe's maps in, plain data out: a `Snapshot` of every aggregate, the records of a
 //! `WINDOW_MAX` slot and the attributed incidents of a window. Reads only; what the values mean
 //! is `model`'s business.
-use aya::maps::{HashMap, MapError, PerCpuArray, PerCpuHashMap};
+use aya::maps::{HashMap, MapError, PerCpuArray};
 use latency_common::{
     CpuStats, Histogram, Reason, TaskStats,
-    maps::{CgroupHist, names, window_index},
+    maps::{names, window_index},
 };
 
 use super::probe::{Probe, ProbeError};
 use crate::{
     host::clock,
-    model::snapshot::{Incidents, Snapshot, WindowSlot, sum_cgroup, sum_histograms},
+    model::snapshot::{Incidents, Snapshot, WindowSlot, sum_histograms},
 };
 
 /// How many CPUs the per-CPU maps hold a value for (the possible CPUs), so a `Snapshot` of
@@ -19,11 +19,10 @@ pub fn possible_cpus() -> usize {
     aya::util::nr_cpus().unwrap_or(1)
 }
 
-/// What to read besides the always-on aggregates.
+/// What to read besides the always-on aggregates (the per-cgroup maps: `cgroups::CgroupTable`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Extras {
     pub tasks: bool,
-    pub cgroups: bool,
 }
 
 fn map_err(map: &'static str) -> impl Fn(MapError) -> ProbeError {
@@ -58,19 +57,7 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
         }
     }
 
-    let mut cgroups = Vec::new();
-    if extras.cgroups {
-        let map = names::CGROUPS;
-        let table: PerCpuHashMap<_, u64, CgroupHist> =
-            PerCpuHashMap::try_from(probe.map(map)?).map_err(map_err(map))?;
-        for entry in table.iter() {
-            let (id, per_cpu) = entry.map_err(map_err(map))?;
-            cgroups.push((id, sum_cgroup(&per_cpu)));
-        }
-        cgroups.sort_unstable_by_key(|(id, _)| *id);
-    }
-
-    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups })
+    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups: Vec::new() })
 }
 
 /// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it.

@@ -32,9 +32,10 @@ pub struct ProbeOptions {
     pub ceiling_ns: u64,
     /// Which clock the kernel program reads.
     pub clock: Clock,
-    /// Keep a coarse histogram per cgroup v2 id (one per-CPU hash update per delay).
+    /// Keep a coarse histogram per cgroup v2 id (an array store per delay, see `cgroups`).
     pub cgroups: bool,
-    /// Capacity of the per-cgroup map.
+    /// Capacity of the per-cgroup maps: the slot table has the power of two at or above it, its
+    /// overflow hash map this many entries.
     pub max_cgroups: u32,
     /// Attribute delays at or above this (runs meanwhile, queue depth); 0: off.
     pub attribute_ns: u64,
@@ -69,9 +70,19 @@ pub enum ProbeError {
 #[derive(Debug)]
 pub struct Probe {
     ebpf: Ebpf,
+    kernel_log: Option<KernelLog>,
     links: Vec<(&'static str, BtfTracePointLinkId)>,
     stamps: u32,
     loads: Vec<(&'static str, Duration)>,
+}
+
+/// The kernel program's aya-log ring, forwarded to the `log` facade at each drain.
+struct KernelLog(aya_log::EbpfLogger<&'static dyn log::Log>);
+
+impl std::fmt::Debug for KernelLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KernelLog")
+    }
 }
 
 /// An attached program, and how long the kernel took to load it (BPF_PROG_LOAD: verification
@@ -107,18 +118,28 @@ impl Probe {
         }
         // The stamp array is indexed by tid, and no tid reaches `kernel.pid_max`.
         let stamps = system::pid_max().map_err(|source| ProbeError::Proc { path: system::PID_MAX, source })?;
+        let slots = 1u32 << knobs.cgroup_slot_bits;
         let ebpf = EbpfLoader::new()
             .override_global(KNOBS_SYMBOL, &knobs, true)
             .map_max_entries(names::STAMPS, stamps)
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
             .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
             .map_max_entries(names::CGROUPS, if options.cgroups { options.max_cgroups } else { 1 })
+            .map_max_entries(names::CGROUP_SLOTS, if options.cgroups { slots } else { 1 })
+            .map_max_entries(names::CGROUP_RETIRED, if options.cgroups { slots } else { 1 })
+            .map_max_entries(names::CGROUP_USED, if options.cgroups { slots / 64 } else { 1 })
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(OBJECT)
             .map_err(ProbeError::Load)?;
-        let mut probe = Probe { ebpf, links: Vec::new(), stamps, loads: Vec::new() };
+        let mut probe = Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new() };
+        // Taken before the programs load: they refer to its map. Without it (an object built
+        // without logging) the kernel's rare-condition lines are simply not forwarded.
+        probe.kernel_log = aya_log::EbpfLogger::init(&mut probe.ebpf).ok().map(KernelLog);
         probe.fill_filter(&options.filter)?;
-        let attached = attach(&mut probe.ebpf)?;
+        let mut attached = attach(&mut probe.ebpf)?;
+        if options.cgroups {
+            attached.push(attach_one(&mut probe.ebpf, names::CGROUP_RMDIR)?);
+        }
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();
         probe.links = attached.into_iter().map(|a| (a.program, a.link)).collect();
         Ok(probe)
@@ -158,7 +179,15 @@ impl Probe {
             PerCpuHashMap::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
         match table.remove(&id) {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             Err(source) => Err(ProbeError::Map { map, source }),
+        }
+    }
+
+    /// Forward what the kernel program logged (rare conditions, rate-limited there) to the log.
+    pub fn flush_kernel_log(&mut self) {
+        if let Some(KernelLog(logger)) = &mut self.kernel_log {
+            logger.flush();
         }
     }
 
@@ -174,7 +203,7 @@ impl Probe {
         self.ebpf.map(map).ok_or(ProbeError::MissingMap { map })
     }
 
-    fn map_mut(&mut self, map: &'static str) -> Result<&mut Map, ProbeError> {
+    pub(super) fn map_mut(&mut self, map: &'static str) -> Result<&mut Map, ProbeError> {
         self.ebpf.map_mut(map).ok_or(ProbeError::MissingMap { map })
     }
 
@@ -215,9 +244,12 @@ fn knobs(
         css_set_dfl_cgrp: cgroup.map_or(0, |c| c.css_set_dfl_cgrp.offset),
         cgroup_kn: cgroup.map_or(0, |c| c.cgroup_kn.offset),
         kernfs_node_id: cgroup.map_or(0, |c| c.kernfs_node_id.offset),
+        cgroup_slot_bits: if cgroup.is_some() { super::cgroups::slot_bits(options.max_cgroups) } else { 6 },
         attribute_ns: options.attribute_ns,
         depth_known: 0,
         rq_nr_running: 0,
+        cgroup_root: cgroup.map_or(0, |c| c.cgroup_root.offset),
+        cgroup_root_hierarchy_id: cgroup.map_or(0, |c| c.cgroup_root_hierarchy_id.offset),
     }
 }
 
@@ -225,20 +257,26 @@ fn knobs(
 /// same three tracepoints, such as the benchmark's floor). Dropping `ebpf` detaches them.
 pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<Attached>, ProbeError> {
     let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
-    let mut attached = Vec::with_capacity(names::PROGRAMS.len());
-    for program in names::PROGRAMS {
-        let prog: &mut BtfTracePoint = ebpf
-            .program_mut(program)
-            .ok_or(ProbeError::MissingProgram { program })?
-            .try_into()
-            .map_err(|source| ProbeError::ProgramType { program, source })?;
-        let started = Instant::now();
-        prog.load(program, &btf).map_err(|source| rejected(program, source))?;
-        let load = started.elapsed();
-        let link = prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
-        attached.push(Attached { program, link, load });
-    }
-    Ok(attached)
+    names::PROGRAMS.into_iter().map(|program| attach_with(ebpf, program, &btf)).collect()
+}
+
+/// Verify and attach one more program of ours (`names::CGROUP_RMDIR`).
+fn attach_one(ebpf: &mut Ebpf, program: &'static str) -> Result<Attached, ProbeError> {
+    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+    attach_with(ebpf, program, &btf)
+}
+
+fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Result<Attached, ProbeError> {
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .ok_or(ProbeError::MissingProgram { program })?
+        .try_into()
+        .map_err(|source| ProbeError::ProgramType { program, source })?;
+    let started = Instant::now();
+    prog.load(program, btf).map_err(|source| rejected(program, source))?;
+    let load = started.elapsed();
+    let link = prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
+    Ok(Attached { program, link, load })
 }
 
 /// Where a rejected program's whole verifier log goes, if set (the error itself is one line).

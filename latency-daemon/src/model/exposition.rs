@@ -45,8 +45,11 @@ pub struct Exposition {
     pub containers_unresolved: u64,
     /// Window maxima the kernel wrote after we had read their slot (see cmd/run/pipeline.rs).
     pub late_window_writes: u64,
-    /// Cgroup entries deleted from the kernel map because the cgroup was removed.
+    /// Removed cgroups whose kernel entries were retired (their final counts kept, their slots
+    /// free for reuse).
     pub cgroups_pruned: u64,
+    /// Cgroup removals a kernel ring overwrote before the daemon read them.
+    pub cgroup_removals_missed: u64,
     /// Alerts firing now: (reason, cgroup).
     pub alerts_active: Vec<(Reason, String)>,
     /// Alerts fired since start, per reason (index = `Reason as usize`).

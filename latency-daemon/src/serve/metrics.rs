@@ -218,7 +218,8 @@ fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> R
     let mut family = enc.encode_descriptor(
         "runqlat_lost",
         "Things the monitor could not keep, by map: stamps (tid beyond the stamp array), tasks and \
-         cgroups (map full), window_max (a maximum written after its window was read).",
+         cgroups (map full), window_max (a maximum written after its window was read), \
+         cgroup_removed (removals the kernel's ring overwrote unread; found later by a walk).",
         None,
         MetricType::Counter,
     )?;
@@ -229,6 +230,9 @@ fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> R
     family
         .encode_family(&[("map", "window_max")])?
         .encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
+    family
+        .encode_family(&[("map", "cgroup_removed")])?
+        .encode_counter::<NoLabelSet, _, f64>(&e.cgroup_removals_missed, None)?;
     let untraced: u64 = s.cpus.iter().map(|c| c.lost[Lost::Switches as usize]).sum();
     counter(
         enc,
@@ -329,7 +333,7 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
     counter(
         enc,
         "runqlat_cgroups_pruned",
-        "Kernel per-cgroup entries deleted because the cgroup was removed.",
+        "Removed cgroups whose kernel entries were retired: final counts kept, slots free for reuse.",
         e.cgroups_pruned,
     )?;
     counter(

@@ -90,7 +90,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
     let probe_ref = &probe;
     wait(args.duration, period, || {
         if args.svg.is_some()
-            && let Ok(now) = drain::snapshot(probe_ref, drain::Extras { tasks: false, cgroups: false })
+            && let Ok(now) = drain::snapshot(probe_ref, drain::Extras { tasks: false })
         {
             columns.add(now, &meta);
         }
@@ -98,7 +98,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
     .await?;
 
     probe.detach()?;
-    let end = drain::snapshot(&probe, drain::Extras { tasks: true, cgroups: false })?;
+    let end = drain::snapshot(&probe, drain::Extras { tasks: true })?;
     if let Some(path) = &args.svg {
         columns.finish(end.clone(), &meta);
         let title = format!(

@@ -15,6 +15,7 @@ use crate::{
     config::Config,
     host::{cgroups::CgroupNames, clock, containers::ContainerNames, system},
     kernel::{
+        cgroups::CgroupTable,
         drain::{self, Extras},
         probe::{Probe, ProbeError},
     },
@@ -52,6 +53,9 @@ pub(super) struct Drainer {
     epoch: u64,
     window_start: Option<Snapshot>,
     drains_in_window: u32,
+    /// The per-cgroup maps' reader, and the removed cgroups it retires at the next drain.
+    cgroups: CgroupTable,
+    removed: Vec<u64>,
     series: CgroupSeries,
     alerts: Engine,
     notifier: Option<Notifier>,
@@ -70,6 +74,7 @@ impl Drainer {
         notifier: Option<Notifier>,
     ) -> Drainer {
         let exposition = (**published.borrow()).clone();
+        let cgroups = CgroupTable::new(config.max_cgroups);
         let meta = Meta {
             kernel: system::kernel_release(),
             wall: clock::wall_clock(),
@@ -89,6 +94,8 @@ impl Drainer {
             epoch: 0,
             window_start: Some(attached),
             drains_in_window: 0,
+            cgroups,
+            removed: Vec::new(),
             series: CgroupSeries::default(),
             alerts: Engine::default(),
             notifier,
@@ -139,8 +146,19 @@ impl Drainer {
     }
 
     fn drain(&mut self) -> Result<(), ProbeError> {
-        let extras = Extras { tasks: self.config.per_task, cgroups: self.names.is_some() };
-        let now = drain::snapshot(&self.probe, extras)?;
+        self.probe.flush_kernel_log();
+        let mut now = drain::snapshot(&self.probe, Extras { tasks: self.config.per_task })?;
+        if self.names.is_some() {
+            // Removed before the read that follows: their counts in it are final.
+            let removed = self.cgroups.removed(&self.probe)?;
+            self.removed.extend(removed);
+            now.cgroups = self.cgroups.read(&self.probe)?;
+            if !self.removed.is_empty() {
+                self.cgroups.retire(&mut self.probe, std::mem::take(&mut self.removed), &now.cgroups)?;
+            }
+            self.exposition.cgroups_pruned = self.cgroups.retired_total;
+            self.exposition.cgroup_removals_missed = self.cgroups.removals_missed;
+        }
         self.drains_in_window += 1;
         let start = self.window_start.get_or_insert_with(|| now.clone());
         if self.drains_in_window >= self.config.intervals_per_window() {
@@ -155,6 +173,7 @@ impl Drainer {
             self.exposition.window = Some(Arc::new(window));
             self.window_start = Some(now.clone());
             self.drains_in_window = 0;
+            self.cgroups.window_closed();
         }
         self.exposition.drains += 1;
         self.exposition.last_drain_unix = clock::realtime_ns() as f64 / 1e9;
@@ -237,11 +256,11 @@ impl Drainer {
             timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
         self.series.add_window(&window.cgroups, |id| names.path(id).map(str::to_string), self.config.top_cgroups);
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
-        for id in names.prune() {
-            match self.probe.delete_cgroup(id) {
-                Ok(()) => self.exposition.cgroups_pruned += 1,
-                Err(e) => log::warn!("cannot delete cgroup {id} from the kernel map: {e}"),
-            }
+        // The kernel's rings report every removal unless one overflowed; then the walk's finds are
+        // retired at the next drain, whose read is after their removal.
+        let removed = names.prune();
+        if self.cgroups.removals_missed > 0 {
+            self.removed.extend(removed);
         }
         top
     }

@@ -35,6 +35,9 @@ pub struct CgroupLayout {
     pub css_set_dfl_cgrp: Member,
     pub cgroup_kn: Member,
     pub kernfs_node_id: Member,
+    /// `cgroup->root->hierarchy_id`: which hierarchy a removed cgroup belonged to.
+    pub cgroup_root: Member,
+    pub cgroup_root_hierarchy_id: Member,
 }
 
 /// The chain from a task to the number of runnable tasks on its CPU:
@@ -71,6 +74,13 @@ impl Btf {
             css_set_dfl_cgrp: eight("css_set", "dfl_cgrp")?,
             cgroup_kn: eight("cgroup", "kn")?,
             kernfs_node_id: eight("kernfs_node", "id")?,
+            cgroup_root: eight("cgroup", "root")?,
+            cgroup_root_hierarchy_id: check_size(
+                "cgroup_root",
+                "hierarchy_id",
+                self.member("cgroup_root", "hierarchy_id")?,
+                &[4],
+            )?,
         })
     }
 
