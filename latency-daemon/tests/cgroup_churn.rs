@@ -20,7 +20,11 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 fn rss_kib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
 }
 
 fn metric(text: &str, series: &str) -> f64 {
@@ -31,11 +35,9 @@ fn metric(text: &str, series: &str) -> f64 {
 fn cgroups_coming_and_going_lose_no_delay() {
     let seconds = env_or("RUNQLAT_CHURN_SECONDS", 20);
     let max = env_or("RUNQLAT_CHURN_MAX", 256).to_string();
-    let daemon = Daemon::start(
-        DAEMON,
-        &["--interval", "1s", "--window", "5s", "--max-cgroups", &max, "--top-cgroups", "1000"],
-    )
-    .expect("the daemon starts");
+    let daemon =
+        Daemon::start(DAEMON, &["--interval", "1s", "--window", "5s", "--max-cgroups", &max, "--top-cgroups", "1000"])
+            .expect("the daemon starts");
     let parent = TestCgroup::new("churn").expect("a test cgroup");
 
     // 30 cgroups a second; each lives while its process sleeps 10 ms (one wakeup delay inside

@@ -71,9 +71,7 @@ pub fn rare(ctx: &BtfTracePointContext, what: Rare, id: u64) {
         ),
         Rare::FullTasks => warn!(
             ctx,
-            "kernel: the per-task map is full: tid {} is not kept ({} on this CPU so far; raise --max-tasks)",
-            id,
-            seen
+            "kernel: the per-task map is full: tid {} is not kept ({} on this CPU so far; raise --max-tasks)", id, seen
         ),
     }
 }

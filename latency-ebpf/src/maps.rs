@@ -1,12 +1,13 @@
 //! Every map the program writes, each with the reason for its size. Names come from
 //! latency-common's `maps::names` (the symbol name is the map name).
+use crate::diag::DiagState;
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
-use crate::diag::DiagState;
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, RemovedRing, CpuStats, Histogram, Incident, Reason, RunRing, TaskStats, WINDOW_SLOTS, WindowMax,
+    CgroupHist, CgroupSlot, Control, CpuStats, Histogram, Incident, Reason, RemovedRing, RunRing, TaskStats,
+    WINDOW_SLOTS, WindowMax,
 };
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon

@@ -181,7 +181,15 @@ async fn answer(
             return (frame(reply, head), Outcome::HandlerError);
         }
     }
-    respond(req, &*shared.handler, shared.limits.max_body_bytes)
+    // Handlers are synchronous (an encode, a page): on a multi-threaded runtime, tell tokio this
+    // worker is busy so the tasks queued behind it (other connections, the accept loop) move to
+    // another worker instead of waiting for this handler to return.
+    let handle = tokio::runtime::Handle::current();
+    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| respond(req, &*shared.handler, shared.limits.max_body_bytes))
+    } else {
+        respond(req, &*shared.handler, shared.limits.max_body_bytes)
+    }
 }
 
 /// Counts what hyper ended the connection for. A header timeout after at least one reply is an idle

@@ -10,8 +10,12 @@ use tokio::task::JoinHandle;
 use super::stats::HttpStatsSnapshot;
 use super::*;
 
-/// "/" → a fixed page, "/panic" → panics, "/slow" → blocks 300 ms, anything else → 404.
-struct Fixture;
+/// "/" → a fixed page, "/panic" → panics, "/slow" → blocks 300 ms (counting in `slow_entered` that
+/// it started), anything else → 404.
+#[derive(Default)]
+struct Fixture {
+    slow_entered: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 impl Handler for Fixture {
     fn handle(&self, req: &Request<'_>) -> Reply {
@@ -19,6 +23,7 @@ impl Handler for Fixture {
             "/" => Reply::new(StatusCode::OK, "text/plain; charset=utf-8", "hello\n"),
             "/panic" => panic!("fixture panics on purpose"),
             "/slow" => {
+                self.slow_entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(300));
                 Reply::new(StatusCode::OK, "text/plain", "slow\n")
             }
@@ -33,6 +38,7 @@ const PATIENCE: Duration = Duration::from_secs(5);
 struct Server {
     addr: SocketAddr,
     stats: Arc<HttpStats>,
+    slow_entered: Arc<std::sync::atomic::AtomicUsize>,
     stop: oneshot::Sender<()>,
     done: JoinHandle<Result<(), HttpError>>,
 }
@@ -45,11 +51,23 @@ async fn start(limits: Limits) -> Server {
     let shutdown = async move {
         let _ = stopped.await;
     };
-    let done = tokio::spawn(serve(listener, Arc::new(Fixture), limits, Arc::clone(&stats), shutdown));
-    Server { addr, stats, stop, done }
+    let slow_entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fixture = Fixture { slow_entered: Arc::clone(&slow_entered) };
+    let done = tokio::spawn(serve(listener, Arc::new(fixture), limits, Arc::clone(&stats), shutdown));
+    Server { addr, stats, slow_entered, stop, done }
 }
 
 impl Server {
+    /// Waits (at most PATIENCE) until a `/slow` request is inside the handler: a sleep instead
+    /// would race the server on a loaded machine.
+    async fn slow_in_handler(&self) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.slow_entered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "/slow never reached the handler");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     async fn connect(&self) -> TcpStream {
         TcpStream::connect(self.addr).await.unwrap()
     }
@@ -309,8 +327,8 @@ async fn shutdown_lets_an_in_flight_request_finish() {
     let server = start(Limits::default()).await;
     let mut stream = server.connect().await;
     stream.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
-    // Let the request reach the handler, which then blocks for 300 ms.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The request is in the handler, which blocks for 300 ms.
+    server.slow_in_handler().await;
     let stopping = tokio::spawn(server.stop());
     let response = read_response(&mut stream, false).await;
     assert_eq!((response.status, response.body.as_slice()), (200, b"slow\n".as_slice()));
@@ -331,7 +349,7 @@ async fn invalid_limits_are_refused() {
     let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     let limits = Limits { max_connections: 0, ..Limits::default() };
     let stats = Arc::new(HttpStats::default());
-    let error = serve(listener, Arc::new(Fixture), limits, stats, async {}).await.unwrap_err();
+    let error = serve(listener, Arc::new(Fixture::default()), limits, stats, async {}).await.unwrap_err();
     assert_eq!(error.to_string(), "HTTP limit max_connections must be at least 1");
 }
 
@@ -363,13 +381,14 @@ async fn requests_over_max_requests_get_503_and_the_connection_goes_on() {
     let server = start(limits).await;
     let mut slow = server.connect().await;
     slow.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.slow_in_handler().await;
     let mut other = server.connect().await;
     let asked = Instant::now();
     let response = exchange(&mut other, GET).await;
     assert_eq!(response.status, 503);
     assert_eq!(response.header("retry-after"), Some("1"));
-    assert!(asked.elapsed() < Duration::from_millis(150), "{:?}", asked.elapsed());
+    // Not queued behind the slow one (that would be a 200 once it ends): refused at once.
+    assert!(asked.elapsed() < Duration::from_millis(250), "{:?}", asked.elapsed());
     assert_eq!(read_response(&mut slow, false).await.status, 200);
     assert_eq!(exchange(&mut other, GET).await.status, 200, "same connection, slot free again");
     server.stop().await;
