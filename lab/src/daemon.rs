@@ -141,3 +141,13 @@ impl Daemon {
         Ok((took, log))
     }
 }
+
+/// A `kB` field of /proc/<pid>/status (`VmRSS:`, `VmHWM:`), in KiB.
+pub fn status_kib(pid: u32, key: &str) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no {key} in /proc/{pid}/status"))
+}

@@ -19,12 +19,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 fn rss_kib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    latency_lab::daemon::status_kib(pid, "VmRSS:").unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn metric(text: &str, series: &str) -> f64 {

@@ -7,9 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
-
-use crate::daemon::Daemon;
+use crate::daemon::{Daemon, status_kib};
 use crate::guard::Proc;
 use crate::oracle::run_delay;
 use crate::web;
@@ -29,15 +27,6 @@ pub struct Cost {
 /// stime would be in 10 ms ticks, which a 10 s sample of a daemon this cheap rounds to 0).
 fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok(run_delay::process_cpu_ns(pid)? as f64 / 1e9)
-}
-
-fn status_kib(pid: u32, key: &str) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
 pub fn measure(daemon: &Path) -> anyhow::Result<Cost> {

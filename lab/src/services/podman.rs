@@ -69,9 +69,14 @@ impl Podman {
             context.join("Containerfile"),
             "FROM scratch\nCOPY busybox /bin/busybox\nENTRYPOINT [\"/bin/busybox\"]\n",
         )?;
+        self.build_context(&context, IMAGE).context("cargo xtask setup installs podman and runc")
+    }
+
+    /// `podman build` of `context` (its Containerfile) as `tag`.
+    fn build_context(&self, context: &std::path::Path, tag: &str) -> anyhow::Result<()> {
         let mut build = self.command();
-        build.args(["build", "--quiet", "--tag", IMAGE, "--file"]).arg(context.join("Containerfile")).arg(&context);
-        cmd::stdout(&mut build).map(drop).context("cargo xtask setup installs podman and runc")
+        build.args(["build", "--quiet", "--tag", tag, "--file"]).arg(context.join("Containerfile")).arg(context);
+        cmd::stdout(&mut build).map(drop)
     }
 
     /// `podman run -d` of busybox `argv` with `annotations` (e.g. `io.kubernetes.pod.name`) and any
@@ -129,9 +134,7 @@ impl Podman {
             context.join("Containerfile"),
             "FROM scratch\nCOPY rootfs/ /\nUSER 65534:65534\nEXPOSE 9954\nENTRYPOINT [\"/latency-daemon\"]\nCMD [\"run\"]\n",
         )?;
-        let mut build = self.command();
-        build.args(["build", "--quiet", "--tag", tag, "--file"]).arg(context.join("Containerfile")).arg(&context);
-        cmd::stdout(&mut build).map(drop)
+        self.build_context(&context, tag)
     }
 
     /// Runs `podman ARGS` with our configuration; its stdout, or an error with its stderr.

@@ -141,6 +141,21 @@ mod tests {
         assert_eq!(parse_status(b"\xff\xfe"), None);
     }
 
+    /// The request a test client sent. Connection: close, but the client waits for our status line,
+    /// so read until the body is in: the test bodies are tiny and end with '}'.
+    pub(super) async fn read_request(s: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
+        let mut req = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !req.ends_with(b"}") {
+            let n = s.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            req.extend_from_slice(&chunk[..n]);
+        }
+        req
+    }
+
     /// A server that answers one connection with `reply` after reading the request, and hands
     /// back the request it read.
     async fn answer_once(reply: &'static [u8]) -> (HttpUrl, tokio::task::JoinHandle<Vec<u8>>) {
@@ -148,17 +163,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let task = tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut req = Vec::new();
-            let mut chunk = [0u8; 4096];
-            // Connection: close, but the client waits for our status line, so read until the
-            // body is in: the test bodies are tiny and end with '}'.
-            while !req.ends_with(b"}") {
-                let n = s.read(&mut chunk).await.unwrap();
-                if n == 0 {
-                    break;
-                }
-                req.extend_from_slice(&chunk[..n]);
-            }
+            let req = read_request(&mut s).await;
             s.write_all(reply).await.unwrap();
             req
         });
@@ -241,19 +246,11 @@ mod tls_tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let task = tokio::spawn(async move {
-            let mut req = Vec::new();
             // The first connection may be the one without the CA, failing its handshake.
             loop {
                 let (s, _) = listener.accept().await.unwrap();
                 let Ok(mut s) = acceptor.accept(s).await else { continue };
-                let mut chunk = [0u8; 4096];
-                while !req.ends_with(b"}") {
-                    let n = s.read(&mut chunk).await.unwrap();
-                    if n == 0 {
-                        break;
-                    }
-                    req.extend_from_slice(&chunk[..n]);
-                }
+                let req = super::tests::read_request(&mut s).await;
                 s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await.unwrap();
                 let _ = s.shutdown().await;
                 return req;
