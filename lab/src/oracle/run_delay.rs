@@ -56,9 +56,10 @@ pub struct Unseen {
     pub migrations: u64,
     /// The thread's longest sleep (0 for a thread that never sleeps on purpose).
     pub longest_sleep_ns: u64,
-    /// Switches of the thread the kernel raised no `sched_switch` for (each hides one delay).
+    /// Switches of the thread the kernel raised no `sched_switch` for (each hides one delay,
+    /// allowed `largest_delay_ns`: the largest any thread of the run saw).
     pub untraced: u64,
-    /// The thread's largest delay we did see.
+    /// The largest delay any workload thread of the run saw (on either clock).
     pub largest_delay_ns: u64,
 }
 
