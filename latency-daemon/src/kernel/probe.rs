@@ -46,7 +46,7 @@ pub enum ProbeError {
     #[error(transparent)]
     Btf(#[from] BtfError),
     #[error("cannot read {path}: {source}")]
-    Proc { path: &'static str, source: std::io::Error },
+    Proc { path: String, source: std::io::Error },
     #[error("loading the kernel object failed: {0}")]
     Load(#[source] EbpfError),
     #[error("program {program} is missing from the kernel object")]
@@ -117,9 +117,13 @@ impl Probe {
             knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
         }
         // The stamp array is indexed by tid, and no tid reaches `kernel.pid_max`.
-        let stamps = system::pid_max().map_err(|source| ProbeError::Proc { path: system::PID_MAX, source })?;
+        let stamps = system::pid_max()
+            .map_err(|source| ProbeError::Proc { path: system::pid_max_path().display().to_string(), source })?;
         let slots = 1u32 << knobs.cgroup_slot_bits;
+        // aya's own BTF for relocations, from the same sysfs (`--path.sysfs`).
+        let aya_btf = kernel_btf()?;
         let ebpf = EbpfLoader::new()
+            .btf(Some(&aya_btf))
             .override_global(KNOBS_SYMBOL, &knobs, true)
             .map_max_entries(names::STAMPS, stamps)
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
@@ -256,14 +260,20 @@ fn knobs(
 /// Verify and attach every program of `names::PROGRAMS` in `ebpf` (ours, or any object with the
 /// same three tracepoints, such as the benchmark's floor). Dropping `ebpf` detaches them.
 pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<Attached>, ProbeError> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+    let btf = kernel_btf()?;
     names::PROGRAMS.into_iter().map(|program| attach_with(ebpf, program, &btf)).collect()
 }
 
 /// Verify and attach one more program of ours (`names::CGROUP_RMDIR`).
 fn attach_one(ebpf: &mut Ebpf, program: &'static str) -> Result<Attached, ProbeError> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+    let btf = kernel_btf()?;
     attach_with(ebpf, program, &btf)
+}
+
+/// The running kernel's BTF as aya reads it, from the sysfs in force (`host::paths`).
+fn kernel_btf() -> Result<aya::Btf, ProbeError> {
+    aya::Btf::parse_file(super::btf::vmlinux(), aya::Endianness::default())
+        .map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))
 }
 
 fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Result<Attached, ProbeError> {

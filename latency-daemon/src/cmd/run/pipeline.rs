@@ -86,7 +86,7 @@ impl Drainer {
         Drainer {
             probe,
             names,
-            containers: ContainerNames::new("/".into()),
+            containers: ContainerNames::new(crate::host::paths::get().rootfs.clone()),
             config,
             published,
             duration,

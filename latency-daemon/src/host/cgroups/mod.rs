@@ -16,8 +16,6 @@ use std::{
 
 use crate::model::exposition::CGROUP_UNRESOLVED;
 
-const MOUNTINFO: &str = "/proc/self/mountinfo";
-
 /// One walk a second is cheap (docs/measuring.md) yet bounds the cost of ids we will never
 /// find, e.g. of a cgroup that was created and removed between two scans.
 pub const DEFAULT_MIN_RESCAN: Duration = Duration::from_secs(1);
@@ -85,11 +83,15 @@ pub enum Unresolved {
 }
 
 impl CgroupNames {
-    /// Find the cgroup2 mount in /proc/self/mountinfo and index it.
+    /// Find the cgroup2 mount in this process's mount table (`<procfs>/self/mountinfo`), preferring
+    /// one at or below `--path.cgroupfs`, and index it. Its mount point is a path in our own mount
+    /// namespace, so it is used as it is: no `--path.rootfs` prefix (unlike node_exporter's
+    /// filesystem collector, which reads the host's PID 1 table and must translate it).
     pub fn discover() -> Result<CgroupNames, CgroupError> {
-        let mountinfo = PathBuf::from(MOUNTINFO);
+        let paths = super::paths::get();
+        let mountinfo = super::paths::proc("self/mountinfo");
         let text = fs::read(&mountinfo).map_err(|source| CgroupError::Io { path: mountinfo.clone(), source })?;
-        let mount = cgroup2_mount(&text).ok_or(CgroupError::NoCgroup2 { mountinfo })?;
+        let mount = cgroup2_mount(&text, &paths.cgroupfs).ok_or(CgroupError::NoCgroup2 { mountinfo })?;
         let mut names = CgroupNames::at(mount);
         names.rescan()?;
         Ok(names)
@@ -349,10 +351,12 @@ fn push_name(out: &mut String, name: &OsStr) {
     }
 }
 
-/// The mount point of the cgroup2 file system in a mountinfo text (proc(5)): the first whose root is the
-/// hierarchy's root, else the first at all (a bind mount of a subtree still names what is under it).
-fn cgroup2_mount(mountinfo: &[u8]) -> Option<PathBuf> {
-    let mut subtree = None;
+/// The mount point of the cgroup2 file system in a mountinfo text (proc(5)). Mounts at or below
+/// `cgroupfs` (`--path.cgroupfs`: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host) come
+/// first, then the rest; in each, the first whose root is the hierarchy's root, else the first at
+/// all (a bind mount of a subtree still names what is under it).
+fn cgroup2_mount(mountinfo: &[u8], cgroupfs: &Path) -> Option<PathBuf> {
+    let mut found: Vec<(PathBuf, bool)> = Vec::new();
     for line in mountinfo.split(|&b| b == b'\n') {
         let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
         // Optional fields end at a lone "-"; the file system type follows it.
@@ -361,12 +365,11 @@ fn cgroup2_mount(mountinfo: &[u8]) -> Option<PathBuf> {
             continue;
         }
         let mount_point = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(fields[4])));
-        if fields[3] == b"/" {
-            return Some(mount_point);
-        }
-        subtree.get_or_insert(mount_point);
+        found.push((mount_point, fields[3] == b"/"));
     }
-    subtree
+    let under = |m: &PathBuf| m.starts_with(cgroupfs);
+    let rank = |(m, whole): &(PathBuf, bool)| (!under(m), !whole);
+    found.iter().min_by_key(|f| rank(f)).map(|(m, _)| m.clone())
 }
 
 /// mountinfo writes space, tab, newline and backslash in paths as `\ooo`.
