@@ -98,6 +98,12 @@ impl Probe {
     /// Read this kernel's BTF, load the object with offsets and options baked in, attach all
     /// three tracepoints. On error nothing stays attached (the partial handle is dropped).
     pub fn load(options: &ProbeOptions) -> Result<Probe, ProbeError> {
+        Probe::load_object(options, OBJECT)
+    }
+
+    /// As `load`, with another build of the kernel program (`object`, 8-byte aligned ELF): the
+    /// check that a build without diagnostics has the same hot path.
+    pub fn load_object(options: &ProbeOptions, object: &[u8]) -> Result<Probe, ProbeError> {
         raise_memlock();
         let btf = Btf::from_sys_fs()?;
         let layout = btf.task_layout()?;
@@ -133,7 +139,7 @@ impl Probe {
             .map_max_entries(names::CGROUP_RETIRED, if options.cgroups { slots } else { 1 })
             .map_max_entries(names::CGROUP_USED, if options.cgroups { slots / 64 } else { 1 })
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
-            .load(OBJECT)
+            .load(object)
             .map_err(ProbeError::Load)?;
         let mut probe = Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new() };
         // Taken before the programs load: they refer to its map. Without it (an object built
