@@ -1,10 +1,9 @@
 //! Rare conditions → a line in the daemon's log through aya-log: the first of each kind on each
 //! CPU at once, then at most one per kind and CPU every 10 s, with how many there were. Called
 //! only on the rare branches, so the common path carries none of it.
-use aya_ebpf::{helpers::generated::bpf_ktime_get_ns, programs::BtfTracePointContext};
-use aya_log_ebpf::warn;
-
-use crate::maps::DIAG;
+use aya_ebpf::programs::BtfTracePointContext;
+#[cfg(not(feature = "no-diag"))]
+use {aya_ebpf::helpers::generated::bpf_ktime_get_ns, aya_log_ebpf::warn, crate::maps::DIAG};
 
 /// What happened; the index of its slot in `DiagState`.
 #[derive(Clone, Copy)]
@@ -21,6 +20,7 @@ pub enum Rare {
 }
 
 pub const KINDS: usize = 4;
+#[cfg(not(feature = "no-diag"))]
 const EVERY_NS: u64 = 10_000_000_000;
 
 /// Per CPU: when each kind was last logged, and how often it happened.
@@ -31,9 +31,15 @@ pub struct DiagState {
     pub seen: [u64; KINDS],
 }
 
+/// With the `no-diag` feature: nothing, so a build without diagnostics shows what they add.
+#[cfg(feature = "no-diag")]
+#[inline(always)]
+pub fn rare(_ctx: &BtfTracePointContext, _what: Rare, _id: u64) {}
+
 /// Note one `what` about `id` (a tid or cgroup id), and log it unless this CPU logged the same
 /// kind less than 10 s ago. A function of its own (a BPF-to-BPF call), so the formatting code is
 /// not inlined into the handlers' common path.
+#[cfg(not(feature = "no-diag"))]
 #[inline(never)]
 pub fn rare(ctx: &BtfTracePointContext, what: Rare, id: u64) {
     let Some(state) = DIAG.get_ptr_mut(0) else { return };

@@ -12,6 +12,10 @@ use super::{Binaries, median};
 use crate::guard::Sysctl;
 use crate::oracle::bpftool::{self, ProgStats};
 
+/// The in-program rows that compare builds: ours loaded alone, and without diagnostics.
+pub const LOADER: &str = "ours, loader only";
+pub const NO_DIAG: &str = "ours, no diagnostics";
+
 #[derive(Debug)]
 pub struct InProgram {
     pub workload: &'static str,
@@ -136,6 +140,10 @@ pub fn effects(rows: &[InProgram]) -> String {
             if let Some(v) = of(tracer) {
                 out.push_str(&format!("{w:<22} {what:<40} {:>+12.0}\n", sign * (v - default)));
             }
+        }
+        // Two builds loaded the same way, interleaved: what compiling the diagnostics in costs.
+        if let (Some(with), Some(without)) = (of(LOADER), of(NO_DIAG)) {
+            out.push_str(&format!("{w:<22} {:<40} {:>+12.0}\n", "aya-log diagnostics (compiled in)", with - without));
         }
     }
     out

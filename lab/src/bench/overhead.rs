@@ -36,6 +36,10 @@ pub enum Tracer {
     Runqlat,
     /// `latency-daemon run` with these extra arguments, scraped every second.
     Ours { name: &'static str, extra: Vec<&'static str> },
+    /// Our program with the daemon's default options, loaded by the floor's loader alone (no
+    /// drains): the daemon's own object, or another build of it (`object`), so two builds
+    /// compare like with like.
+    Loader { name: &'static str, object: Option<std::path::PathBuf> },
 }
 
 impl Tracer {
@@ -43,7 +47,7 @@ impl Tracer {
         match self {
             Tracer::Floor => "floor (empty program)",
             Tracer::Runqlat => "runqlat",
-            Tracer::Ours { name, .. } => name,
+            Tracer::Ours { name, .. } | Tracer::Loader { name, .. } => name,
         }
     }
 }
@@ -185,6 +189,15 @@ pub(super) fn start(tracer: &Tracer, binaries: &Binaries) -> anyhow::Result<Runn
             let mut runqlat = Runqlat::start(&["100000"])?;
             runqlat.wait_ready(Instant::now() + ATTACH_LIMIT)?;
             Ok(Running { _runqlat: Some(runqlat), ..Running::default() })
+        }
+        Tracer::Loader { object, .. } => {
+            let mut c = Command::new(binaries.floor()?);
+            match object {
+                None => c.arg("--ours"),
+                Some(path) => c.arg("--object").arg(path),
+            };
+            let ours = spawn_until_line(&mut c, "the loader", Stream::Stderr, "attached", ATTACH_LIMIT)?;
+            Ok(Running { _floor: Some(ours), ..Running::default() })
         }
         Tracer::Ours { extra, .. } => {
             let mut args = vec!["--interval", "1s"];

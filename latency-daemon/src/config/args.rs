@@ -171,6 +171,25 @@ pub struct RunArgs {
     /// File holding a bearer token sent to every sink (its first line) [default: off]
     #[arg(long, value_name = "PATH")]
     pub alert_bearer_token_file: Option<PathBuf>,
+
+    /// procfs of the host's PID namespace (hostPID in a container): pid_max, kernel release, host
+    /// name, this process's mount table [default: /proc]
+    #[arg(long, visible_alias = "path.procfs", value_name = "PATH")]
+    pub path_procfs: Option<PathBuf>,
+
+    /// sysfs mount point: the kernel's BTF (kernel/btf/vmlinux) [default: /sys]
+    #[arg(long, visible_alias = "path.sysfs", value_name = "PATH")]
+    pub path_sysfs: Option<PathBuf>,
+
+    /// cgroupfs mount point: the cgroup2 mount at or below it in this process's mount table names
+    /// the cgroups [default: /sys/fs/cgroup]
+    #[arg(long, visible_alias = "path.cgroupfs", value_name = "PATH")]
+    pub path_cgroupfs: Option<PathBuf>,
+
+    /// The host's root: container runtimes' state (run/containerd, var/lib/containers, …) is read
+    /// below it [default: /]
+    #[arg(long, visible_alias = "path.rootfs", value_name = "PATH")]
+    pub path_rootfs: Option<PathBuf>,
 }
 
 /// `--log.level`: events below it are not written.

@@ -96,6 +96,10 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
         alert,
         log_level: merged.log_level.unwrap_or(d.log_level),
         log_format: merged.log_format.unwrap_or(d.log_format),
+        path_procfs: merged.path_procfs.unwrap_or(d.path_procfs),
+        path_sysfs: merged.path_sysfs.unwrap_or(d.path_sysfs),
+        path_cgroupfs: merged.path_cgroupfs.unwrap_or(d.path_cgroupfs),
+        path_rootfs: merged.path_rootfs.unwrap_or(d.path_rootfs),
         config_file,
     };
     problems.extend(check(&config));
@@ -161,6 +165,18 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
         ));
     }
     problems.extend(super::alert::check(&c.alert, c.ceiling));
+    for (field, path) in [
+        ("path_procfs", &c.path_procfs),
+        ("path_sysfs", &c.path_sysfs),
+        ("path_cgroupfs", &c.path_cgroupfs),
+        ("path_rootfs", &c.path_rootfs),
+    ] {
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => problems.push(Problem::new(field, format!("{} is not a directory", path.display()))),
+            Err(e) => problems.push(Problem::new(field, format!("{}: {e}", path.display()))),
+        }
+    }
     problems
 }
 

@@ -71,6 +71,12 @@ pub struct Config {
     pub log_level: args::LogLevel,
     /// Logfmt or JSON lines on stderr; adopted on reload.
     pub log_format: args::LogFormat,
+    /// Where the host's procfs, sysfs, cgroupfs and root are (`host::paths`); each an existing
+    /// directory.
+    pub path_procfs: PathBuf,
+    pub path_sysfs: PathBuf,
+    pub path_cgroupfs: PathBuf,
+    pub path_rootfs: PathBuf,
     /// The file the settings were read from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_file: Option<PathBuf>,
@@ -142,6 +148,10 @@ impl Default for Config {
             alert: AlertConfig::default(),
             log_level: args::LogLevel::Info,
             log_format: args::LogFormat::Logfmt,
+            path_procfs: PathBuf::from("/proc"),
+            path_sysfs: PathBuf::from("/sys"),
+            path_cgroupfs: PathBuf::from("/sys/fs/cgroup"),
+            path_rootfs: PathBuf::from("/"),
             config_file: None,
         }
     }
@@ -194,6 +204,11 @@ impl Config {
         keep("max_tasks", &mut config.max_tasks, self.max_tasks, r);
         keep("ceiling", &mut config.ceiling, self.ceiling, r);
         keep("clock", &mut config.clock, self.clock, r);
+        // Set once at start (the process-wide `host::paths`).
+        keep("path_procfs", &mut config.path_procfs, self.path_procfs.clone(), r);
+        keep("path_sysfs", &mut config.path_sysfs, self.path_sysfs.clone(), r);
+        keep("path_cgroupfs", &mut config.path_cgroupfs, self.path_cgroupfs.clone(), r);
+        keep("path_rootfs", &mut config.path_rootfs, self.path_rootfs.clone(), r);
         // The kernel's attribution threshold: lower alert thresholds wait for a restart.
         alert::reload(&mut config.alert, &self.alert, r);
 

@@ -198,6 +198,10 @@ impl RunArgs {
                 .alert_basic_auth_password_file
                 .or(lower.alert_basic_auth_password_file),
             alert_bearer_token_file: self.alert_bearer_token_file.or(lower.alert_bearer_token_file),
+            path_procfs: self.path_procfs.or(lower.path_procfs),
+            path_sysfs: self.path_sysfs.or(lower.path_sysfs),
+            path_cgroupfs: self.path_cgroupfs.or(lower.path_cgroupfs),
+            path_rootfs: self.path_rootfs.or(lower.path_rootfs),
         }
     }
 }

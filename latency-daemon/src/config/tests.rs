@@ -103,6 +103,26 @@ fn flag_beats_env_beats_file_beats_default() {
 }
 
 #[test]
+fn host_paths_from_flags_env_and_file() {
+    let d = Config::default();
+    assert_eq!(
+        [&d.path_procfs, &d.path_sysfs, &d.path_cgroupfs, &d.path_rootfs].map(|p| p.to_str().unwrap()),
+        ["/proc", "/sys", "/sys/fs/cgroup", "/"]
+    );
+    let tmp = std::env::temp_dir();
+    let tmp_s = tmp.to_str().unwrap();
+    let c = Config::load_with(&flags(&["--path.procfs", tmp_s, "--path-sysfs", tmp_s]), &no_env).unwrap();
+    assert_eq!((c.path_procfs.as_path(), c.path_sysfs.as_path()), (tmp.as_path(), tmp.as_path()));
+    let c = Config::load_with(&flags(&[]), &env(&[("RUNQLAT_PATH_ROOTFS", tmp_s)])).unwrap();
+    assert_eq!(c.path_rootfs, tmp);
+    let file = TempFile::new("paths", &format!("path_cgroupfs = \"{tmp_s}\"\n"));
+    let c = Config::load_with(&flags(&["--config", file.0.to_str().unwrap()]), &no_env).unwrap();
+    assert_eq!(c.path_cgroupfs, tmp);
+    let e = Config::load_with(&flags(&["--path.rootfs", "/nonexistent/root"]), &no_env).unwrap_err().to_string();
+    assert_eq!(e, "invalid configuration: path_rootfs: /nonexistent/root: No such file or directory (os error 2)");
+}
+
+#[test]
 fn listen_alias_and_port_only() {
     let c = Config::load_with(&flags(&["--web.listen-address", ":9100"]), &no_env).unwrap();
     assert_eq!(c.listen, "0.0.0.0:9100".parse().unwrap());

@@ -57,7 +57,7 @@ pub fn sample() -> Option<ProcessSample> {
 
 /// Unix time of boot, from /proc/stat's `btime`.
 pub fn boot_time_unix() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let stat = std::fs::read_to_string(super::paths::proc("stat")).ok()?;
     stat.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|v| v.trim().parse().ok())
 }
 

@@ -3,26 +3,28 @@
 
 /// `uname -r`, or "unknown".
 pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+    std::fs::read_to_string(super::paths::proc("sys/kernel/osrelease"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
 /// This machine's name, for the `instance` label of alerts; "unknown" if unreadable.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    std::fs::read_to_string(super::paths::proc("sys/kernel/hostname"))
         .map(|s| s.trim().to_string())
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-/// Where `pid_max` is read.
-pub const PID_MAX: &str = "/proc/sys/kernel/pid_max";
+/// Where `pid_max` is read (under `--path.procfs`).
+pub fn pid_max_path() -> std::path::PathBuf {
+    super::paths::proc("sys/kernel/pid_max")
+}
 
 /// `kernel.pid_max`: no tid reaches it.
 pub fn pid_max() -> std::io::Result<u32> {
-    let text = std::fs::read_to_string(PID_MAX)?;
+    let text = std::fs::read_to_string(pid_max_path())?;
     text.trim()
         .parse()
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {:?}", text.trim())))
@@ -33,7 +35,7 @@ pub fn pid_max() -> std::io::Result<u32> {
 /// arrays by host tids, and since 6.14 `kernel.pid_max` is per namespace (a container reads
 /// 4194304 where the host has 32768), so only the host's value sizes them right.
 pub fn in_host_pid_namespace() -> bool {
-    std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd")
+    std::fs::read_to_string(super::paths::proc("2/comm")).is_ok_and(|c| c.trim() == "kthreadd")
 }
 
 /// One line saying where the stamp array's size came from, for the log and `check`.

@@ -46,7 +46,7 @@ pub enum ProbeError {
     #[error(transparent)]
     Btf(#[from] BtfError),
     #[error("cannot read {path}: {source}")]
-    Proc { path: &'static str, source: std::io::Error },
+    Proc { path: String, source: std::io::Error },
     #[error("loading the kernel object failed: {0}")]
     Load(#[source] EbpfError),
     #[error("program {program} is missing from the kernel object")]
@@ -98,6 +98,12 @@ impl Probe {
     /// Read this kernel's BTF, load the object with offsets and options baked in, attach all
     /// three tracepoints. On error nothing stays attached (the partial handle is dropped).
     pub fn load(options: &ProbeOptions) -> Result<Probe, ProbeError> {
+        Probe::load_object(options, OBJECT)
+    }
+
+    /// As `load`, with another build of the kernel program (`object`, 8-byte aligned ELF): the
+    /// check that a build without diagnostics has the same hot path.
+    pub fn load_object(options: &ProbeOptions, object: &[u8]) -> Result<Probe, ProbeError> {
         raise_memlock();
         let btf = Btf::from_sys_fs()?;
         let layout = btf.task_layout()?;
@@ -117,9 +123,13 @@ impl Probe {
             knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
         }
         // The stamp array is indexed by tid, and no tid reaches `kernel.pid_max`.
-        let stamps = system::pid_max().map_err(|source| ProbeError::Proc { path: system::PID_MAX, source })?;
+        let stamps = system::pid_max()
+            .map_err(|source| ProbeError::Proc { path: system::pid_max_path().display().to_string(), source })?;
         let slots = 1u32 << knobs.cgroup_slot_bits;
+        // aya's own BTF for relocations, from the same sysfs (`--path.sysfs`).
+        let aya_btf = kernel_btf()?;
         let ebpf = EbpfLoader::new()
+            .btf(Some(&aya_btf))
             .override_global(KNOBS_SYMBOL, &knobs, true)
             .map_max_entries(names::STAMPS, stamps)
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
@@ -129,7 +139,7 @@ impl Probe {
             .map_max_entries(names::CGROUP_RETIRED, if options.cgroups { slots } else { 1 })
             .map_max_entries(names::CGROUP_USED, if options.cgroups { slots / 64 } else { 1 })
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
-            .load(OBJECT)
+            .load(object)
             .map_err(ProbeError::Load)?;
         let mut probe = Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new() };
         // Taken before the programs load: they refer to its map. Without it (an object built
@@ -256,14 +266,20 @@ fn knobs(
 /// Verify and attach every program of `names::PROGRAMS` in `ebpf` (ours, or any object with the
 /// same three tracepoints, such as the benchmark's floor). Dropping `ebpf` detaches them.
 pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<Attached>, ProbeError> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+    let btf = kernel_btf()?;
     names::PROGRAMS.into_iter().map(|program| attach_with(ebpf, program, &btf)).collect()
 }
 
 /// Verify and attach one more program of ours (`names::CGROUP_RMDIR`).
 fn attach_one(ebpf: &mut Ebpf, program: &'static str) -> Result<Attached, ProbeError> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))?;
+    let btf = kernel_btf()?;
     attach_with(ebpf, program, &btf)
+}
+
+/// The running kernel's BTF as aya reads it, from the sysfs in force (`host::paths`).
+fn kernel_btf() -> Result<aya::Btf, ProbeError> {
+    aya::Btf::parse_file(super::btf::vmlinux(), aya::Endianness::default())
+        .map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))
 }
 
 fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Result<Attached, ProbeError> {

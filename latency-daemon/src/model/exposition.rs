@@ -18,6 +18,10 @@ use super::{
     window::Window,
 };
 
+/// Why a cgroup id had no name: `runqlat_cgroup_unresolved_total`'s `reason` values, the order of
+/// `Exposition::cgroups_unresolved` (`host::cgroups::Unresolved` says what each means).
+pub const CGROUP_UNRESOLVED: [&str; 3] = ["not_found", "walk_truncated", "walk_failed"];
+
 /// Everything a scrape shows, as published by the drain loop after each drain.
 #[derive(Clone, Debug, Default)]
 pub struct Exposition {
@@ -50,6 +54,9 @@ pub struct Exposition {
     pub cgroups_pruned: u64,
     /// Cgroup removals a kernel ring overwrote before the daemon read them.
     pub cgroup_removals_missed: u64,
+    /// Cgroup ids of a window that had no name (their delays went to "other"), by reason in
+    /// `CGROUP_UNRESOLVED`'s order.
+    pub cgroups_unresolved: [u64; CGROUP_UNRESOLVED.len()],
     /// Alerts firing now: (reason, cgroup).
     pub alerts_active: Vec<(Reason, String)>,
     /// Alerts fired since start, per reason (index = `Reason as usize`).

@@ -25,7 +25,9 @@ use crate::{
     model::{
         clock_name,
         distribution::native_bound,
-        exposition::{Exposition, ProcessSample, cgroup_classic_buckets, classic_buckets, native_buckets},
+        exposition::{
+            CGROUP_UNRESOLVED, Exposition, ProcessSample, cgroup_classic_buckets, classic_buckets, native_buckets,
+        },
         snapshot::Snapshot,
         window::{QUANTILES, Window},
     },
@@ -336,6 +338,17 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
         "Removed cgroups whose kernel entries were retired: final counts kept, slots free for reuse.",
         e.cgroups_pruned,
     )?;
+    let mut family = enc.encode_descriptor(
+        "runqlat_cgroup_unresolved",
+        "Cgroup ids of a window whose delays went to cgroup=\"other\" because they had no name, by reason: \
+         not_found (no such directory in a complete walk: created and removed between walks), walk_truncated \
+         (the walk stopped at its bound), walk_failed (the cgroup2 mount was unreadable).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (reason, n) in CGROUP_UNRESOLVED.iter().zip(&e.cgroups_unresolved) {
+        family.encode_family(&[("reason", *reason)])?.encode_counter::<NoLabelSet, _, f64>(n, None)?;
+    }
     counter(
         enc,
         "runqlat_container_unresolved",

@@ -12,7 +12,7 @@ use super::logger;
 use crate::{
     alert::notify::{Client, HttpUrl, Notifier, SinkConfig},
     config::{Config, ConfigError, Reload, args::RunArgs},
-    host::{cgroups::CgroupNames, procstat, system},
+    host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
         features::{self, Feature},
@@ -58,6 +58,16 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     };
     logger::set(config.log_level, config.log_format);
+    // Before anything reads /proc or /sys: nothing has, so the first set wins.
+    let paths = HostPaths {
+        procfs: config.path_procfs.clone(),
+        sysfs: config.path_sysfs.clone(),
+        cgroupfs: config.path_cgroupfs.clone(),
+        rootfs: config.path_rootfs.clone(),
+    };
+    if !host::paths::set(paths.clone()) && *host::paths::get() != paths {
+        log::warn!("host files were read before --path.* took effect; reading them under {:?}", host::paths::get());
+    }
     let runtime = match super::serving_runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -86,7 +86,7 @@ impl Drainer {
         Drainer {
             probe,
             names,
-            containers: ContainerNames::new("/".into()),
+            containers: ContainerNames::new(crate::host::paths::get().rootfs.clone()),
             config,
             published,
             duration,
@@ -254,7 +254,8 @@ impl Drainer {
         let Some(names) = self.names.as_mut() else { return Vec::new() };
         let top =
             timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
-        self.series.add_window(&window.cgroups, |id| names.path(id).map(str::to_string), self.config.top_cgroups);
+        self.series.add_window(&window.cgroups, |id| names.label(id), self.config.top_cgroups);
+        self.exposition.cgroups_unresolved = names.unresolved_total();
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
         // The kernel's rings report every removal unless one overflowed; then the walk's finds are
         // retired at the next drain, whose read is after their removal.

@@ -2,6 +2,9 @@
 //! ("/" is the root), found in mountinfo. Why the id is the directory's inode number, and what a
 //! walk of the tree costs (hence its rate limit), is in docs/measuring.md.
 
+mod dir;
+pub mod label;
+
 use std::{
     collections::HashMap,
     ffi::OsStr,
@@ -11,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-const MOUNTINFO: &str = "/proc/self/mountinfo";
+use crate::model::exposition::CGROUP_UNRESOLVED;
 
 /// One walk a second is cheap (docs/measuring.md) yet bounds the cost of ids we will never
 /// find, e.g. of a cgroup that was created and removed between two scans.
@@ -43,7 +46,8 @@ pub struct Walk {
 
 #[derive(Debug)]
 struct Known {
-    /// For people and labels: '/'-separated, names verbatim unless they are not UTF-8 (see `push_name`).
+    /// For people and labels: '/'-separated, names verbatim unless they are not UTF-8 (see `push_name`),
+    /// bounded in length (`label::bounded`).
     path: String,
     /// For the file system: the exact bytes, so `prune` can check the directory is still this cgroup.
     dir: PathBuf,
@@ -59,14 +63,35 @@ pub struct CgroupNames {
     /// When the last walk ended and how long it took (failed ones too, so they are rate-limited as well).
     walked: Option<(Instant, Duration)>,
     last_walk: Option<Walk>,
+    /// The latest walk failed (the mount became unreadable); what we knew stays.
+    last_failed: bool,
+    /// `Unresolved::ALL`'s counts.
+    unresolved: [u64; CGROUP_UNRESOLVED.len()],
+}
+
+/// Why a window's cgroup id had no name, so its delays went to the "other" series
+/// (`runqlat_cgroup_unresolved_total{reason}`, each reason's label at its index in `CGROUP_UNRESOLVED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// No directory had this id in a complete walk: created and removed between two walks, or
+    /// outside the mount we walk (a cgroup namespace, a subtree mount).
+    NotFound = 0,
+    /// The walk stopped at its bound of directories, so the id may be in the part not walked.
+    WalkTruncated = 1,
+    /// The latest walk failed (the mount unreadable).
+    WalkFailed = 2,
 }
 
 impl CgroupNames {
-    /// Find the cgroup2 mount in /proc/self/mountinfo and index it.
+    /// Find the cgroup2 mount in this process's mount table (`<procfs>/self/mountinfo`), preferring
+    /// one at or below `--path.cgroupfs`, and index it. Its mount point is a path in our own mount
+    /// namespace, so it is used as it is: no `--path.rootfs` prefix (unlike node_exporter's
+    /// filesystem collector, which reads the host's PID 1 table and must translate it).
     pub fn discover() -> Result<CgroupNames, CgroupError> {
-        let mountinfo = PathBuf::from(MOUNTINFO);
+        let paths = super::paths::get();
+        let mountinfo = super::paths::proc("self/mountinfo");
         let text = fs::read(&mountinfo).map_err(|source| CgroupError::Io { path: mountinfo.clone(), source })?;
-        let mount = cgroup2_mount(&text).ok_or(CgroupError::NoCgroup2 { mountinfo })?;
+        let mount = cgroup2_mount(&text, &paths.cgroupfs).ok_or(CgroupError::NoCgroup2 { mountinfo })?;
         let mut names = CgroupNames::at(mount);
         names.rescan()?;
         Ok(names)
@@ -82,6 +107,8 @@ impl CgroupNames {
             max_dirs: DEFAULT_MAX_DIRS,
             walked: None,
             last_walk: None,
+            last_failed: false,
+            unresolved: [0; CGROUP_UNRESOLVED.len()],
         }
     }
 
@@ -119,9 +146,32 @@ impl CgroupNames {
         let started = Instant::now();
         let walk = walk(&self.mount, self.max_dirs, &mut self.known);
         self.walked = Some((Instant::now(), started.elapsed()));
+        self.last_failed = walk.is_err();
         let walk = walk?;
         self.last_walk = Some(walk);
         Ok(walk)
+    }
+
+    /// The path for a window's id like `path`, counting a miss by its reason: the ids whose delays
+    /// go to "other" only because they have no name.
+    pub fn label(&mut self, id: u64) -> Option<String> {
+        let path = self.path(id).map(str::to_string);
+        if path.is_none() {
+            let reason = if self.last_failed {
+                Unresolved::WalkFailed
+            } else if self.last_walk.is_some_and(|w| w.truncated) {
+                Unresolved::WalkTruncated
+            } else {
+                Unresolved::NotFound
+            };
+            self.unresolved[reason as usize] += 1;
+        }
+        path
+    }
+
+    /// Misses of `label` so far, by reason (in `CGROUP_UNRESOLVED`'s order).
+    pub fn unresolved_total(&self) -> [u64; CGROUP_UNRESOLVED.len()] {
+        self.unresolved
     }
 
     /// The most recent successful walk, if any.
@@ -166,57 +216,52 @@ impl CgroupNames {
 }
 
 /// Depth-first over directories (every directory in cgroupfs is a cgroup; there are no symlinks), with an
-/// explicit stack because cgroup depth is unbounded by default (`cgroup.max.depth` = max).
+/// explicit stack because cgroup depth is unbounded by default (`cgroup.max.depth` = max); `dir` opens
+/// paths longer than PATH_MAX in steps.
 fn walk(mount: &Path, max_dirs: usize, known: &mut HashMap<u64, Known>) -> Result<Walk, CgroupError> {
     let started = Instant::now();
     let io_err = |source| CgroupError::Io { path: mount.to_path_buf(), source };
     let root_id = id_at(mount).map_err(io_err)?;
     // Read the root before recording anything so an unreadable mount is an error, not an empty tree.
-    let root_entries = fs::read_dir(mount).map_err(io_err)?;
+    let root_entries = dir::open(mount).and_then(dir::entries).map_err(io_err)?;
     known.entry(root_id).or_insert_with(|| Known { path: "/".to_string(), dir: mount.to_path_buf() });
 
     let mut walk = Walk { dirs: 1, skipped: 0, truncated: false, took: Duration::ZERO };
     // Directories still to read, opened one at a time: a stack of open handles could run out of file
-    // descriptors on a wide tree.
+    // descriptors on a wide tree. The path strings are whole here; `Known` keeps the bounded label.
     let mut pending: Vec<(PathBuf, String)> = Vec::new();
     // The root's children get "" + "/" + name.
-    let mut next = Some((root_entries, String::new()));
-    'walk: while let Some((entries, parent)) = next.take() {
+    let mut next = Some((root_entries, mount.to_path_buf(), String::new()));
+    'walk: while let Some((entries, parent_dir, parent)) = next.take() {
         for entry in entries {
             let Ok(entry) = entry else {
-                // The directory went away under us; std ends the iteration after an error.
+                // The directory went away under us; the listing ends after an error.
                 walk.skipped += 1;
                 break;
             };
-            // d_type from getdents; kernfs always fills it, so this costs no syscall.
-            match entry.file_type() {
-                Ok(kind) if kind.is_dir() => {}
-                Ok(_) => continue,
-                Err(_) => {
-                    walk.skipped += 1;
-                    continue;
-                }
+            if !entry.is_dir {
+                continue;
             }
             if walk.dirs >= max_dirs {
                 walk.truncated = true;
                 break 'walk;
             }
-            let Ok(id) = entry_id(&entry) else {
+            let dir = parent_dir.join(&*entry.name);
+            let Ok(id) = entry_id(&entry, &dir) else {
                 walk.skipped += 1;
                 continue;
             };
             let mut path = parent.clone();
             path.push('/');
-            push_name(&mut path, &entry.file_name());
-            let dir = entry.path();
+            push_name(&mut path, &entry.name);
             walk.dirs += 1;
-            pending.push((dir.clone(), path.clone()));
-            known.insert(id, Known { path, dir });
+            known.insert(id, Known { path: label::bounded(&path), dir: dir.clone() });
+            pending.push((dir, path));
         }
         while let Some((dir, path)) = pending.pop() {
-            match fs::read_dir(&dir) {
+            match dir::open(&dir).and_then(dir::entries) {
                 Ok(entries) => {
-                    next = Some((entries, path));
+                    next = Some((entries, dir, path));
                     break;
                 }
                 // Removed since we listed it; `prune` will drop it.
@@ -229,21 +274,19 @@ fn walk(mount: &Path, max_dirs: usize, known: &mut HashMap<u64, Known>) -> Resul
 }
 
 #[cfg(target_pointer_width = "64")]
-fn entry_id(entry: &fs::DirEntry) -> io::Result<u64> {
-    use std::os::unix::fs::DirEntryExt as _;
-    Ok(entry.ino())
+fn entry_id(entry: &dir::Entry, _dir: &Path) -> io::Result<u64> {
+    Ok(entry.ino)
 }
 
 #[cfg(not(target_pointer_width = "64"))]
-fn entry_id(entry: &fs::DirEntry) -> io::Result<u64> {
-    handle_id(&entry.path())
+fn entry_id(_entry: &dir::Entry, dir: &Path) -> io::Result<u64> {
+    handle_id(dir)
 }
 
 /// The cgroup id of the directory at `path` (docs/measuring.md says why the inode number is it).
 #[cfg(target_pointer_width = "64")]
 fn id_at(path: &Path) -> io::Result<u64> {
-    use std::os::unix::fs::MetadataExt as _;
-    fs::symlink_metadata(path).map(|m| m.ino())
+    dir::ino(path)
 }
 
 #[cfg(not(target_pointer_width = "64"))]
@@ -308,10 +351,12 @@ fn push_name(out: &mut String, name: &OsStr) {
     }
 }
 
-/// The mount point of the cgroup2 file system in a mountinfo text (proc(5)): the first whose root is the
-/// hierarchy's root, else the first at all (a bind mount of a subtree still names what is under it).
-fn cgroup2_mount(mountinfo: &[u8]) -> Option<PathBuf> {
-    let mut subtree = None;
+/// The mount point of the cgroup2 file system in a mountinfo text (proc(5)). Mounts at or below
+/// `cgroupfs` (`--path.cgroupfs`: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host) come
+/// first, then the rest; in each, the first whose root is the hierarchy's root, else the first at
+/// all (a bind mount of a subtree still names what is under it).
+fn cgroup2_mount(mountinfo: &[u8], cgroupfs: &Path) -> Option<PathBuf> {
+    let mut found: Vec<(PathBuf, bool)> = Vec::new();
     for line in mountinfo.split(|&b| b == b'\n') {
         let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
         // Optional fields end at a lone "-"; the file system type follows it.
@@ -320,12 +365,11 @@ fn cgroup2_mount(mountinfo: &[u8]) -> Option<PathBuf> {
             continue;
         }
         let mount_point = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(fields[4])));
-        if fields[3] == b"/" {
-            return Some(mount_point);
-        }
-        subtree.get_or_insert(mount_point);
+        found.push((mount_point, fields[3] == b"/"));
     }
-    subtree
+    let under = |m: &PathBuf| m.starts_with(cgroupfs);
+    let rank = |(m, whole): &(PathBuf, bool)| (!under(m), !whole);
+    found.iter().min_by_key(|f| rank(f)).map(|(m, _)| m.clone())
 }
 
 /// mountinfo writes space, tab, newline and backslash in paths as `\ooo`.

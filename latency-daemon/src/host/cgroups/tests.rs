@@ -292,24 +292,30 @@ fn names_escape_only_non_utf8() {
 
 #[test]
 fn finds_cgroup2_in_mountinfo() {
+    let cgroupfs = Path::new("/sys/fs/cgroup");
     let hybrid = b"31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
         40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
         41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-    assert_eq!(cgroup2_mount(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+    assert_eq!(cgroup2_mount(hybrid, cgroupfs), Some(PathBuf::from("/sys/fs/cgroup/unified")));
     let pure = b"30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
-    assert_eq!(cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
+    assert_eq!(cgroup2_mount(pure, cgroupfs), Some(PathBuf::from("/sys/fs/cgroup")));
     let subtree_first = b"50 1 0:26 /kubepods /mnt/pods rw - cgroup2 cgroup2 rw\n\
         51 1 0:26 / /mnt/all\\040cgroups rw - cgroup2 cgroup2 rw\n";
-    assert_eq!(cgroup2_mount(subtree_first), Some(PathBuf::from("/mnt/all cgroups")));
+    assert_eq!(cgroup2_mount(subtree_first, cgroupfs), Some(PathBuf::from("/mnt/all cgroups")));
     let only_subtree = b"50 1 0:26 /kubepods /mnt/pods rw - cgroup2 cgroup2 rw\n";
-    assert_eq!(cgroup2_mount(only_subtree), Some(PathBuf::from("/mnt/pods")));
-    assert_eq!(cgroup2_mount(b"32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"), None);
-    assert_eq!(cgroup2_mount(b""), None);
+    assert_eq!(cgroup2_mount(only_subtree, cgroupfs), Some(PathBuf::from("/mnt/pods")));
+    assert_eq!(cgroup2_mount(b"32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", cgroupfs), None);
+    assert_eq!(cgroup2_mount(b"", cgroupfs), None);
+    // --path.cgroupfs picks among several: the one below it first, even a subtree.
+    let container = b"60 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n\
+        61 1 0:26 /kubepods /host/sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    assert_eq!(cgroup2_mount(container, cgroupfs), Some(PathBuf::from("/sys/fs/cgroup")));
+    assert_eq!(cgroup2_mount(container, Path::new("/host/sys/fs/cgroup")), Some(PathBuf::from("/host/sys/fs/cgroup")));
 }
 
 #[test]
 fn no_cgroup2_is_one_line() {
-    let e = CgroupError::NoCgroup2 { mountinfo: PathBuf::from(MOUNTINFO) };
+    let e = CgroupError::NoCgroup2 { mountinfo: PathBuf::from("/proc/self/mountinfo") };
     assert_eq!(
         e.to_string(),
         "no cgroup2 file system is mounted (see /proc/self/mountinfo); per-cgroup delays need cgroup v2"

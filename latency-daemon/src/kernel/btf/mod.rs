@@ -19,8 +19,14 @@ use raw::{HEADER_LEN, Kind, MAGIC, RawMember, Type, decode_types, read_u32, sect
 
 pub use layout::{CgroupLayout, RqClockLayout, TaskLayout};
 
-/// Where the running kernel publishes its own BTF (`CONFIG_DEBUG_INFO_BTF=y`).
+/// Where the running kernel publishes its own BTF (`CONFIG_DEBUG_INFO_BTF=y`), under the sysfs
+/// (`--path.sysfs`).
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+/// [`VMLINUX`] under the sysfs in force (`host::paths`).
+pub fn vmlinux() -> PathBuf {
+    crate::host::paths::sys("kernel/btf/vmlinux")
+}
 
 /// Bound on modifier/typedef chains and anonymous-member nesting. Real kernels stay in single
 /// digits; the bound turns a hostile cycle into an error instead of a hang or a stack overflow.
@@ -99,9 +105,9 @@ pub enum BtfError {
 }
 
 impl Btf {
-    /// Reads the running kernel's BTF from [`VMLINUX`].
+    /// Reads the running kernel's BTF from [`vmlinux`].
     pub fn from_sys_fs() -> Result<Btf, BtfError> {
-        Btf::from_file(Path::new(VMLINUX))
+        Btf::from_file(&vmlinux())
     }
 
     pub fn from_file(path: &Path) -> Result<Btf, BtfError> {
