@@ -1,7 +1,9 @@
 //! Facts about this machine from /proc and /sys, no aya: clocks, the kernel release and host name,
-//! this process's own cost, the names of cgroup v2 ids and of the containers behind them.
+//! this process's own cost, the names of cgroup v2 ids and of the containers behind them, the cgroup
+//! of a process.
 pub mod cgroups;
 pub mod clock;
 pub mod containers;
+pub mod process_cgroups;
 pub mod procstat;
 pub mod system;
