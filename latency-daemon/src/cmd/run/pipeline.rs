@@ -305,18 +305,25 @@ impl Drainer {
         top
     }
 
-    /// Names the containers behind the exported series and active alerts (at most N + 1 + alerts
-    /// lookups a window, each cached).
+    /// Names the containers behind the exported series (at most N + 1 lookups a window, each
+    /// cached) and active alerts (named when they fired: a removed container's alert keeps its
+    /// names without looking up, and re-filling, what was forgotten).
     fn label_containers(&mut self) {
         let now = Instant::now();
         let e = &mut self.exposition;
-        let cgroups = e.cgroups.iter().map(|(path, _)| path).chain(e.alerts_active.iter().map(|(_, path)| path));
-        e.containers = cgroups
-            .filter_map(|path| {
+        e.containers = e
+            .cgroups
+            .iter()
+            .filter_map(|(path, _)| {
                 let labels = self.containers.resolve(path, now);
-                (labels != Default::default()).then(|| (path.clone(), labels))
+                (!labels.is_empty()).then(|| (path.clone(), labels))
             })
             .collect();
+        for a in self.alerts.active() {
+            if !a.worst.names.is_empty() {
+                e.containers.entry(a.key.cgroup.clone()).or_insert_with(|| a.worst.names.clone());
+            }
+        }
         e.containers_unresolved = self.containers.unresolved_total();
         e.container_names_cached = self.containers.cached() as u64;
     }
