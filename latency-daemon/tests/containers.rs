@@ -87,10 +87,19 @@ fn pods_are_named_everywhere_and_leave_with_their_containers() {
     let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
     let pin = ["--cpuset-cpus", "0"];
     let pod = |ns: &'static str, pod: &'static str, container: &'static str| {
-        [("io.kubernetes.pod.namespace", ns), ("io.kubernetes.pod.name", pod), ("io.kubernetes.container.name", container)]
+        [
+            ("io.kubernetes.pod.namespace", ns),
+            ("io.kubernetes.pod.name", pod),
+            ("io.kubernetes.container.name", container),
+        ]
     };
     let hog = podman
-        .run("pod-hog", &pod("batch", "hog-pod", "spin"), &pin, &["sh", "-c", &format!("{SPIN} & {SPIN} & {SPIN} & {SPIN}")])
+        .run(
+            "pod-hog",
+            &pod("batch", "hog-pod", "spin"),
+            &pin,
+            &["sh", "-c", &format!("{SPIN} & {SPIN} & {SPIN} & {SPIN}")],
+        )
         .unwrap_or_else(|e| panic!("{e:#}"));
     // Nice 19 behind four nice-0 spinners: each 1 ms sleep ends in a wait of several ms, always
     // behind the hog.
@@ -147,7 +156,12 @@ fn pods_are_named_everywhere_and_leave_with_their_containers() {
     let culprit_pods = alert["annotations"]["culprit_pods"].as_str().unwrap_or_default();
     assert!(culprit_pods.contains("pod batch/hog-pod"), "culprit_pods: {culprit_pods}");
     assert!(alert["annotations"]["culprits"].as_str().unwrap_or_default().contains("(pod batch/hog-pod)"), "{alert}");
-    assert!(alert["annotations"]["victim"].as_str().unwrap_or_default().ends_with("in pod web/victim-pod container sleeper"));
+    assert!(
+        alert["annotations"]["victim"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("in pod web/victim-pod container sleeper")
+    );
 
     // The snapshot lists the victim's cgroup by its names; the live view shows its pod.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -181,7 +195,8 @@ fn pods_are_named_everywhere_and_leave_with_their_containers() {
     // Removed: their series go within a window and a drain (plus a second for this VM's scheduling),
     // and so do their names.
     let ours = |l: &str| {
-        l.starts_with("runqlat_cgroup_delay_seconds") && (l.contains("pod=\"victim-pod\"") || l.contains("pod=\"hog-pod\""))
+        l.starts_with("runqlat_cgroup_delay_seconds")
+            && (l.contains("pod=\"victim-pod\"") || l.contains("pod=\"hog-pod\""))
     };
     let text = daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
     assert!(text.lines().any(ours), "no series of either pod before the removal:\n{text}");
@@ -421,4 +436,81 @@ fn the_daemonsets_pod_template_runs_as_declared() {
     };
     drop(podman.podman(&["rmi", "--force", &tag]));
     result.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Family → (sample lines in the text format, series with native histograms): a classic histogram
+/// is a line per `le` plus `_sum` and `_count`; as a native histogram it is one series per label set.
+fn series_by_family(text: &str) -> std::collections::BTreeMap<String, (usize, usize)> {
+    let mut out: std::collections::BTreeMap<String, (usize, std::collections::BTreeSet<String>)> = Default::default();
+    let mut family = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            family = rest.split_whitespace().next().unwrap_or_default().to_owned();
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let labels = line.split_once('{').map_or("", |(_, l)| l.rsplit_once('}').map_or("", |(l, _)| l));
+        let without_le: Vec<&str> =
+            labels.split("\",").map(|kv| kv.trim_end_matches('"')).filter(|kv| !kv.starts_with("le=")).collect();
+        let entry = out.entry(family.clone()).or_default();
+        entry.0 += 1;
+        entry.1.insert(without_le.join("\","));
+    }
+    out.into_iter().map(|(f, (lines, sets))| (f, (lines, sets.len()))).collect()
+}
+
+/// The series budget of one node at the daemon's defaults (README "Kubernetes"): 40 podman
+/// containers in 20 annotated pods, each waking every few ms for a short burst of work, watched by
+/// `latency-daemon run` with no flags for three windows; prints series per family and the daemon's
+/// RSS. Not part of the suite (a minute, and a measurement, not a check); run it with
+/// `SERIES_BUDGET_DAEMON=target/release/latency-daemon cargo test -p latency-daemon --test containers
+/// series_budget -- --ignored --nocapture` (the debug binary otherwise).
+#[test]
+#[ignore = "a measurement for README; run by hand"]
+fn series_budget_at_defaults() {
+    let daemon_binary = std::env::var("SERIES_BUDGET_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
+    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let work = "while :; do i=0; while [ $i -lt 300 ]; do i=$((i+1)); done; usleep 3000; done";
+    let mut started = Vec::new();
+    for n in 0..40 {
+        let (pod, container) = (format!("app-{}", n / 2), format!("c{}", n % 2));
+        let annotations = [
+            ("io.kubernetes.pod.namespace", "budget"),
+            ("io.kubernetes.pod.name", pod.as_str()),
+            ("io.kubernetes.container.name", container.as_str()),
+        ];
+        started.push(
+            podman
+                .run(&format!("budget-{n}"), &annotations, &[], &["sh", "-c", work])
+                .unwrap_or_else(|e| panic!("{e:#}")),
+        );
+    }
+    let daemon = Daemon::start(&daemon_binary, &[]).expect("latency-daemon run");
+    std::thread::sleep(Duration::from_secs(47));
+    let text = daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
+    let kib = |key: &str| latency_lab::daemon::status_kib(daemon.pid(), key).unwrap_or(f64::NAN);
+    let (rss, hwm) = (kib("VmRSS:"), kib("VmHWM:"));
+    let families = series_by_family(&text);
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("{} on {cpus} CPUs, 40 containers in 20 pods, defaults, after 3 windows:", daemon_binary);
+    println!("| family | series (classic, text) | series (native histograms) |\n|---|---:|---:|");
+    let (mut classic, mut native) = (0, 0);
+    for (family, (lines, sets)) in &families {
+        println!("| `{family}` | {lines} | {sets} |");
+        classic += lines;
+        native += sets;
+    }
+    println!("| **all** | **{classic}** | **{native}** |");
+    let pods: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("runqlat_cgroup_delay_seconds_count{"))
+        .filter_map(|l| l.split("pod=\"").nth(1)?.split('"').next())
+        .collect();
+    println!("pods with a series: {}; daemon RSS {rss:.0} KiB (peak {hwm:.0} KiB)", pods.len());
+    daemon.stop().expect("SIGTERM");
+    for c in &started {
+        podman.remove(c).unwrap_or_else(|e| panic!("{e:#}"));
+    }
 }

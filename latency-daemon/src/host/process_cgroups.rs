@@ -33,13 +33,7 @@ pub struct ProcessCgroups {
 
 impl ProcessCgroups {
     pub fn new(proc_root: PathBuf) -> ProcessCgroups {
-        ProcessCgroups {
-            proc_root,
-            cache: HashMap::new(),
-            max_entries: DEFAULT_MAX_ENTRIES,
-            ttl: DEFAULT_TTL,
-            gone: 0,
-        }
+        ProcessCgroups { proc_root, cache: HashMap::new(), max_entries: DEFAULT_MAX_ENTRIES, ttl: DEFAULT_TTL, gone: 0 }
     }
 
     pub fn with_limits(mut self, max_entries: usize, ttl: Duration) -> ProcessCgroups {

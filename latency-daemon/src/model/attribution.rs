@@ -176,14 +176,10 @@ mod tests {
             container_id: String::new(),
         };
         let mut asked = Vec::new();
-        name(
-            &mut a,
-            pod("ns", "victim"),
-            |pid| {
-                asked.push(pid);
-                (pid == 10).then(|| ("/pod-h".to_string(), pod("ns", "hog")))
-            },
-        );
+        name(&mut a, pod("ns", "victim"), |pid| {
+            asked.push(pid);
+            (pid == 10).then(|| ("/pod-h".to_string(), pod("ns", "hog")))
+        });
         assert_eq!(asked, [10, 30], "the idle task is nobody's process");
         assert_eq!(a.names.pod_name().as_deref(), Some("ns/victim"));
         assert_eq!((a.culprits[0].cgroup.as_str(), a.culprits[0].names.pod.as_str()), ("/pod-h", "hog"));

@@ -188,7 +188,8 @@ pub fn description(alert: &Alert) -> String {
         let _ = writeln!(s, "Ran meanwhile (most recent first):");
         for c in &a.culprits {
             let place = if c.cgroup.is_empty() { String::new() } else { format!(", {}", culprit_place(c)) };
-            let _ = writeln!(s, "  {} (tid {}, pid {}) {}{place}", printable(&c.comm), c.tid, c.pid, duration(c.ran_ns));
+            let _ =
+                writeln!(s, "  {} (tid {}, pid {}) {}{place}", printable(&c.comm), c.tid, c.pid, duration(c.ran_ns));
         }
         if a.culprits_truncated {
             let _ = writeln!(s, "  (and more, not kept)");
@@ -290,7 +291,8 @@ pub(super) mod tests {
     fn a_wait_behind_only_the_idle_task_says_the_cpu_sat_idle() {
         let mut a = alert();
         a.worst.culprits_truncated = false;
-        a.worst.culprits = vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 12_345_678, ..Culprit::default() }];
+        a.worst.culprits =
+            vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 12_345_678, ..Culprit::default() }];
         let s = summary(&a);
         assert!(s.ends_with(&format!("ran meanwhile: only the idle task, 12.3 ms: {IDLE_HINT}")), "{s}");
         assert!(description(&a).contains("So the CPU sat idle"), "{}", description(&a));
@@ -357,10 +359,20 @@ mod pod_tests {
             cgroup: "/kubepods/pod1/y".into(),
             names: labels("batch", "hog-7", "side"),
         });
-        a.worst.culprits.push(Culprit { tid: 6, pid: 6, comm: "gone".into(), ran_ns: 10, cgroup: "unknown".into(), ..Culprit::default() });
+        a.worst.culprits.push(Culprit {
+            tid: 6,
+            pid: 6,
+            comm: "gone".into(),
+            ran_ns: 10,
+            cgroup: "unknown".into(),
+            ..Culprit::default()
+        });
         assert_eq!(victim(&a.worst), r"myapp (tid 1234, pid 1200) in pod web/front-1\n container app");
         assert_eq!(culprit_pods(&a.worst), "pod batch/hog-7 12.8 ms; cgroup / 200.0 µs; cgroup unknown 10 ns");
-        assert!(culprits(&a.worst).starts_with("hog:99 ran 11.8 ms (pod batch/hog-7); kworker/1:0:23 ran 200.0 µs (cgroup /)"));
+        assert!(
+            culprits(&a.worst)
+                .starts_with("hog:99 ran 11.8 ms (pod batch/hog-7); kworker/1:0:23 ran 200.0 µs (cgroup /)")
+        );
         assert!(summary(&a).contains(r"myapp (tid 1234) in pod web/front-1\n container app waited"), "{}", summary(&a));
         assert!(summary(&a).contains("hog (tid 99) 11.8 ms in pod batch/hog-7"), "{}", summary(&a));
         assert!(description(&a).contains("  hog (tid 99, pid 99) 11.8 ms, pod batch/hog-7\n"), "{}", description(&a));

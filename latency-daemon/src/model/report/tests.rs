@@ -150,7 +150,8 @@ fn cgroups_are_named_and_sorted_by_time_waited() {
         h
     };
     let deltas = [(1, hist(2, 10)), (2, hist(1, 500)), (3, hist(4, 40))];
-    let pod = ContainerLabels { namespace: "ns".into(), pod: "p".into(), container: "c".into(), container_id: "x".into() };
+    let pod =
+        ContainerLabels { namespace: "ns".into(), pod: "p".into(), container: "c".into(), container_id: "x".into() };
     let reports = cgroup_reports(
         &deltas,
         |id| (id != 3).then(|| format!("/cg{id}")),
@@ -160,7 +161,10 @@ fn cgroups_are_named_and_sorted_by_time_waited() {
     assert_eq!(order, ["/cg2", "id:3", "/cg1"]);
     assert_eq!((reports[0].count, reports[0].sum_ns), (1, 500));
     let v = serde_json::to_value(&reports).unwrap();
-    assert_eq!(v[0], serde_json::json!({"cgroup": "/cg2", "namespace": "ns", "pod": "p", "container": "c",
-                                        "container_id": "x", "count": 1, "sum_ns": 500}));
+    assert_eq!(
+        v[0],
+        serde_json::json!({"cgroup": "/cg2", "namespace": "ns", "pod": "p", "container": "c",
+                                        "container_id": "x", "count": 1, "sum_ns": 500})
+    );
     assert_eq!(v[2], serde_json::json!({"cgroup": "/cg1", "count": 2, "sum_ns": 10}), "no names: none shown");
 }

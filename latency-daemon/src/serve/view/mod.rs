@@ -267,7 +267,12 @@ fn last_alert(out: &mut String, a: &LastAlert) {
     for c in &w.culprits {
         let _ = write!(out, "<code>{}</code> (tid {}) {}", escape(&c.comm), c.tid, escape(&fmt_ns(c.ran_ns)));
         if !c.cgroup.is_empty() {
-            let _ = write!(out, " <span class=\"culprit\"{}>in {}</span>", name_attributes(&c.names), who(&c.cgroup, &c.names));
+            let _ = write!(
+                out,
+                " <span class=\"culprit\"{}>in {}</span>",
+                name_attributes(&c.names),
+                who(&c.cgroup, &c.names)
+            );
         }
         out.push_str("<br>");
     }

@@ -72,7 +72,11 @@ fn exposition() -> Exposition {
                 comm: "hog\"&".into(),
                 ran_ns: 4_000_000,
                 cgroup: "/libpod_parent/libpod-h".into(),
-                names: ContainerLabels { pod: "hog-pod".into(), namespace: "batch".into(), ..ContainerLabels::default() },
+                names: ContainerLabels {
+                    pod: "hog-pod".into(),
+                    namespace: "batch".into(),
+                    ..ContainerLabels::default()
+                },
             },
             Culprit { tid: 8, pid: 8, comm: "gone".into(), ran_ns: 1, cgroup: "unknown".into(), ..Culprit::default() },
         ],
