@@ -14,8 +14,8 @@
 //!   gate), `privileges` (every capability dropped once attached), `btf` (struct layouts).
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
 //!   process's cost, cgroup v2 id → path (any depth; bounded labels), container →
-//!   namespace/pod/container from the runtime's OCI config (`containers`); `paths`: where the
-//!   host's procfs, sysfs, cgroupfs and root are (`--path.*`).
+//!   namespace/pod/container from the runtime's OCI config (`containers`), a process's cgroup
+//!   (`process_cgroups`); `paths`: where the host's procfs, sysfs, cgroupfs and root are (`--path.*`).
 //! - `model`   — plain data and pure functions, no I/O: `Snapshot`, `Window`, `Report` (the JSON
 //!   schema), `Attribution`, cgroup series, what a cgroup path's form says of a container, `Exposition`, the live view's `Timeline`, bucket math
 //!   (`distribution`).

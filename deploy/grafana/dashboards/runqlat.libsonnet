@@ -1,6 +1,6 @@
 // The run-queue latency dashboard: the delay distribution as a heatmap (native and classic),
 // quantiles per node and reason, the exact window max against the alert threshold, the share of
-// delays above 2^-7 s, who waits (top cgroups; pods once the daemon labels them), per-CPU switches
+// delays above 2^-7 s, who waits (top cgroups and their pods), per-CPU switches
 // and idle, what the monitor lost, the daemon's own health, and active alerts.
 local p = import '../lib/panels.libsonnet';
 
@@ -112,7 +112,7 @@ local p = import '../lib/panels.libsonnet';
       local whoPanels = [
         p.timeseries(
           'Top cgroups by time waited',
-          'Tasks of each cgroup waiting on average (seconds waited per second), the %d cgroups that waited most. The cgroup is the v2 path of the task that waited; the daemon keeps the top N per window and sums the rest in cgroup="other". The namespace and pod variables filter once the daemon labels cgroups with them; until then "All" matches every series.' % c.topCgroups,
+          'Tasks of each cgroup waiting on average (seconds waited per second), the %d cgroups that waited most. The cgroup is the v2 path of the task that waited; the daemon keeps the top N per window and sums the rest in cgroup="other". The namespace and pod variables filter on the labels the daemon sets on the cgroup of a container (from the config of its runtime on the node); "All" (.*) also matches cgroups of no container.' % c.topCgroups,
           'short',
           [p.target('topk(%d, sum by (instance, namespace, pod, cgroup) (%s))' % [c.topCgroups, rate('runqlat_cgroup_delay_seconds_sum' + on(pods))], legend='{{instance}} {{namespace}} {{pod}} {{cgroup}}')],
         ) { width:: 14 },

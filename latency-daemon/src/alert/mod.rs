@@ -216,6 +216,7 @@ mod tests {
             victim_comm: "victim".into(),
             victim_prio: 120,
             cgroup: cgroup.into(),
+            names: Default::default(),
             end_ns: 1,
             end_unix_ns: 1,
             queue_depth: Some(3),

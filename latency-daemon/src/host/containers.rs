@@ -139,7 +139,7 @@ fn short(id: &str) -> String {
 
 /// Annotations → names, for the keys the CRI plugins (containerd, CRI-O) and kubelet-style labels write.
 fn names(id: &str, annotations: &HashMap<String, String>) -> ContainerLabels {
-    let get = |keys: &[&str]| keys.iter().find_map(|k| annotations.get(*k)).cloned().unwrap_or_default();
+    let get = |keys: &[&str]| keys.iter().find_map(|k| annotations.get(*k)).map(|v| clean(v)).unwrap_or_default();
     let sandbox = ["io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"]
         .iter()
         .any(|k| annotations.get(*k).is_some_and(|v| v == "sandbox"));
@@ -157,6 +157,14 @@ fn names(id: &str, annotations: &HashMap<String, String>) -> ContainerLabels {
         container,
         container_id: id.to_owned(),
     }
+}
+
+/// Whoever can create a pod writes these annotations: at most 253 characters (Kubernetes' longest
+/// name), no control characters. Escaping for each output is the output's job.
+const MAX_NAME: usize = 253;
+
+fn clean(value: &str) -> String {
+    value.chars().filter(|c| !c.is_control()).take(MAX_NAME).collect()
 }
 
 /// `root` + `rel`, where a `*` component matches every directory entry there.

@@ -1,22 +1,34 @@
 //! A kernel `Incident` (plus the CPU it happened on, a way to name cgroups and the wall clock)
 //! → an `Attribution`: who waited, where, when, for how long, how deep the queue was, and who
-//! ran meanwhile and for how long (each run clipped to the wait).
+//! ran meanwhile and for how long (each run clipped to the wait). The names of the containers and
+//! pods involved are the host's to find (`host::containers`, `host::process_cgroups`) and are
+//! filled in by `name` afterwards; until then they are empty.
 use latency_common::{
     Reason,
     maps::{DEPTH_UNKNOWN, Incident},
 };
 use serde::Serialize;
 
-use super::{comm_string, ser_reason, wall::WallClock};
+use super::{comm_string, container::ContainerLabels, ser_reason, wall::WallClock};
+
+/// A culprit's cgroup when its process was gone before the daemon could read it.
+pub const UNKNOWN_CGROUP: &str = "unknown";
 
 /// One thing that ran on the victim's CPU while it waited.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Culprit {
     pub tid: u32,
     pub pid: u32,
     pub comm: String,
     /// How long it ran during the victim's wait (its run, clipped to the wait).
     pub ran_ns: u64,
+    /// Its process's cgroup v2 path, read when the window closed ("unknown": the process was gone
+    /// by then); empty where nobody looked (`record`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
+    /// Namespace, pod and container of that cgroup, where it is a container's.
+    #[serde(flatten)]
+    pub names: ContainerLabels,
 }
 
 /// Who waited, where, when, and who ran instead: what the kernel kept for one delay.
@@ -31,6 +43,9 @@ pub struct Attribution {
     pub victim_comm: String,
     pub victim_prio: i32,
     pub cgroup: String,
+    /// Namespace, pod and container of the victim's cgroup, where it is a container's.
+    #[serde(flatten)]
+    pub names: ContainerLabels,
     /// When the victim got the CPU: monotonic ns (the kernel's clock) and Unix ns.
     pub end_ns: u64,
     pub end_unix_ns: u64,
@@ -57,7 +72,13 @@ pub fn attribution(
             // A run the ring saw start before we attached has start 0: count from the wait.
             let start = run.start_ns.max(waited_from);
             let end = run.end_ns.min(inc.end_ns);
-            Culprit { tid: run.tid, pid: run.tgid, comm: comm_string(&run.comm), ran_ns: end.saturating_sub(start) }
+            Culprit {
+                tid: run.tid,
+                pid: run.tgid,
+                comm: comm_string(&run.comm),
+                ran_ns: end.saturating_sub(start),
+                ..Culprit::default()
+            }
         })
         .collect();
     Attribution {
@@ -73,11 +94,30 @@ pub fn attribution(
         } else {
             cgroup_name(inc.cgroup).unwrap_or_else(|| format!("id:{}", inc.cgroup))
         },
+        names: ContainerLabels::default(),
         end_ns: inc.end_ns,
         end_unix_ns: wall.unix_ns(inc.end_ns),
         queue_depth: (inc.queue_depth != DEPTH_UNKNOWN).then_some(inc.queue_depth),
         culprits,
         culprits_truncated: inc.truncated != 0,
+    }
+}
+
+/// Names the containers involved: the victim's (from its cgroup path, by the caller), each
+/// culprit's from its process (`culprit` gives a process id's cgroup path and names; None: the
+/// process is gone, and its cgroup is "unknown"). The idle task (pid 0) belongs to no process and
+/// is left unnamed.
+pub fn name(
+    a: &mut Attribution,
+    victim: ContainerLabels,
+    mut culprit: impl FnMut(u32) -> Option<(String, ContainerLabels)>,
+) {
+    a.names = victim;
+    for c in &mut a.culprits {
+        if c.pid == 0 {
+            continue;
+        }
+        (c.cgroup, c.names) = culprit(c.pid).unwrap_or_else(|| (UNKNOWN_CGROUP.to_owned(), ContainerLabels::default()));
     }
 }
 
@@ -117,6 +157,41 @@ mod tests {
         assert_eq!((a.culprits[1].comm.as_str(), a.culprits[1].ran_ns), ("kworker/1:0", 5_000));
         assert_eq!(a.end_unix_ns, 101_000);
         assert!(!a.culprits_truncated);
+    }
+
+    #[test]
+    fn naming_fills_the_victims_and_the_culprits_pods() {
+        let mut inc = Incident::ZERO;
+        inc.delay_ns = 10;
+        inc.end_ns = 20;
+        inc.culprits = 3;
+        inc.runs[0] = Run { tid: 11, tgid: 10, start_ns: 10, end_ns: 20, comm: comm("hog") };
+        inc.runs[1] = Run { tid: 0, tgid: 0, start_ns: 5, end_ns: 10, comm: comm("swapper/0") };
+        inc.runs[2] = Run { tid: 31, tgid: 30, start_ns: 1, end_ns: 5, comm: comm("gone") };
+        let mut a = attribution(Reason::Preempt, 0, &inc, WallClock::new(0, 0), |_| Some("/pod-v".into()));
+        let pod = |ns: &str, pod: &str| ContainerLabels {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: "c".into(),
+            container_id: String::new(),
+        };
+        let mut asked = Vec::new();
+        name(&mut a, pod("ns", "victim"), |pid| {
+            asked.push(pid);
+            (pid == 10).then(|| ("/pod-h".to_string(), pod("ns", "hog")))
+        });
+        assert_eq!(asked, [10, 30], "the idle task is nobody's process");
+        assert_eq!(a.names.pod_name().as_deref(), Some("ns/victim"));
+        assert_eq!((a.culprits[0].cgroup.as_str(), a.culprits[0].names.pod.as_str()), ("/pod-h", "hog"));
+        assert_eq!(a.culprits[1].cgroup, "");
+        assert_eq!((a.culprits[2].cgroup.as_str(), a.culprits[2].names.is_empty()), (UNKNOWN_CGROUP, true));
+        // In JSON the names sit beside the fields they describe; empty ones are left out.
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(json["pod"], "victim");
+        assert_eq!(json["culprits"][0]["namespace"], "ns");
+        assert_eq!(json["culprits"][0]["cgroup"], "/pod-h");
+        assert!(json["culprits"][1].get("cgroup").is_none() && json["culprits"][1].get("pod").is_none());
+        assert!(json.get("container_id").is_none());
     }
 
     #[test]

@@ -102,6 +102,13 @@ impl CgroupSeries {
         }
     }
 
+    /// Drop a cgroup's series at once (the cgroup was removed): it leaves /metrics now rather than
+    /// standing still in a free place for ever.
+    pub fn remove(&mut self, label: &str) {
+        self.series.remove(label);
+        self.current.retain(|l| l != label);
+    }
+
     /// The series to export now: the latest top N, then "other" (always present, so the sum over
     /// labels is the whole machine's per-cgroup total).
     pub fn exported(&self) -> Vec<(&str, &CgroupHist)> {
@@ -174,6 +181,18 @@ mod tests {
         assert!(s.series.len() <= REMEMBER_FACTOR * 3);
         let total: u64 = s.exported().iter().map(|(_, h)| h.sum_ns).sum::<u64>();
         assert!(total > 0);
+    }
+
+    #[test]
+    fn a_removed_cgroup_leaves_at_once_even_with_room() {
+        let mut s = CgroupSeries::default();
+        s.add_window(&[(1, h(10)), (2, h(30))], names, 5);
+        // /c1 was removed during the next window: its last delta goes to "other", its series goes.
+        s.add_window(&[(1, h(4)), (2, h(5))], |id| (id != 1).then(|| format!("/c{id}")), 5);
+        s.remove("/c1");
+        assert_eq!(sums(&s), vec![("/c2".into(), 35), ("other".into(), 4)]);
+        s.add_window(&[], names, 5);
+        assert_eq!(sums(&s), vec![("/c2".into(), 35), ("other".into(), 4)], "and does not come back");
     }
 
     #[test]

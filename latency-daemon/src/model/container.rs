@@ -134,16 +134,37 @@ fn is_hex64(s: &str) -> bool {
 }
 
 /// The labels a cgroup series carries beside `cgroup`: empty strings where the cgroup is not a
-/// container or a name is unknown, so `sum by (namespace, pod)` works on every series.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// container or a name is unknown, so `sum by (namespace, pod)` works on every series. In JSON
+/// (the snapshot, alerts) the empty ones are left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ContainerLabels {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub pod: String,
     /// The container's name; `POD` for a pod's sandbox (pause) container, as kubelet names it; the
     /// short id for a container the runtime gave no name.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub container: String,
     /// The full 64-hex id, when the path has one.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub container_id: String,
+}
+
+impl ContainerLabels {
+    /// Not a container (or nothing known of it).
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_empty() && self.pod.is_empty() && self.container.is_empty() && self.container_id.is_empty()
+    }
+
+    /// `namespace/pod` (or just one of them) for people to read; None without a pod.
+    pub fn pod_name(&self) -> Option<String> {
+        match (self.namespace.as_str(), self.pod.as_str()) {
+            (_, "") => None,
+            ("", pod) => Some(pod.to_owned()),
+            (ns, pod) => Some(format!("{ns}/{pod}")),
+        }
+    }
 }
 
 #[cfg(test)]

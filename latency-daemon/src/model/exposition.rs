@@ -47,6 +47,11 @@ pub struct Exposition {
     pub containers: HashMap<String, ContainerLabels>,
     /// Container lookups that found no runtime config on this node (names left empty).
     pub containers_unresolved: u64,
+    /// Containers whose names the daemon holds now (forgotten when their cgroup goes).
+    pub container_names_cached: u64,
+    /// Culprits (tasks that ran while a victim waited) whose process was gone before the daemon
+    /// read its cgroup: their cgroup and pod show as "unknown".
+    pub culprit_cgroups_unknown: u64,
     /// Window maxima the kernel wrote after we had read their slot (see cmd/run/pipeline.rs).
     pub late_window_writes: u64,
     /// Removed cgroups whose kernel entries were retired (their final counts kept, their slots

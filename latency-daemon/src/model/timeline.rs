@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use latency_common::{Reason, buckets::BUCKETS, maps::CgroupHist};
 
-use super::{attribution::Attribution, report::Report};
+use super::{attribution::Attribution, container::ContainerLabels, report::Report};
 
 /// Windows the daemon keeps for the live view: 15 minutes at the default 15 s window.
 pub const WINDOWS_KEPT: usize = 60;
@@ -33,6 +33,8 @@ pub struct ReasonSummary {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupSummary {
     pub cgroup: String,
+    /// Namespace, pod and container where the cgroup is a container's.
+    pub names: ContainerLabels,
     pub count: u64,
     pub sum_ns: u64,
 }
@@ -95,7 +97,12 @@ pub fn top_cgroups(
     by_time
         .into_iter()
         .filter_map(|(id, h)| {
-            Some(CgroupSummary { cgroup: name(*id)?, count: h.buckets.iter().sum(), sum_ns: h.sum_ns })
+            Some(CgroupSummary {
+                cgroup: name(*id)?,
+                names: ContainerLabels::default(),
+                count: h.buckets.iter().sum(),
+                sum_ns: h.sum_ns,
+            })
         })
         .take(n)
         .collect()

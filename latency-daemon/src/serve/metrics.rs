@@ -358,6 +358,19 @@ fn self_metrics(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::
     )?;
     gauge(
         enc,
+        "runqlat_container_names",
+        "Containers whose names the daemon holds; a container's go when its cgroup is removed.",
+        e.container_names_cached as i64,
+    )?;
+    counter(
+        enc,
+        "runqlat_culprit_cgroup_unknown",
+        "Tasks that ran while an attributed victim waited whose process was gone before the daemon read \
+         its cgroup (their cgroup and pod show as \"unknown\" in alerts).",
+        e.culprit_cgroups_unknown,
+    )?;
+    gauge(
+        enc,
         "runqlat_last_drain_timestamp_seconds",
         "Unix time of the last successful drain; alert when it stops moving.",
         e.last_drain_unix,

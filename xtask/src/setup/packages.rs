@@ -27,6 +27,9 @@ const PACKAGES: &[&str] = &[
     "runc",
     "containerd",
     "busybox-static",
+    // The init of the pause image `podman kube play` builds locally (the DaemonSet's pod template
+    // test); a Recommends of podman that --no-install-recommends leaves out.
+    "catatonit",
     // systemd-analyze verify/security for deploy/systemd (PID 1 need not be systemd).
     "systemd",
     // strace: the daemon's system calls, for the unit's SystemCallFilter and the container's

@@ -31,17 +31,25 @@ struct PostableAlert {
 
 fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAlert {
     let a = &alert.worst;
-    let labels = BTreeMap::from([
+    let mut labels = BTreeMap::from([
         ("alertname", ALERTNAME.to_string()),
         ("severity", origin.severity.clone()),
         ("instance", origin.instance.clone()),
         ("reason", alert.key.reason.name().to_string()),
         ("cgroup", alert.key.cgroup.clone()),
     ]);
+    // The victim's pod, as its series are labelled (left out when empty, as Prometheus would).
+    let names = &a.names;
+    for (k, v) in [("namespace", &names.namespace), ("pod", &names.pod), ("container", &names.container)] {
+        if !v.is_empty() {
+            labels.insert(k, v.clone());
+        }
+    }
     let annotations = BTreeMap::from([
         ("summary", text::summary(alert)),
         ("description", text::description(alert)),
         ("victim", text::victim(a)),
+        ("culprit_pods", text::culprit_pods(a)),
         ("delay", text::duration(a.delay_ns)),
         ("threshold", text::duration(alert.threshold_ns)),
         ("cpu", a.cpu.to_string()),
@@ -142,8 +150,37 @@ mod tests {
         );
         assert!(ann["description"].as_str().unwrap().lines().count() > 3);
 
+        assert_eq!(ann["culprit_pods"], "none recorded");
         assert_eq!(alerts[1]["labels"]["reason"], "wakeup");
         assert_eq!(alerts[1]["endsAt"], "2023-11-14T22:14:59.000Z", "a resolved alert ends when it resolved");
+    }
+
+    #[test]
+    fn the_victims_pod_is_a_label_and_the_culprits_pods_an_annotation() {
+        use crate::model::container::ContainerLabels;
+
+        let mut a = alert();
+        a.worst.names = ContainerLabels {
+            namespace: "web".into(),
+            pod: "front-1".into(),
+            container: String::new(),
+            container_id: "c0ffee".into(),
+        };
+        a.worst.culprits[0].cgroup = "/kubepods/pod1/x".into();
+        a.worst.culprits[0].names.namespace = "batch".into();
+        a.worst.culprits[0].names.pod = "hog-7".into();
+        let body = alertmanager_body([&a], [], &origin(), NOW, NOW).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let labels = &v[0]["labels"];
+        assert_eq!((&labels["namespace"], &labels["pod"]), (&json!("web"), &json!("front-1")));
+        assert!(labels.get("container").is_none() && labels.get("container_id").is_none(), "{labels}");
+        assert_eq!(v[0]["annotations"]["culprit_pods"], "pod batch/hog-7 11.8 ms");
+        // The webhook and log sinks send the Transition itself: the names sit in `worst` and its culprits.
+        let t = serde_json::to_value(Transition::Fired(a)).unwrap();
+        assert_eq!(t["worst"]["pod"], "front-1");
+        assert_eq!(t["worst"]["container_id"], "c0ffee");
+        assert_eq!(t["worst"]["culprits"][0]["pod"], "hog-7");
+        assert_eq!(t["worst"]["culprits"][0]["cgroup"], "/kubepods/pod1/x");
     }
 
     #[test]

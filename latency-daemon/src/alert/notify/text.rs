@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::alert::Alert;
-use crate::model::attribution::{Attribution, Culprit};
+use crate::model::{
+    attribution::{Attribution, Culprit},
+    container::ContainerLabels,
+};
 
 /// RFC 3339 UTC with milliseconds. Any u64 of ns is before the year 2555, well inside what
 /// humantime formats (years up to 9999), so its `Display` cannot fail and `to_string` cannot panic.
@@ -54,14 +57,56 @@ pub fn queue_depth(a: &Attribution) -> String {
     a.queue_depth.map_or_else(|| "unknown".to_string(), |d| d.to_string())
 }
 
+/// "myapp (tid 1234, pid 1200)", and " in pod ns/web container app" where the victim is a pod's.
 pub fn victim(a: &Attribution) -> String {
-    format!("{} (tid {}, pid {})", printable(&a.victim_comm), a.victim_tid, a.victim_pid)
+    format!("{} (tid {}, pid {}){}", printable(&a.victim_comm), a.victim_tid, a.victim_pid, in_pod(&a.names))
 }
 
-/// "hog:99 ran 11.8 ms; kworker/1:0:23 ran 0.2 ms", most recent first, as the kernel kept them.
+/// " in pod ns/web container app", " in container <short id>", or nothing.
+fn in_pod(names: &ContainerLabels) -> String {
+    let container = |c: &str| if c.is_empty() { String::new() } else { format!(" container {}", printable(c)) };
+    match names.pod_name() {
+        Some(pod) => format!(" in pod {}{}", printable(&pod), container(&names.container)),
+        None => container(&names.container).replacen(" container", " in container", 1),
+    }
+}
+
+/// Where one culprit lived: its pod, else its cgroup ("unknown": its process was gone).
+fn culprit_place(c: &Culprit) -> String {
+    match c.names.pod_name() {
+        Some(pod) => format!("pod {}", printable(&pod)),
+        None if !c.names.container.is_empty() => format!("container {}", printable(&c.names.container)),
+        None => format!("cgroup {}", printable(&c.cgroup)),
+    }
+}
+
+/// The culprits' pods (or cgroups) by time they ran during the wait, longest first:
+/// "pod batch/hog 11.8 ms; cgroup / 0.2 ms"; "none recorded" without culprits.
+pub fn culprit_pods(a: &Attribution) -> String {
+    let mut by_place: Vec<(String, u64)> = Vec::new();
+    for c in a.culprits.iter().filter(|c| !c.cgroup.is_empty()) {
+        let place = culprit_place(c);
+        match by_place.iter_mut().find(|(p, _)| *p == place) {
+            Some((_, ns)) => *ns += c.ran_ns,
+            None => by_place.push((place, c.ran_ns)),
+        }
+    }
+    by_place.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    let parts: Vec<String> = by_place.iter().map(|(p, ns)| format!("{p} {}", duration(*ns))).collect();
+    if parts.is_empty() { "none recorded".into() } else { parts.join("; ") }
+}
+
+/// "hog:99 ran 11.8 ms (pod batch/hog); kworker/1:0:23 ran 0.2 ms (cgroup /)", most recent
+/// first, as the kernel kept them.
 pub fn culprits(a: &Attribution) -> String {
-    let mut parts: Vec<String> =
-        a.culprits.iter().map(|c| format!("{}:{} ran {}", printable(&c.comm), c.tid, duration(c.ran_ns))).collect();
+    let mut parts: Vec<String> = a
+        .culprits
+        .iter()
+        .map(|c| {
+            let place = if c.cgroup.is_empty() { String::new() } else { format!(" ({})", culprit_place(c)) };
+            format!("{}:{} ran {}{place}", printable(&c.comm), c.tid, duration(c.ran_ns))
+        })
+        .collect();
     if a.culprits_truncated {
         parts.push("(and more, not kept)".into());
     }
@@ -73,12 +118,13 @@ pub fn culprits(a: &Attribution) -> String {
 pub fn summary(alert: &Alert) -> String {
     let a = &alert.worst;
     let mut s = format!(
-        "{} delay {} on cpu {}: {} (tid {}) waited; ran meanwhile: ",
+        "{} delay {} on cpu {}: {} (tid {}){} waited; ran meanwhile: ",
         a.reason.name(),
         duration(a.delay_ns),
         a.cpu,
         printable(&a.victim_comm),
-        a.victim_tid
+        a.victim_tid,
+        in_pod(&a.names)
     );
     if idle_only(a) {
         let _ = write!(s, "only the idle task, {}: {IDLE_HINT}", duration(a.delay_ns));
@@ -89,6 +135,9 @@ pub fn summary(alert: &Alert) -> String {
         None => s.push_str("nothing recorded"),
         Some(top) => {
             let _ = write!(s, "{} (tid {}) {}", printable(&top.comm), top.tid, duration(top.ran_ns));
+            if top.names.pod_name().is_some() || !top.names.container.is_empty() {
+                let _ = write!(s, " in {}", culprit_place(top));
+            }
             let others = a.culprits.len() - 1;
             match (others, a.culprits_truncated) {
                 (0, false) => {}
@@ -137,8 +186,10 @@ pub fn description(alert: &Alert) -> String {
         let _ = writeln!(s, "Ran meanwhile: none recorded.");
     } else {
         let _ = writeln!(s, "Ran meanwhile (most recent first):");
-        for Culprit { tid, pid, comm, ran_ns } in &a.culprits {
-            let _ = writeln!(s, "  {} (tid {tid}, pid {pid}) {}", printable(comm), duration(*ran_ns));
+        for c in &a.culprits {
+            let place = if c.cgroup.is_empty() { String::new() } else { format!(", {}", culprit_place(c)) };
+            let _ =
+                writeln!(s, "  {} (tid {}, pid {}) {}{place}", printable(&c.comm), c.tid, c.pid, duration(c.ran_ns));
         }
         if a.culprits_truncated {
             let _ = writeln!(s, "  (and more, not kept)");
@@ -177,12 +228,13 @@ pub(super) mod tests {
                 victim_comm: "myapp".into(),
                 victim_prio: 120,
                 cgroup: "/app.slice".into(),
+                names: ContainerLabels::default(),
                 end_ns: 5,
                 end_unix_ns: 1_699_999_999_500_000_000,
                 queue_depth: None,
                 culprits: vec![
-                    Culprit { tid: 99, pid: 99, comm: "hog".into(), ran_ns: 11_800_000 },
-                    Culprit { tid: 23, pid: 23, comm: "kworker/1:0".into(), ran_ns: 200_000 },
+                    Culprit { tid: 99, pid: 99, comm: "hog".into(), ran_ns: 11_800_000, ..Culprit::default() },
+                    Culprit { tid: 23, pid: 23, comm: "kworker/1:0".into(), ran_ns: 200_000, ..Culprit::default() },
                 ],
                 culprits_truncated: true,
             },
@@ -239,12 +291,13 @@ pub(super) mod tests {
     fn a_wait_behind_only_the_idle_task_says_the_cpu_sat_idle() {
         let mut a = alert();
         a.worst.culprits_truncated = false;
-        a.worst.culprits = vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 12_345_678 }];
+        a.worst.culprits =
+            vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 12_345_678, ..Culprit::default() }];
         let s = summary(&a);
         assert!(s.ends_with(&format!("ran meanwhile: only the idle task, 12.3 ms: {IDLE_HINT}")), "{s}");
         assert!(description(&a).contains("So the CPU sat idle"), "{}", description(&a));
         // One real task beside the idle one: that task is named, no idle hint.
-        a.worst.culprits.push(Culprit { tid: 7, pid: 7, comm: "hog".into(), ran_ns: 1 });
+        a.worst.culprits.push(Culprit { tid: 7, pid: 7, comm: "hog".into(), ran_ns: 1, ..Culprit::default() });
         assert!(!summary(&a).contains("idle task") && !description(&a).contains("sat idle"));
     }
 
@@ -275,5 +328,56 @@ pub(super) mod tests {
         ] {
             assert!(d.contains(want), "{want:?} missing in:\n{d}");
         }
+    }
+}
+
+#[cfg(test)]
+mod pod_tests {
+    use super::{tests::alert, *};
+
+    fn labels(ns: &str, pod: &str, container: &str) -> ContainerLabels {
+        ContainerLabels {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: container.into(),
+            container_id: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_victims_and_the_culprits_pods_are_named() {
+        let mut a = alert();
+        a.worst.names = labels("web", "front-1\n", "app");
+        a.worst.culprits[0].cgroup = "/kubepods/pod1/x".into();
+        a.worst.culprits[0].names = labels("batch", "hog-7", "hog");
+        a.worst.culprits[1].cgroup = "/".into();
+        a.worst.culprits.push(Culprit {
+            tid: 5,
+            pid: 5,
+            comm: "hog2".into(),
+            ran_ns: 1_000_000,
+            cgroup: "/kubepods/pod1/y".into(),
+            names: labels("batch", "hog-7", "side"),
+        });
+        a.worst.culprits.push(Culprit {
+            tid: 6,
+            pid: 6,
+            comm: "gone".into(),
+            ran_ns: 10,
+            cgroup: "unknown".into(),
+            ..Culprit::default()
+        });
+        assert_eq!(victim(&a.worst), r"myapp (tid 1234, pid 1200) in pod web/front-1\n container app");
+        assert_eq!(culprit_pods(&a.worst), "pod batch/hog-7 12.8 ms; cgroup / 200.0 µs; cgroup unknown 10 ns");
+        assert!(
+            culprits(&a.worst)
+                .starts_with("hog:99 ran 11.8 ms (pod batch/hog-7); kworker/1:0:23 ran 200.0 µs (cgroup /)")
+        );
+        assert!(summary(&a).contains(r"myapp (tid 1234) in pod web/front-1\n container app waited"), "{}", summary(&a));
+        assert!(summary(&a).contains("hog (tid 99) 11.8 ms in pod batch/hog-7"), "{}", summary(&a));
+        assert!(description(&a).contains("  hog (tid 99, pid 99) 11.8 ms, pod batch/hog-7\n"), "{}", description(&a));
+        // Without names (record, a host without containers) nothing changes.
+        assert_eq!(culprit_pods(&alert().worst), "none recorded");
+        assert_eq!(victim(&alert().worst), "myapp (tid 1234, pid 1200)");
     }
 }

@@ -13,17 +13,17 @@ use tokio::sync::watch;
 use crate::{
     alert::{Alert, Engine, Transition, notify::Notifier},
     config::Config,
-    host::{cgroups::CgroupNames, clock, containers::ContainerNames, system},
+    host::{cgroups::CgroupNames, clock, containers::ContainerNames, process_cgroups::ProcessCgroups, system},
     kernel::{
         cgroups::CgroupTable,
         drain::{self, Extras},
         probe::{Probe, ProbeError},
     },
     model::{
-        attribution::{Attribution, attribution},
+        attribution::{self, Attribution, attribution},
         cgroup_series::CgroupSeries,
         exposition::Exposition,
-        report::Meta,
+        report::{Meta, cgroup_reports},
         snapshot::{self, CpuMax, Snapshot, WindowSlot},
         timeline::{self, CgroupSummary, LastAlert, WindowSummary},
         window::Window,
@@ -46,6 +46,8 @@ pub(super) struct Drainer {
     names: Option<CgroupNames>,
     /// Namespace, pod and container of the cgroups we export, from the runtimes' OCI configs.
     containers: ContainerNames,
+    /// The cgroup of each culprit's process, for the pods named in alerts.
+    processes: ProcessCgroups,
     config: Config,
     published: watch::Sender<Arc<Exposition>>,
     duration: prometheus_client::metrics::histogram::Histogram,
@@ -56,6 +58,9 @@ pub(super) struct Drainer {
     /// The per-cgroup maps' reader, and the removed cgroups it retires at the next drain.
     cgroups: CgroupTable,
     removed: Vec<u64>,
+    /// Cgroups removed since the window opened: at its close their series go (their last deltas
+    /// into "other") and their container names are forgotten.
+    gone: Vec<u64>,
     series: CgroupSeries,
     alerts: Engine,
     notifier: Option<Notifier>,
@@ -87,6 +92,7 @@ impl Drainer {
             probe,
             names,
             containers: ContainerNames::new(crate::host::paths::get().rootfs.clone()),
+            processes: ProcessCgroups::new(crate::host::paths::get().procfs.clone()),
             config,
             published,
             duration,
@@ -96,6 +102,7 @@ impl Drainer {
             drains_in_window: 0,
             cgroups,
             removed: Vec::new(),
+            gone: Vec::new(),
             series: CgroupSeries::default(),
             alerts: Engine::default(),
             notifier,
@@ -151,6 +158,7 @@ impl Drainer {
         if self.names.is_some() {
             // Removed before the read that follows: their counts in it are final.
             let removed = self.cgroups.removed(&self.probe)?;
+            self.gone.extend_from_slice(&removed);
             self.removed.extend(removed);
             now.cgroups = self.cgroups.read(&self.probe)?;
             if !self.removed.is_empty() {
@@ -167,7 +175,7 @@ impl Drainer {
             let maxima = self.close_epoch()?;
             let mut window = Window::close(&start, &now, &maxima, &self.meta);
             self.attribute(&mut window, closed)?;
-            let top = self.fold_cgroups(&window);
+            let top = self.fold_cgroups(&mut window);
             self.label_containers();
             Arc::make_mut(&mut self.exposition.timeline).push(WindowSummary::of_report(&window.report, true, top));
             self.exposition.window = Some(Arc::new(window));
@@ -210,6 +218,17 @@ impl Drainer {
                 attribution(*reason, *cpu, inc, wall, |id| names.as_mut().and_then(|n| n.path(id).map(str::to_string)))
             })
             .collect();
+        let now = Instant::now();
+        let (containers, processes) = (&mut self.containers, &mut self.processes);
+        for a in &mut attributed {
+            let victim = containers.resolve(&a.cgroup, now);
+            attribution::name(a, victim, |pid| {
+                let path = processes.cgroup(pid, now)?;
+                let labels = containers.resolve(&path, now);
+                Some((path, labels))
+            });
+        }
+        self.exposition.culprit_cgroups_unknown = self.processes.gone_total();
         attributed.sort_by_key(|a| std::cmp::Reverse(a.delay_ns));
         let end_unix_ns = wall.unix_ns(window.report.end_ns);
         for t in self.alerts.evaluate(&self.config.alert.rules(), &attributed, end_unix_ns) {
@@ -248,13 +267,38 @@ impl Drainer {
         }
     }
 
-    /// Folds the window's cgroups into the exported series; returns the window's top cgroups
-    /// for the live view.
-    fn fold_cgroups(&mut self, window: &Window) -> Vec<CgroupSummary> {
+    /// Folds the window's cgroups into the exported series and names them in its report; returns
+    /// the window's top cgroups for the live view. Cgroups removed during the window leave the
+    /// series here (their last deltas go to "other") and their containers' names are forgotten.
+    fn fold_cgroups(&mut self, window: &mut Window) -> Vec<CgroupSummary> {
         let Some(names) = self.names.as_mut() else { return Vec::new() };
-        let top =
+        let now = Instant::now();
+        let containers = &mut self.containers;
+        let mut top =
             timeline::top_cgroups(&window.cgroups, |id| names.path(id).map(str::to_string), timeline::TOP_CGROUPS);
-        self.series.add_window(&window.cgroups, |id| names.label(id), self.config.top_cgroups);
+        for c in &mut top {
+            c.names = containers.resolve(&c.cgroup, now);
+        }
+        window.report.cgroups = cgroup_reports(
+            &window.cgroups,
+            |id| names.path(id).map(str::to_string),
+            |path| containers.resolve(path, now),
+        );
+        // Series are keyed by the bounded label, container names by the path.
+        let gone = std::mem::take(&mut self.gone);
+        let gone_labels: Vec<String> = gone.iter().filter_map(|id| names.label(*id)).collect();
+        let gone_paths: Vec<String> = gone.iter().filter_map(|id| names.path(*id).map(str::to_string)).collect();
+        self.series.add_window(
+            &window.cgroups,
+            |id| if gone.contains(&id) { None } else { names.label(id) },
+            self.config.top_cgroups,
+        );
+        for label in &gone_labels {
+            self.series.remove(label);
+        }
+        for path in &gone_paths {
+            containers.forget(path);
+        }
         self.exposition.cgroups_unresolved = names.unresolved_total();
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
         // The kernel's rings report every removal unless one overflowed; then the walk's finds are
@@ -266,19 +310,27 @@ impl Drainer {
         top
     }
 
-    /// Names the containers behind the exported series and active alerts (at most N + 1 + alerts
-    /// lookups a window, each cached).
+    /// Names the containers behind the exported series (at most N + 1 lookups a window, each
+    /// cached) and active alerts (named when they fired: a removed container's alert keeps its
+    /// names without looking up, and re-filling, what was forgotten).
     fn label_containers(&mut self) {
         let now = Instant::now();
         let e = &mut self.exposition;
-        let cgroups = e.cgroups.iter().map(|(path, _)| path).chain(e.alerts_active.iter().map(|(_, path)| path));
-        e.containers = cgroups
-            .filter_map(|path| {
+        e.containers = e
+            .cgroups
+            .iter()
+            .filter_map(|(path, _)| {
                 let labels = self.containers.resolve(path, now);
-                (labels != Default::default()).then(|| (path.clone(), labels))
+                (!labels.is_empty()).then(|| (path.clone(), labels))
             })
             .collect();
+        for a in self.alerts.active() {
+            if !a.worst.names.is_empty() {
+                e.containers.entry(a.key.cgroup.clone()).or_insert_with(|| a.worst.names.clone());
+            }
+        }
         e.containers_unresolved = self.containers.unresolved_total();
+        e.container_names_cached = self.containers.cached() as u64;
     }
 }
 

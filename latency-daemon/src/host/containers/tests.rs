@@ -173,3 +173,20 @@ fn hostile_configs_are_skipped_not_trusted() {
     }
     assert_eq!(names.unresolved_total(), 3);
 }
+
+#[test]
+fn hostile_annotations_are_bounded_and_lose_control_characters() {
+    let root = Root::new("names");
+    let long = "p".repeat(10_000);
+    root.write(
+        &format!("var/lib/containers/storage/overlay-containers/{ID}/userdata/config.json"),
+        &config(&[("io.kubernetes.pod.name", &long), ("io.kubernetes.pod.namespace", "ns\n\u{1b}[31m\"x")]),
+    );
+    let mut names = ContainerNames::new(root.0.clone());
+    let got = names.resolve(&format!("/libpod_parent/libpod-{ID}"), Instant::now());
+    assert_eq!(got.pod.len(), 253);
+    assert_eq!(got.namespace, "ns[31m\"x", "quotes stay: each output escapes its own way");
+    // A removed container's names are forgotten.
+    names.forget(&format!("/libpod_parent/libpod-{ID}"));
+    assert_eq!(names.cached(), 0);
+}

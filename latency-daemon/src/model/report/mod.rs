@@ -2,12 +2,15 @@
 //! two, as plain serialisable data. `record --json` prints it; tables are rendered from it.
 use std::collections::BTreeMap;
 
-use latency_common::{CpuStats, Discard, Histogram, Lost, Reason, TaskStats, buckets::BUCKETS, knobs::Clock};
+use latency_common::{
+    CpuStats, Discard, Histogram, Lost, Reason, TaskStats, buckets::BUCKETS, knobs::Clock, maps::CgroupHist,
+};
 use serde::Serialize;
 
 use super::{
     attribution::Attribution,
     clock_name, comm_string,
+    container::ContainerLabels,
     distribution::{count, quantiles_ns, upper_seconds},
     ser_opt_reason, ser_reason,
     snapshot::{CpuMax, Snapshot},
@@ -51,6 +54,38 @@ pub struct Report {
     /// Delays the kernel attributed (the worst per CPU and reason at or above the attribution
     /// threshold), with the queue depth and who ran meanwhile; largest first.
     pub attributed: Vec<Attribution>,
+    /// The cgroups whose tasks waited in this window (`run` only), most delay time first, with the
+    /// namespace, pod and container where the cgroup is a container's.
+    pub cgroups: Vec<CgroupReport>,
+}
+
+/// One cgroup's delays in a window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CgroupReport {
+    /// Its cgroup v2 path ("id:N" for an id the daemon could not name).
+    pub cgroup: String,
+    #[serde(flatten)]
+    pub names: ContainerLabels,
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+/// A window's per-cgroup deltas → its `cgroups`, named by `path` (id → cgroup path) and `names`
+/// (path → container names), most delay time first.
+pub fn cgroup_reports(
+    deltas: &[(u64, CgroupHist)],
+    mut path: impl FnMut(u64) -> Option<String>,
+    mut names: impl FnMut(&str) -> ContainerLabels,
+) -> Vec<CgroupReport> {
+    let mut out: Vec<CgroupReport> = deltas
+        .iter()
+        .map(|(id, h)| {
+            let cgroup = path(*id).unwrap_or_else(|| format!("id:{id}"));
+            CgroupReport { names: names(&cgroup), cgroup, count: h.buckets.iter().sum(), sum_ns: h.sum_ns }
+        })
+        .collect();
+    out.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then_with(|| a.cgroup.cmp(&b.cgroup)));
+    out
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -203,6 +238,7 @@ impl Report {
             lost,
             discarded,
             attributed: Vec::new(),
+            cgroups: Vec::new(),
         }
     }
 }

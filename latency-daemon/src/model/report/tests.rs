@@ -140,3 +140,31 @@ fn invalid_utf8_names_survive() {
     assert_eq!(s, "\u{fffd}a\u{fffd}\\");
     assert!(serde_json::from_str::<String>(&serde_json::to_string(&s).unwrap()).is_ok());
 }
+
+#[test]
+fn cgroups_are_named_and_sorted_by_time_waited() {
+    let hist = |count: u64, sum_ns: u64| {
+        let mut h = CgroupHist::ZERO;
+        h.buckets[2] = count;
+        h.sum_ns = sum_ns;
+        h
+    };
+    let deltas = [(1, hist(2, 10)), (2, hist(1, 500)), (3, hist(4, 40))];
+    let pod =
+        ContainerLabels { namespace: "ns".into(), pod: "p".into(), container: "c".into(), container_id: "x".into() };
+    let reports = cgroup_reports(
+        &deltas,
+        |id| (id != 3).then(|| format!("/cg{id}")),
+        |path| if path == "/cg2" { pod.clone() } else { ContainerLabels::default() },
+    );
+    let order: Vec<&str> = reports.iter().map(|r| r.cgroup.as_str()).collect();
+    assert_eq!(order, ["/cg2", "id:3", "/cg1"]);
+    assert_eq!((reports[0].count, reports[0].sum_ns), (1, 500));
+    let v = serde_json::to_value(&reports).unwrap();
+    assert_eq!(
+        v[0],
+        serde_json::json!({"cgroup": "/cg2", "namespace": "ns", "pod": "p", "container": "c",
+                                        "container_id": "x", "count": 1, "sum_ns": 500})
+    );
+    assert_eq!(v[2], serde_json::json!({"cgroup": "/cg1", "count": 2, "sum_ns": 10}), "no names: none shown");
+}

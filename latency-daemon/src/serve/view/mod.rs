@@ -14,6 +14,7 @@ use crate::{
     config::Config,
     model::{
         clock_name,
+        container::ContainerLabels,
         exposition::Exposition,
         timeline::{LastAlert, ReasonSummary, WindowSummary},
         units::fmt_ns,
@@ -159,22 +160,59 @@ fn cgroups(out: &mut String, w: &WindowSummary) {
         return;
     }
     out.push_str(
-        "<table id=\"top-cgroups\"><tr><th class=\"name\">cgroup (of the task that waited)</th><th>delays</th>\
-         <th>time waited</th><th>tasks waiting on average</th></tr>\n",
+        "<table id=\"top-cgroups\"><tr><th class=\"name\">pod or cgroup (of the task that waited)</th>\
+         <th>delays</th><th>time waited</th><th>tasks waiting on average</th></tr>\n",
     );
     for c in &w.top_cgroups {
         let waiting = c.sum_ns as f64 / w.duration_ns.max(1) as f64;
         let _ = writeln!(
             out,
-            "<tr><td class=\"name\" data-cgroup=\"{name}\">{name}</td><td data-value=\"{n}\">{n}</td>\
+            "<tr><td class=\"name\" data-cgroup=\"{}\"{}>{}</td><td data-value=\"{n}\">{n}</td>\
              <td data-value=\"{s}\">{}</td><td>{waiting:.3}</td></tr>",
+            escape(&c.cgroup),
+            name_attributes(&c.names),
+            who(&c.cgroup, &c.names),
             escape(&fmt_ns(c.sum_ns)),
-            name = escape(&c.cgroup),
             n = c.count,
             s = c.sum_ns,
         );
     }
     out.push_str("</table>\n");
+}
+
+/// A cgroup for people: `namespace/pod` and the container where it is a container's (the path in a
+/// tooltip), the path otherwise; escaped.
+fn who(cgroup: &str, names: &ContainerLabels) -> String {
+    match names.pod_name() {
+        Some(pod) => {
+            let container = if names.container.is_empty() {
+                String::new()
+            } else {
+                format!(" <span class=\"note\">container {}</span>", escape(&names.container))
+            };
+            format!("<span title=\"{}\">pod {}</span>{container}", escape(cgroup), escape(&pod))
+        }
+        None if !names.container.is_empty() => {
+            format!("<span title=\"{}\">container {}</span>", escape(cgroup), escape(&names.container))
+        }
+        None => format!("<code>{}</code>", escape(cgroup)),
+    }
+}
+
+/// The names as data attributes, for machines (empty ones left out).
+fn name_attributes(names: &ContainerLabels) -> String {
+    let mut out = String::new();
+    for (k, v) in [
+        ("namespace", &names.namespace),
+        ("pod", &names.pod),
+        ("container", &names.container),
+        ("container-id", &names.container_id),
+    ] {
+        if !v.is_empty() {
+            let _ = write!(out, " data-{k}=\"{}\"", escape(v));
+        }
+    }
+    out
 }
 
 fn alerts(out: &mut String, e: &Exposition, config: &Config) {
@@ -185,7 +223,8 @@ fn alerts(out: &mut String, e: &Exposition, config: &Config) {
     if !e.alerts_active.is_empty() {
         out.push_str("<p>Firing now:</p><ul id=\"firing\">");
         for (reason, cgroup) in &e.alerts_active {
-            let _ = write!(out, "<li>{} in <code>{}</code></li>", reason.name(), escape(cgroup));
+            let names = e.containers.get(cgroup).cloned().unwrap_or_default();
+            let _ = write!(out, "<li>{} in {}</li>", reason.name(), who(cgroup, &names));
         }
         out.push_str("</ul>\n");
     }
@@ -205,13 +244,14 @@ fn last_alert(out: &mut String, a: &LastAlert) {
     let _ = write!(
         out,
         "<table id=\"last-alert\"><tr><th class=\"name\" colspan=\"2\">The last alert: fired at {} UTC, {state}\
-         </th></tr>\n<tr><td class=\"name\">reason, cgroup</td><td class=\"name\">{}, <code>{}</code></td></tr>\n\
+         </th></tr>\n<tr><td class=\"name\">reason, cgroup</td><td class=\"name\"{}>{}, {}</td></tr>\n\
          <tr><td class=\"name\">worst delay / threshold</td><td class=\"name\">{} / {}</td></tr>\n\
          <tr><td class=\"name\">who waited</td><td class=\"name\"><code>{}</code> (tid {}, pid {}, prio {}) on CPU {}, \
          queue depth {}</td></tr>\n<tr><td class=\"name\">who ran meanwhile</td><td class=\"name\">",
         chart::clock_utc(a.fired_unix_ns),
+        name_attributes(&w.names),
         w.reason.name(),
-        escape(&w.cgroup),
+        who(&w.cgroup, &w.names),
         escape(&fmt_ns(w.delay_ns)),
         escape(&fmt_ns(a.threshold_ns)),
         escape(&w.victim_comm),
@@ -225,7 +265,16 @@ fn last_alert(out: &mut String, a: &LastAlert) {
         out.push_str("nothing recorded");
     }
     for c in &w.culprits {
-        let _ = write!(out, "<code>{}</code> (tid {}) {}<br>", escape(&c.comm), c.tid, escape(&fmt_ns(c.ran_ns)));
+        let _ = write!(out, "<code>{}</code> (tid {}) {}", escape(&c.comm), c.tid, escape(&fmt_ns(c.ran_ns)));
+        if !c.cgroup.is_empty() {
+            let _ = write!(
+                out,
+                " <span class=\"culprit\"{}>in {}</span>",
+                name_attributes(&c.names),
+                who(&c.cgroup, &c.names)
+            );
+        }
+        out.push_str("<br>");
     }
     if w.culprits_truncated {
         out.push_str("… and more than the kernel keeps");

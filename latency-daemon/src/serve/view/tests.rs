@@ -5,10 +5,21 @@ use latency_common::buckets::bucket_of;
 use super::*;
 use crate::model::{
     attribution::{Attribution, Culprit},
+    container::ContainerLabels,
     timeline::{CgroupSummary, Timeline},
 };
 
 const HOSTILE: &str = "/<script>alert(\"x\")</script>&'";
+
+/// A pod whose names came from annotations anyone creating a pod may write.
+fn pod() -> ContainerLabels {
+    ContainerLabels {
+        namespace: "ns<i>".into(),
+        pod: "web-\"1\"".into(),
+        container: "app&co".into(),
+        container_id: "x".into(),
+    }
+}
 
 fn summary(start: u64, wakeups: &[u64]) -> WindowSummary {
     let mut reasons: [ReasonSummary; Reason::COUNT] = Default::default();
@@ -29,7 +40,10 @@ fn summary(start: u64, wakeups: &[u64]) -> WindowSummary {
         start_unix_ns: start,
         duration_ns: 2_000_000_000,
         reasons,
-        top_cgroups: vec![CgroupSummary { cgroup: HOSTILE.into(), count: 3, sum_ns: 1_000_000 }],
+        top_cgroups: vec![
+            CgroupSummary { cgroup: HOSTILE.into(), names: ContainerLabels::default(), count: 3, sum_ns: 1_000_000 },
+            CgroupSummary { cgroup: "/libpod_parent/libpod-x".into(), names: pod(), count: 2, sum_ns: 500_000 },
+        ],
     }
 }
 
@@ -47,10 +61,25 @@ fn exposition() -> Exposition {
         victim_comm: "<b>victim</b>".into(),
         victim_prio: 120,
         cgroup: HOSTILE.into(),
+        names: pod(),
         end_ns: 0,
         end_unix_ns: 0,
         queue_depth: Some(3),
-        culprits: vec![Culprit { tid: 7, pid: 7, comm: "hog\"&".into(), ran_ns: 4_000_000 }],
+        culprits: vec![
+            Culprit {
+                tid: 7,
+                pid: 7,
+                comm: "hog\"&".into(),
+                ran_ns: 4_000_000,
+                cgroup: "/libpod_parent/libpod-h".into(),
+                names: ContainerLabels {
+                    pod: "hog-pod".into(),
+                    namespace: "batch".into(),
+                    ..ContainerLabels::default()
+                },
+            },
+            Culprit { tid: 8, pid: 8, comm: "gone".into(), ran_ns: 1, cgroup: "unknown".into(), ..Culprit::default() },
+        ],
         culprits_truncated: false,
     };
     Exposition {
@@ -103,6 +132,26 @@ fn hostile_names_are_escaped_everywhere() {
     assert!(html.contains("/&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;"));
     assert!(html.contains("&lt;b&gt;victim&lt;/b&gt;"));
     assert!(html.contains("hog&quot;&amp;"));
+    assert!(!html.contains("<i>") && !html.contains("web-\"1\""), "{html}");
+}
+
+#[test]
+fn pods_are_named_where_known_and_paths_shown_otherwise() {
+    let html = page(&exposition(), &config(), "{}");
+    // The top cgroups: the pod by name (its path in the tooltip), a plain cgroup by its path.
+    assert!(
+        html.contains(
+            "data-cgroup=\"/libpod_parent/libpod-x\" data-namespace=\"ns&lt;i&gt;\" data-pod=\"web-&quot;1&quot;\" \
+             data-container=\"app&amp;co\" data-container-id=\"x\"><span title=\"/libpod_parent/libpod-x\">pod \
+             ns&lt;i&gt;/web-&quot;1&quot;</span> <span class=\"note\">container app&amp;co</span>"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("<code>/&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;</code>"), "{html}");
+    // The last alert: the victim's pod, each culprit's pod, or its path, or "unknown".
+    assert!(html.contains("data-pod=\"web-&quot;1&quot;\""), "{html}");
+    assert!(html.contains("in <span title=\"/libpod_parent/libpod-h\">pod batch/hog-pod</span>"), "{html}");
+    assert!(html.contains("in <code>unknown</code>"), "{html}");
 }
 
 #[test]
