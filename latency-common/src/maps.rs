@@ -372,6 +372,10 @@ pub struct CpuStats {
     /// When the task now on this CPU got it (the last switch seen; 0: none yet): how long a
     /// holder ran while another task waited ([`CgroupHist::held_others_ns`]).
     pub running_since_ns: u64,
+    /// The cgroup v2 id of the task now on this CPU, if its switch-in read it (it ended a delay
+    /// with per-cgroup histograms on); 0 otherwise. Saves reading it again when that task is the
+    /// `prev` that ends someone else's wait.
+    pub running_cgroup: u64,
     pub discarded: [u64; Discard::COUNT],
     pub lost: [u64; Lost::COUNT],
 }
@@ -479,7 +483,7 @@ impl TaskStats {
 // Layouts are shared with the kernel program byte for byte: pin their sizes so an accidental
 // field change shows up here, not as garbage in user space.
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
-const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (7 + Discard::COUNT + Lost::COUNT));
+const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (8 + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 168);
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 176);

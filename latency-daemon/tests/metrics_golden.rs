@@ -84,6 +84,7 @@ fn exposition() -> Exposition {
         idle_since_ns: 24 * S,
         last_next: 0,
         running_since_ns: 24 * S,
+        running_cgroup: 7,
         discarded: [1; Discard::COUNT],
         lost: [2; Lost::COUNT],
     };

@@ -48,6 +48,8 @@ fn on_switch(ctx: &BtfTracePointContext) {
     let prev_ran =
         if untraced || cpu.running_since_ns == 0 { u64::MAX } else { now.saturating_sub(cpu.running_since_ns) };
     cpu.running_since_ns = now;
+    let prev_cgroup = if untraced { 0 } else { cpu.running_cgroup };
+    cpu.running_cgroup = 0;
     if knobs::attribute_ns() != 0 {
         attribute::remember_run(prev, prev_tid, now);
     }
@@ -85,7 +87,8 @@ fn on_switch(ctx: &BtfTracePointContext) {
     }
     let delay = observe::take(ctx, next_tid, now, cpu);
     if let Some((delay_ns, reason)) = delay {
-        observe::record(ctx, delay_ns, reason, now, prev, prev_tid, prev_ran, next, next_tid);
+        cpu.running_cgroup =
+            observe::record(ctx, delay_ns, reason, now, prev, prev_tid, prev_ran, prev_cgroup, next, next_tid);
     }
     if knobs::per_task() && observe::keep(next, next_tid) {
         observe::task_in(ctx, next, next_tid, now, delay);
