@@ -52,6 +52,10 @@ pub struct Knobs {
     /// cgroups of the v2 hierarchy (id 0) (used only with `cgroups`).
     pub cgroup_root: u32,
     pub cgroup_root_hierarchy_id: u32,
+    /// Offset of `task_struct.flags` (`PF_KTHREAD` tells a kernel thread): who held the CPU
+    /// when a wait ended (used only with `cgroups`).
+    pub task_flags: u32,
+    pub _pad: u32,
 }
 
 impl Knobs {
@@ -81,6 +85,8 @@ impl Knobs {
         rq_nr_running: 0,
         cgroup_root: 0,
         cgroup_root_hierarchy_id: 0,
+        task_flags: 0,
+        _pad: 0,
     };
 }
 
@@ -102,7 +108,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 104);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 112);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

@@ -182,16 +182,57 @@ pub const fn cgroup_bucket(k: usize) -> usize {
     if m < CGROUP_BUCKETS - 1 { m } else { CGROUP_BUCKETS - 1 }
 }
 
-/// One cgroup's delays on one CPU.
+/// Who held the CPU until a waiting task got it: `prev` at the switch that ended the wait.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// A task of the waiting task's own cgroup.
+    Same = 0,
+    /// A user task of another cgroup (named, with how long it ran, in that cgroup's
+    /// [`CgroupHist::held_others_ns`]).
+    Other = 1,
+    /// A kernel thread (`PF_KTHREAD`).
+    Kernel = 2,
+    /// The CPU's idle task: nothing held the CPU; the wait is the wakeup's own latency.
+    Idle = 3,
+}
+
+impl Holder {
+    pub const COUNT: usize = 4;
+    pub const ALL: [Holder; Self::COUNT] = [Holder::Same, Holder::Other, Holder::Kernel, Holder::Idle];
+
+    /// As a label value (`by`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Holder::Same => "same",
+            Holder::Other => "other",
+            Holder::Kernel => "kernel",
+            Holder::Idle => "idle",
+        }
+    }
+}
+
+/// One cgroup's delays on one CPU, and the delays of other cgroups' tasks it ended by giving the
+/// CPU up. The small fields come first: a delay touches `sum_ns` and one `waited_by_ns` (same
+/// cache line as the slot's id) and one bucket.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CgroupHist {
     pub sum_ns: u64,
+    /// `sum_ns` split by who held the CPU when each wait ended (indexed by [`Holder`]); the four
+    /// add up to `sum_ns` exactly.
+    pub waited_by_ns: [u64; Holder::COUNT],
+    /// How long tasks of this cgroup ran while a task of another cgroup waited for their CPU:
+    /// at each switch that ends a [`Holder::Other`] wait, the part of the wait that `prev` (of
+    /// this cgroup) was running, i.e. `min(delay, prev's run)`. Who held others back, and for how
+    /// long; a task that ran 50 µs at the end of a 3 ms wait is charged 50 µs, not 3 ms.
+    pub held_others_ns: u64,
     pub buckets: [u64; CGROUP_BUCKETS],
 }
 
 impl CgroupHist {
-    pub const ZERO: CgroupHist = CgroupHist { sum_ns: 0, buckets: [0; CGROUP_BUCKETS] };
+    pub const ZERO: CgroupHist =
+        CgroupHist { sum_ns: 0, waited_by_ns: [0; Holder::COUNT], held_others_ns: 0, buckets: [0; CGROUP_BUCKETS] };
 }
 
 /// One slot of the per-cgroup table on one CPU: the cgroup it holds (0: free) and its delays.
@@ -328,6 +369,13 @@ pub struct CpuStats {
     pub idle_since_ns: u64,
     /// 1 + the tid of the last `next` on this CPU (0: none seen yet), to find [`Lost::Switches`].
     pub last_next: u64,
+    /// When the task now on this CPU got it (the last switch seen; 0: none yet): how long a
+    /// holder ran while another task waited ([`CgroupHist::held_others_ns`]).
+    pub running_since_ns: u64,
+    /// The cgroup v2 id of the task now on this CPU, if its switch-in read it (it ended a delay
+    /// with per-cgroup histograms on); 0 otherwise. Saves reading it again when that task is the
+    /// `prev` that ends someone else's wait.
+    pub running_cgroup: u64,
     pub discarded: [u64; Discard::COUNT],
     pub lost: [u64; Lost::COUNT],
 }
@@ -435,10 +483,10 @@ impl TaskStats {
 // Layouts are shared with the kernel program byte for byte: pin their sizes so an accidental
 // field change shows up here, not as garbage in user space.
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
-const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (6 + Discard::COUNT + Lost::COUNT));
+const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (8 + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
-const _: () = assert!(core::mem::size_of::<CgroupHist>() == 128);
-const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 136);
+const _: () = assert!(core::mem::size_of::<CgroupHist>() == 168);
+const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 176);
 const _: () = assert!(core::mem::size_of::<RemovedRing>() == 8 + 8 * REMOVED_KEPT);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
 const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
@@ -517,6 +565,9 @@ mod tests {
         }
         for (i, l) in Lost::ALL.iter().enumerate() {
             assert_eq!(*l as usize, i);
+        }
+        for (i, h) in Holder::ALL.iter().enumerate() {
+            assert_eq!(*h as usize, i);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Cgroups that come and go at 30/s under the cgroup2 mount (found in mountinfo), each with a
 //! short-lived process that waits on a run queue inside it, while the daemon runs with small
 //! per-cgroup maps and `--top-cgroups 1000`: no delay may be lost to a full map, every removed
-//! cgroup is retired promptly, no log line per cgroup, series bounded, RSS flat.
+//! cgroup is retired promptly, no log line per cgroup, series bounded, RSS flat, and every
+//! cgroup's wait split by holder adds up to its delay time.
 //!
 //! CI runs 20 s with `--max-cgroups 256` (600 cgroups: more than the slots and the overflow map
 //! hold, so removed cgroups must be reclaimed); `RUNQLAT_CHURN_SECONDS=60 RUNQLAT_CHURN_MAX=1024`
@@ -79,5 +80,22 @@ fn cgroups_coming_and_going_lose_no_delay() {
     assert_eq!(missed, 0.0, "removals the kernel's ring overwrote unread");
     assert!(retired >= created as f64, "only {retired} of {created} removed cgroups retired");
     assert!(series <= 1001, "{series} series with --top-cgroups 1000");
+    // Who held the CPU, through slots, the overflow map and retirement alike: every cgroup's
+    // split by holder adds up to its delay time.
+    let mut checked = 0;
+    for line in text.lines().filter(|l| l.starts_with("runqlat_cgroup_delay_seconds_sum{")) {
+        let (series, waited) = line.rsplit_once(' ').unwrap();
+        let waited: f64 = waited.parse().unwrap();
+        let labels = series.trim_start_matches("runqlat_cgroup_delay_seconds_sum{").trim_end_matches('}');
+        let (cgroup, rest) = labels.split_once(',').unwrap_or((labels, ""));
+        let rest = if rest.is_empty() { String::new() } else { format!(",{rest}") };
+        let by: f64 = ["same", "other", "kernel", "idle"]
+            .iter()
+            .map(|b| metric(&text, &format!("runqlat_cgroup_wait_by_seconds_total{{{cgroup},by=\"{b}\"{rest}}}")))
+            .sum();
+        assert!((by - waited).abs() <= 1e-6 * waited.max(1.0), "{series}: {waited} s waited, {by} s by holder");
+        checked += 1;
+    }
+    assert!(checked > 1, "{checked} cgroup series checked");
     daemon.stop().unwrap();
 }

@@ -16,16 +16,30 @@ const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 /// A busy loop for busybox sh.
 const SPIN: &str = "while :; do :; done";
 
-/// The labels of `container`'s delay-count series, as the daemon should print them.
-fn count_series(c: &Container, names: Option<(&str, &str, &str)>) -> String {
+/// The labels of `container`'s cgroup series, as the daemon should print them: cgroup, then
+/// `extra`, then the container's names.
+fn labels(c: &Container, names: Option<(&str, &str, &str)>, extra: &str) -> String {
     let (namespace, pod, container) = names.unwrap_or(("", "", &c.id[..12]));
-    let mut labels = format!("cgroup=\"{}\"", c.cgroup);
+    let mut labels = format!("cgroup=\"{}\"{extra}", c.cgroup);
     for (k, v) in [("namespace", namespace), ("pod", pod), ("container", container), ("container_id", c.id.as_str())] {
         if !v.is_empty() {
             labels.push_str(&format!(",{k}=\"{v}\""));
         }
     }
-    format!("runqlat_cgroup_delay_seconds_count{{{labels}}}")
+    labels
+}
+
+/// The labels of `container`'s delay-count series, as the daemon should print them.
+fn count_series(c: &Container, names: Option<(&str, &str, &str)>) -> String {
+    format!("runqlat_cgroup_delay_seconds_count{{{}}}", labels(c, names, ""))
+}
+
+fn held_series(c: &Container, names: Option<(&str, &str, &str)>) -> String {
+    format!("runqlat_cgroup_held_others_seconds_total{{{}}}", labels(c, names, ""))
+}
+
+fn wait_by_series(c: &Container, names: Option<(&str, &str, &str)>, by: &str) -> String {
+    format!("runqlat_cgroup_wait_by_seconds_total{{{}}}", labels(c, names, &format!(",by=\"{by}\"")))
 }
 
 #[test]
@@ -70,6 +84,60 @@ fn podman_containers_are_named_by_their_annotations() {
     assert_eq!(sample(&text, "runqlat_container_unresolved_total"), Some(0.0), "{text}");
     // A pod's delay is one query away.
     assert!(text.lines().any(|l| l.contains("pod=\"victim-pod\"") && l.contains("namespace=\"testns\"")));
+
+    // Who took the victim's CPU: another cgroup, and of the containers the hog's is the one that
+    // held others back most (the host's own cgroups share CPU 0 too: other tests, builds).
+    let victim_names = Some(("testns", "victim-pod", "victim"));
+    let victim_other = wait_by_series(&victim, victim_names, "other");
+    let hog_held = held_series(&hog, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
+        let seen = |series: &str| sample(&text, series).is_some_and(|n| n > 0.0);
+        if seen(&victim_other) && seen(&hog_held) {
+            // A few more windows, so the totals are not one window's luck.
+            std::thread::sleep(Duration::from_secs(3));
+            break daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {victim_other} and {hog_held} within 20 s; series:\n{}",
+            text.lines().filter(|l| l.starts_with("runqlat_cgroup_")).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let value = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+    let waited = value(&format!("runqlat_cgroup_delay_seconds_sum{{{}}}", labels(&victim, victim_names, "")));
+    let by: Vec<f64> =
+        ["same", "other", "kernel", "idle"].iter().map(|b| value(&wait_by_series(&victim, victim_names, b))).collect();
+    let (held, other) = (value(&hog_held), value(&victim_other));
+    let victim_held = value(&held_series(&victim, victim_names));
+    let held_most = text
+        .lines()
+        .filter(|l| l.starts_with("runqlat_cgroup_held_others_seconds_total{") && l.contains("container_id="))
+        .filter_map(|l| Some((l.rsplit(' ').next()?.parse::<f64>().ok()?, l)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, l)| l.to_string())
+        .unwrap_or_default();
+    println!(
+        "victim waited {waited:.6} s, by same/other/kernel/idle {by:?}; held others back: the hog {held:.6} s, \
+         the victim {victim_held:.6} s"
+    );
+    println!("held others back most, of the containers: {held_most}");
+    println!(
+        "held others back, every cgroup:\n{}",
+        text.lines()
+            .filter(|l| l.starts_with("runqlat_cgroup_held_others_seconds_total{"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Nothing unclassified: the split adds up to the victim's delay time.
+    assert!((by.iter().sum::<f64>() - waited).abs() <= 1e-6 * waited.max(1.0), "{by:?} vs {waited}");
+    // The victim shares CPU 0 with two spinners of the hog, which run through its waits; the
+    // hog's own waits end when the victim's brief runs do, and only those runs count, so the
+    // victim, which barely runs, is not named for them.
+    assert!(other > 0.0 && held > victim_held, "the hog held others back {held} s, the victim {victim_held} s");
+    assert!(held_most.starts_with(&hog_held), "the hog does not lead held-others among containers: {held_most}");
 
     podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
     podman.remove(&hog).unwrap_or_else(|e| panic!("{e:#}"));

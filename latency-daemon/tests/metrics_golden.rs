@@ -13,7 +13,7 @@ use latency_common::{
     CpuStats, Discard, Lost, Reason, WindowMax,
     buckets::bucket_of,
     knobs::Clock,
-    maps::{CgroupHist, cgroup_bucket},
+    maps::{CgroupHist, Holder, cgroup_bucket},
 };
 use latency_daemon::{
     config::Config,
@@ -47,13 +47,20 @@ fn comm(s: &str) -> [u8; 16] {
     c
 }
 
+/// Each delay's holder in turn: same, other, kernel, idle, same, …
 fn cgroup_hist(delays: &[u64]) -> CgroupHist {
     let mut h = CgroupHist::ZERO;
-    for &d in delays {
+    for (i, &d) in delays.iter().enumerate() {
         h.buckets[cgroup_bucket(bucket_of(d))] += 1;
         h.sum_ns += d;
+        h.waited_by_ns[i % Holder::COUNT] += d;
     }
     h
+}
+
+/// A cgroup whose tasks held others back for `held_ns`.
+fn holding(h: CgroupHist, held_ns: u64) -> CgroupHist {
+    CgroupHist { held_others_ns: held_ns, ..h }
 }
 
 /// Two CPUs, both reasons, losses and discards of every kind, a closed window with its maxima,
@@ -76,6 +83,8 @@ fn exposition() -> Exposition {
         idle_ns: 4 * S,
         idle_since_ns: 24 * S,
         last_next: 0,
+        running_since_ns: 24 * S,
+        running_cgroup: 7,
         discarded: [1; Discard::COUNT],
         lost: [2; Lost::COUNT],
     };
@@ -118,7 +127,7 @@ fn exposition() -> Exposition {
         cgroups: vec![
             ("/system.slice/web.service".into(), cgroup_hist(PREEMPT)),
             ("/we\"ird\\name with space\nand a line".into(), cgroup_hist(&WAKEUP[..3])),
-            (POD_PATH.into(), cgroup_hist(&WAKEUP[3..5])),
+            (POD_PATH.into(), holding(cgroup_hist(&WAKEUP[3..5]), 16_250_000)),
             ("other".into(), cgroup_hist(&WAKEUP[5..])),
         ],
         containers: [(

@@ -109,3 +109,7 @@ pub fn depth_known() -> bool {
 pub fn rq_nr_running() -> u32 {
     knob!(rq_nr_running)
 }
+#[inline(always)]
+pub fn task_flags() -> u32 {
+    knob!(task_flags)
+}

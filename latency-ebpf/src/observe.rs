@@ -4,7 +4,7 @@ use aya_ebpf::{helpers::generated::bpf_ktime_get_ns, programs::BtfTracePointCont
 use latency_common::{
     CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
-    maps::{CgroupHist, CgroupSlot, cgroup_bucket, cgroup_slot, stamp_pack, stamp_unpack, window_index},
+    maps::{CgroupHist, CgroupSlot, Holder, cgroup_bucket, cgroup_slot, stamp_pack, stamp_unpack, window_index},
 };
 
 use crate::{
@@ -101,7 +101,9 @@ pub fn take(ctx: &BtfTracePointContext, tid: u32, now: u64, cpu: &mut CpuStats) 
     Some((delay, reason))
 }
 
-/// Add a delay to this CPU's histogram for its reason and to the window maximum.
+/// Add a delay to this CPU's histogram for its reason and to the window maximum; returns
+/// `next`'s cgroup v2 id where it was read (0 otherwise). `prev_cgroup` is `prev`'s where its own
+/// switch-in read it (0: read it here if needed).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn record(
@@ -111,9 +113,11 @@ pub fn record(
     now: u64,
     prev: Task,
     prev_tid: u32,
+    prev_ran: u64,
+    prev_cgroup: u64,
     next: Task,
     next_tid: u32,
-) {
+) -> u64 {
     // Find the cgroup's entry first, so the bucket index below is used by both histograms at
     // one spot and dies right after.
     let cgroup_id = if knobs::cgroups() { next.cgroup_id() } else { 0 };
@@ -130,6 +134,16 @@ pub fn record(
             *count += 1;
         }
         c.sum_ns += delay;
+        let (holder, holder_cgroup) = holder(prev, prev_tid, prev_cgroup, cgroup_id);
+        c.waited_by_ns[holder as usize & (Holder::COUNT - 1)] += delay;
+        // The other side of `Holder::Other`: the cgroup that held the CPU is charged the part
+        // of the wait it ran, so it can be named. A second slot lookup, only for waits that end
+        // on another cgroup's task.
+        if holder == Holder::Other && holder_cgroup != 0 {
+            if let Some(h) = cgroup_entry(ctx, holder_cgroup) {
+                h.held_others_ns += if prev_ran < delay { prev_ran } else { delay };
+            }
+        }
     }
     let epoch = match CONTROL.get(0) {
         Some(c) => c.epoch,
@@ -156,6 +170,22 @@ pub fn record(
             w.reason = reason as u32;
         }
     }
+    cgroup_id
+}
+
+/// Who held the CPU until the waiting task (of cgroup `victim_cgroup`) got it: `prev` at this
+/// switch, and its cgroup where that matters (same or another): `known` if its switch-in read it,
+/// else read now.
+#[inline(always)]
+fn holder(prev: Task, prev_tid: u32, known: u64, victim_cgroup: u64) -> (Holder, u64) {
+    if prev_tid == 0 {
+        return (Holder::Idle, 0);
+    }
+    if prev.is_kthread() {
+        return (Holder::Kernel, 0);
+    }
+    let id = if known != 0 { known } else { prev.cgroup_id() };
+    if id == victim_cgroup { (Holder::Same, id) } else { (Holder::Other, id) }
 }
 
 /// This CPU's histogram of cgroup `id`: in the common case its slot, an array element (one

@@ -44,6 +44,12 @@ fn on_switch(ctx: &BtfTracePointContext) {
     }
     let next_tid = next.tid();
     cpu.last_next = next_tid as u64 + 1;
+    // How long prev ran: unknown after an unseen switch (then the whole of a wait may be its).
+    let prev_ran =
+        if untraced || cpu.running_since_ns == 0 { u64::MAX } else { now.saturating_sub(cpu.running_since_ns) };
+    cpu.running_since_ns = now;
+    let prev_cgroup = if untraced { 0 } else { cpu.running_cgroup };
+    cpu.running_cgroup = 0;
     if knobs::attribute_ns() != 0 {
         attribute::remember_run(prev, prev_tid, now);
     }
@@ -81,7 +87,8 @@ fn on_switch(ctx: &BtfTracePointContext) {
     }
     let delay = observe::take(ctx, next_tid, now, cpu);
     if let Some((delay_ns, reason)) = delay {
-        observe::record(ctx, delay_ns, reason, now, prev, prev_tid, next, next_tid);
+        cpu.running_cgroup =
+            observe::record(ctx, delay_ns, reason, now, prev, prev_tid, prev_ran, prev_cgroup, next, next_tid);
     }
     if knobs::per_task() && observe::keep(next, next_tid) {
         observe::task_in(ctx, next, next_tid, now, delay);

@@ -85,6 +85,14 @@ impl Task {
             .map_or(0, |kn| kn.load::<u64>(knobs::kernfs_node_id()))
     }
 
+    /// Whether this is a kernel thread: `PF_KTHREAD` in `task_struct.flags` (the kernel's own
+    /// test, the same bit from 2.6 to 6.18).
+    #[inline(always)]
+    pub fn is_kthread(self) -> bool {
+        const PF_KTHREAD: u32 = 0x0020_0000;
+        self.load::<u32>(knobs::task_flags()) & PF_KTHREAD != 0
+    }
+
     /// For a `struct cgroup *` (not a task): its id if it belongs to the v2 hierarchy (whose
     /// `hierarchy_id` is 0; v1 hierarchies have their own ids, which may equal v2 ones).
     #[inline(always)]

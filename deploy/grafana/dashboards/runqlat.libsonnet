@@ -1,6 +1,7 @@
 // The run-queue latency dashboard: the delay distribution as a heatmap (native and classic),
 // quantiles per node and reason, the exact window max against the alert threshold, the share of
-// delays above 2^-7 s, who waits (top cgroups and their pods), per-CPU switches
+// delays above 2^-7 s, who waits (top cgroups and their pods), who took the CPU (the cgroups
+// that held others back, and the wait split by holder), per-CPU switches
 // and idle, what the monitor lost, the daemon's own health, and active alerts.
 local p = import '../lib/panels.libsonnet';
 
@@ -125,6 +126,22 @@ local p = import '../lib/panels.libsonnet';
             p.target('histogram_quantile(0.99, sum by (instance, namespace, pod, cgroup, le) (rate(runqlat_cgroup_delay_seconds_bucket%s[$__range])))' % on(pods)),
           ],
         ) { width:: 10 },
+      ];
+
+      local culpritPanels = [
+        p.timeseries(
+          'Who took the CPU: cgroups that held others back',
+          "Seconds per second that other cgroups' tasks waited for a CPU, charged to the cgroup whose task held the CPU until each wait ended (it was switched out for the waiting task): the %d cgroups (and pods) that held others back most, on every node selected, whatever the namespace and pod variables. The noisy neighbours." % c.topCgroups,
+          'short',
+          [p.target('topk(%d, sum by (instance, namespace, pod, cgroup) (%s))' % [c.topCgroups, rate('runqlat_cgroup_held_others_seconds_total' + on())], legend='{{instance}} {{namespace}} {{pod}} {{cgroup}}')],
+        ),
+        p.timeseries(
+          'Who took the CPU: time waited by holder',
+          'Seconds waited per second by the cgroups (pods) selected, split by who held the CPU when each wait ended: same (a task of the same cgroup), other (another cgroup: the panel beside names it), kernel (a kernel thread), idle (nobody: the wakeup itself).',
+          'short',
+          [p.target('sum by (instance, by) (%s)' % rate('runqlat_cgroup_wait_by_seconds_total' + on(pods)), legend='{{instance}} {{by}}')],
+          stack=true,
+        ),
       ];
 
       local cpuPanels = [
@@ -321,6 +338,7 @@ local p = import '../lib/panels.libsonnet';
           { title: 'Thresholds', height: 8, panels: worstPanels },
           { title: 'How much waiting', height: 7, panels: volumePanels },
           { title: 'Who waits', height: 9, panels: whoPanels },
+          { title: 'Who took the CPU', height: 8, panels: culpritPanels },
           { title: 'CPUs', height: 7, panels: cpuPanels },
           { title: 'What the monitor could not see', height: 6, panels: lossPanels },
           { title: 'The daemon itself', height: 7, panels: healthPanels },

@@ -260,6 +260,8 @@ fn knobs(
         rq_nr_running: 0,
         cgroup_root: cgroup.map_or(0, |c| c.cgroup_root.offset),
         cgroup_root_hierarchy_id: cgroup.map_or(0, |c| c.cgroup_root_hierarchy_id.offset),
+        task_flags: cgroup.map_or(0, |c| c.task_flags.offset),
+        _pad: 0,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Each window's per-cgroup deltas and their paths → bounded cumulative series: the top N
-//! cgroups by delay time in the window keep a series of their own (places left free go to those
-//! that waited before, so a quiet cgroup stays), everything else adds to `cgroup="other"`, so
-//! the label set stays ≤ N + 1 however many containers come and go.
+//! cgroups by delay time in the window (time waited plus time they held other cgroups' tasks
+//! back, so a noisy neighbour that rarely waits is named too) keep a series of their own (places
+//! left free go to those that waited before, so a quiet cgroup stays), everything else adds to
+//! `cgroup="other"`, so the label set stays ≤ N + 1 however many containers come and go.
 use std::collections::HashMap;
 
 use latency_common::maps::CgroupHist;
@@ -62,7 +63,8 @@ impl CgroupSeries {
                 _ => add(&mut self.other, delta),
             }
         }
-        named.sort_by(|a, b| b.1.sum_ns.cmp(&a.1.sum_ns).then_with(|| a.0.cmp(&b.0)));
+        let weight = |h: &CgroupHist| h.sum_ns.saturating_add(h.held_others_ns);
+        named.sort_by(|a, b| weight(b.1).cmp(&weight(a.1)).then_with(|| a.0.cmp(&b.0)));
         self.current.clear();
         for (i, (path, delta)) in named.into_iter().enumerate() {
             if i < top {
@@ -143,6 +145,17 @@ mod tests {
         let mut s = CgroupSeries::default();
         s.add_window(&[(1, h(10)), (2, h(30)), (3, h(20)), (99, h(5))], names, 2);
         assert_eq!(sums(&s), vec![("/c2".into(), 30), ("/c3".into(), 20), ("other".into(), 15)]);
+    }
+
+    #[test]
+    fn a_cgroup_that_held_others_back_ranks_by_that_too() {
+        let mut s = CgroupSeries::default();
+        let mut hog = h(1);
+        hog.held_others_ns = 100;
+        s.add_window(&[(1, h(10)), (2, h(30)), (3, hog)], names, 2);
+        let exported: Vec<(String, u64, u64)> =
+            s.exported().into_iter().map(|(l, h)| (l.to_string(), h.sum_ns, h.held_others_ns)).collect();
+        assert_eq!(exported, vec![("/c3".into(), 1, 100), ("/c2".into(), 30, 0), ("other".into(), 10, 0)]);
     }
 
     #[test]

@@ -69,9 +69,13 @@ pub fn sum_cgroup(per_cpu: &[CgroupHist]) -> CgroupHist {
     total
 }
 
-/// `total += delta`, bucket by bucket.
+/// `total += delta`, field by field.
 pub fn add_cgroup(total: &mut CgroupHist, delta: &CgroupHist) {
     total.sum_ns += delta.sum_ns;
+    for (t, d) in total.waited_by_ns.iter_mut().zip(delta.waited_by_ns.iter()) {
+        *t += d;
+    }
+    total.held_others_ns += delta.held_others_ns;
     for (t, d) in total.buckets.iter_mut().zip(delta.buckets.iter()) {
         *t += d;
     }

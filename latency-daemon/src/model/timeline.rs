@@ -92,7 +92,8 @@ pub fn top_cgroups(
     mut name: impl FnMut(u64) -> Option<String>,
     n: usize,
 ) -> Vec<CgroupSummary> {
-    let mut by_time: Vec<&(u64, CgroupHist)> = deltas.iter().collect();
+    // A cgroup that only held others back in the window has no delay of its own to list.
+    let mut by_time: Vec<&(u64, CgroupHist)> = deltas.iter().filter(|(_, h)| h.sum_ns > 0).collect();
     by_time.sort_by(|a, b| b.1.sum_ns.cmp(&a.1.sum_ns).then(a.0.cmp(&b.0)));
     by_time
         .into_iter()

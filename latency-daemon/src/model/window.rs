@@ -48,7 +48,8 @@ impl Window {
 }
 
 /// Per-cgroup deltas between two snapshots (both sorted by id). An id missing from `start` is
-/// new (its whole count is in the window); one missing from `end` was deleted and is skipped.
+/// new (its whole count is in the window); one missing from `end` was deleted and is skipped. A
+/// cgroup is in the result if its tasks waited or held others' back in the window.
 pub fn cgroup_deltas(start: &Snapshot, end: &Snapshot) -> Vec<(u64, CgroupHist)> {
     let mut out = Vec::new();
     let mut before = start.cgroups.iter().peekable();
@@ -65,7 +66,12 @@ pub fn cgroup_deltas(start: &Snapshot, end: &Snapshot) -> Vec<(u64, CgroupHist)>
         for (slot, (l, e)) in d.buckets.iter_mut().zip(later.buckets.iter().zip(earlier.buckets.iter())) {
             *slot = l.saturating_sub(*e);
         }
-        if d.buckets.iter().any(|&c| c > 0) {
+        for (slot, (l, e)) in d.waited_by_ns.iter_mut().zip(later.waited_by_ns.iter().zip(earlier.waited_by_ns.iter()))
+        {
+            *slot = l.saturating_sub(*e);
+        }
+        d.held_others_ns = later.held_others_ns.saturating_sub(earlier.held_others_ns);
+        if d.buckets.iter().any(|&c| c > 0) || d.held_others_ns > 0 {
             out.push((*id, d));
         }
     }
@@ -107,6 +113,17 @@ mod tests {
         let d = cgroup_deltas(&start, &end);
         // 1 grew by 4; 2 was deleted; 3 had nothing new; 4 is new.
         assert_eq!(d, vec![(1, hist(4, 40)), (4, hist(2, 20))]);
+    }
+
+    #[test]
+    fn cgroup_deltas_carry_who_held_the_cpu() {
+        let with = |h: CgroupHist, by: [u64; 4], held: u64| CgroupHist { waited_by_ns: by, held_others_ns: held, ..h };
+        let start =
+            snap(0, vec![(1, with(hist(5, 50), [10, 20, 10, 10], 0)), (2, with(hist(1, 10), [0, 0, 0, 10], 7))]);
+        let end = snap(1, vec![(1, with(hist(9, 90), [20, 40, 20, 10], 0)), (2, with(hist(1, 10), [0, 0, 0, 10], 37))]);
+        let d = cgroup_deltas(&start, &end);
+        // 2 waited no more but held others back for 30 ns: it stays in the window.
+        assert_eq!(d, vec![(1, with(hist(4, 40), [10, 20, 10, 0], 0)), (2, with(hist(0, 0), [0; 4], 30))]);
     }
 
     #[test]

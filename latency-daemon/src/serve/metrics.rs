@@ -8,6 +8,7 @@ use latency_common::{
     Discard, Lost, Reason,
     buckets::{ZERO_BUCKET, ZERO_NATIVE_INDEX},
     knobs::Clock,
+    maps::Holder,
 };
 use prometheus_client::{
     collector::Collector,
@@ -272,6 +273,35 @@ fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), 
         family
             .encode_family(&with_container(e, &[("cgroup", label.as_str())], label))?
             .encode_histogram::<NoLabelSet>(seconds(h.sum_ns), count, &classic, None)?;
+    }
+    let mut family = enc.encode_descriptor(
+        "runqlat_cgroup_wait_by_seconds",
+        "Time the tasks of a cgroup waited, by who held the CPU when each wait ended (the task switched \
+         out for the one that waited): by=\"same\" its own cgroup, \"other\" another cgroup (named by \
+         runqlat_cgroup_held_others_seconds_total), \"kernel\" a kernel thread, \"idle\" nobody (the \
+         wakeup itself). The four add up to runqlat_cgroup_delay_seconds_sum; same series as that.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (label, h) in &e.cgroups {
+        for holder in Holder::ALL {
+            family
+                .encode_family(&with_container(e, &[("cgroup", label.as_str()), ("by", holder.name())], label))?
+                .encode_counter::<NoLabelSet, _, f64>(&seconds(h.waited_by_ns[holder as usize]), None)?;
+        }
+    }
+    let mut family = enc.encode_descriptor(
+        "runqlat_cgroup_held_others_seconds",
+        "Time tasks of this cgroup ran while a task of another cgroup waited for their CPU: at each \
+         switch that ends such a wait (by=\"other\" for the waiter), the part of it the holder ran \
+         just before. Who held others back; same series as runqlat_cgroup_delay_seconds.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (label, h) in &e.cgroups {
+        family
+            .encode_family(&with_container(e, &[("cgroup", label.as_str())], label))?
+            .encode_counter::<NoLabelSet, _, f64>(&seconds(h.held_others_ns), None)?;
     }
     Ok(())
 }

@@ -38,6 +38,9 @@ pub struct CgroupLayout {
     /// `cgroup->root->hierarchy_id`: which hierarchy a removed cgroup belonged to.
     pub cgroup_root: Member,
     pub cgroup_root_hierarchy_id: Member,
+    /// `task_struct.flags` (`unsigned int` since 2.6): `PF_KTHREAD` marks a kernel thread, the
+    /// holder class of a wait that ended when one gave the CPU up.
+    pub task_flags: Member,
 }
 
 /// The chain from a task to the number of runnable tasks on its CPU:
@@ -81,6 +84,7 @@ impl Btf {
                 self.member("cgroup_root", "hierarchy_id")?,
                 &[4],
             )?,
+            task_flags: check_size("task_struct", "flags", self.member("task_struct", "flags")?, &[4])?,
         })
     }
 
