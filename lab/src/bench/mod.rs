@@ -36,8 +36,9 @@ pub struct Args {
     /// of its rounds (a gross regression), writes no report.
     #[arg(long)]
     guard: bool,
-    /// Only the time inside the programs (every tracer, every workload, 5 rounds: ≈ 5 min),
-    /// printed and written to bench-report/inprog.md; the figures README's Cost ranges come from.
+    /// Only the time inside the programs (every tracer, every workload, 5 rounds, and the build
+    /// without diagnostics: ≈ 13 min), printed and written to bench-report/inprog.md; the figures
+    /// README's Cost ranges come from.
     #[arg(long, conflicts_with_all = ["guard", "daemon_only"])]
     in_program: bool,
     /// Only the daemon's own cost and the drain figures (a few minutes), printed and written to
