@@ -3,7 +3,7 @@
 //! only on the rare branches, so the common path carries none of it.
 use aya_ebpf::programs::BtfTracePointContext;
 #[cfg(not(feature = "no-diag"))]
-use {aya_ebpf::helpers::generated::bpf_ktime_get_ns, aya_log_ebpf::warn, crate::maps::DIAG};
+use {crate::maps::DIAG, aya_ebpf::helpers::generated::bpf_ktime_get_ns, aya_log_ebpf::warn};
 
 /// What happened; the index of its slot in `DiagState`.
 #[derive(Clone, Copy)]
