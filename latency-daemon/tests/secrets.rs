@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use latency_lab::{daemon::Daemon, web};
+use latency_lab::{daemon::Daemon, guard::Scratch, web};
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 const PASSWORD: &str = "PASSW0RD-SECRET";
@@ -42,6 +42,12 @@ fn credentials_in_sink_urls_are_used_but_never_shown() {
     let dead = web::free_port().unwrap();
     let webhook = format!("http://alice:{PASSWORD}@127.0.0.1:{port}/hook?token={TOKEN}");
     let alertmanager = format!("http://bob:{PASSWORD}@127.0.0.1:{dead}/am?token={TOKEN}");
+    // From a file: a flag with a password is refused (see below).
+    let dir = Scratch::new("runqlat-secrets").unwrap();
+    let config = dir.join("runqlat.toml");
+    std::fs::write(&config, format!("alert_webhook = [\"{webhook}\"]\nalertmanager_url = [\"{alertmanager}\"]\n"))
+        .unwrap();
+    let config = format!("--config={}", config.display());
     let daemon = Daemon::start(
         DAEMON,
         &[
@@ -49,10 +55,7 @@ fn credentials_in_sink_urls_are_used_but_never_shown() {
             "--window=1s",
             // Fires on the machine's own noise within a window or two.
             "--alert-max-delay=1us",
-            "--alert-webhook",
-            &webhook,
-            "--alertmanager-url",
-            &alertmanager,
+            &config,
         ],
     )
     .unwrap();
@@ -108,5 +111,20 @@ fn a_refused_url_is_refused_without_echoing_its_secret() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("alert_webhook: 'ftp://xxxxx@h/?xxxxx': must start with http://"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD) && !stderr.contains(TOKEN), "{stderr}");
+}
+
+#[test]
+fn a_password_in_a_flag_is_refused() {
+    let out = std::process::Command::new(DAEMON)
+        .args(["run", "--listen=127.0.0.1:1", "--alert-max-delay=5ms"])
+        .arg(format!("--alert-webhook=http://alice:{PASSWORD}@127.0.0.1:1/hook?token={TOKEN}"))
+        .arg(format!("--alertmanager-url=https://bob:{PASSWORD}@am.example:9093"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("alert_webhook: 'http://xxxxx@127.0.0.1:1/hook?xxxxx': a password in a flag"), "{stderr}");
+    assert!(stderr.contains("alertmanager_url: 'https://xxxxx@am.example:9093': a password in a flag"), "{stderr}");
     assert!(!stderr.contains(PASSWORD) && !stderr.contains(TOKEN), "{stderr}");
 }

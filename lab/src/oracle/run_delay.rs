@@ -56,11 +56,9 @@ pub struct Unseen {
     pub migrations: u64,
     /// The thread's longest sleep (0 for a thread that never sleeps on purpose).
     pub longest_sleep_ns: u64,
-    /// Switches of the thread the kernel raised no `sched_switch` for (each hides one delay,
-    /// allowed `largest_delay_ns`: the largest any thread of the run saw).
+    /// Switches of the thread the kernel raised no `sched_switch` for: each hides one wait of
+    /// unknown length.
     pub untraced: u64,
-    /// The largest delay any workload thread of the run saw (on either clock).
-    pub largest_delay_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,19 +74,22 @@ pub struct RunDelayGap {
 /// for the kernel's delayed-dequeue artifact. With EEVDF a task that blocks stays queued; if it
 /// is migrated while asleep the migration re-stamps its `last_queued`, and the wakeup keeps that
 /// stamp, so run_delay counts the rest of that sleep as waiting (no tracepoint shows it as such).
-/// Each migration can add at most one sleep. And some kernels switch tasks now and then without
-/// raising `sched_switch` (our program counts each as a break in the CPU's chain of switches):
-/// the delay around such a switch is in run_delay and in no tracer; we allow it the thread's
-/// largest delay we saw. So when the kernel counts more than we do the allowance is 1 ms (for
-/// the rare blocking of a spinner) + migrations × longest sleep + untraced switches × largest
-/// delay; when we count more, only the 1 ms.
+/// Each migration can add at most one sleep. And some kernels (this VM's) switch tasks now and
+/// then without raising `sched_switch` (our program counts each as a break in the CPU's chain of
+/// switches): the wait around such a switch is in run_delay and in no tracer, and nothing bounds
+/// its length (a lone spinner with 0.76 ms of delays of its own hid 8.9 ms behind two; allowing
+/// "the largest delay seen" failed CI twice). So for a thread with untraced switches the check
+/// is one-sided: the kernel may hold any amount more than we do, never less. Otherwise, when the
+/// kernel counts more the allowance is 1 ms (for the rare blocking of a spinner) + migrations ×
+/// longest sleep; when we count more, only the 1 ms.
 pub fn run_delay_gap(ours_ns: u64, delays: u64, kernel_ns: u64, unseen: Unseen) -> RunDelayGap {
     let diff_ns = ours_ns as i64 - kernel_ns as i64;
-    let hidden_ns = if diff_ns < 0 {
-        let slept = unseen.migrations.saturating_mul(unseen.longest_sleep_ns);
-        slept.saturating_add(unseen.untraced.saturating_mul(unseen.largest_delay_ns))
-    } else {
+    let hidden_ns = if diff_ns >= 0 {
         0
+    } else if unseen.untraced > 0 {
+        diff_ns.unsigned_abs()
+    } else {
+        unseen.migrations.saturating_mul(unseen.longest_sleep_ns)
     };
     let allowance_ns = 1_000_000u64.saturating_add(hidden_ns);
     let tolerance_ns = (kernel_ns / 50 + 2_000 * delays).saturating_add(allowance_ns);

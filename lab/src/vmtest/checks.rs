@@ -159,7 +159,6 @@ pub fn run_delay(rec: &Recording, load: &Load) -> Option<Check> {
             migrations: d.migrations.unwrap_or(0),
             longest_sleep_ns: d.longest_sleep_ns,
             untraced: t.untraced,
-            largest_delay_ns: t.delay_max_ns,
         };
         let gap = run_delay_gap(t.delay_sum_ns, t.delay_count, d.run_delay_ns, unseen);
         // On the other side as well, a migration can change how the wait in progress is

@@ -15,7 +15,7 @@ const ENV_PREFIX: &str = "RUNQLAT_";
 /// Returns the merged settings, the file read (if any) and the environment's problems; a file
 /// that cannot be read or parsed is an error of its own, since nothing in it can be trusted.
 pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<PathBuf>, Vec<Problem>), ConfigError> {
-    let mut problems = Vec::new();
+    let mut problems = super::alert::passwords_in_flags(args);
     let merged = args.clone().or(from_env(env, &mut problems));
     let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
     let text = super::file::read(&path).map_err(|source| ConfigError::Read { source })?;
