@@ -262,8 +262,10 @@ fn busy_threads_max_delay_matches_perf_sched() {
         }
         // 5 %, plus 5 µs: perf prints ms with 3 decimals, and its probe and ours run at different
         // points of the same tracepoints, a few µs apart on a busy VM — which only matters for
-        // a lone spinner whose worst wait is tens of µs.
-        let tolerance = 0.05 * p.max_ms + 0.005;
+        // a lone spinner whose worst wait is tens of µs. There a vCPU the hypervisor preempts
+        // between the two probes of one event moves them further apart (CI: 47 vs 56 µs over 9
+        // delays, with 0.4 s of steal in a 2 s mode), so a worst wait under 1 ms gets 25 µs.
+        let tolerance = 0.05 * p.max_ms + if p.max_ms < 1.0 { 0.025 } else { 0.005 };
         assert!(
             (ours_ms - p.max_ms).abs() <= tolerance,
             "{}: our max delay {ours_ms:.3} ms vs perf sched's {:.3} ms\n{}",

@@ -87,13 +87,28 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
 
     // Exact totals: the drain count of Prometheus's latest sample says which exposition it got;
     // we saw the same one, and its counts must be the same to the delay.
+    // Both in one query: two queries may straddle a scrape that lands between them (CI: the drain
+    // count of one scrape and the delay count of the next).
     for job in ["classic", "native"] {
-        let drains = scalar(&prom, &format!("runqlat_drains_total{{job=\"{job}\"}}")).unwrap() as u64;
         let total = if job == "classic" {
-            scalar(&prom, "sum(runqlat_delay_seconds_count{job=\"classic\"})").unwrap()
+            "sum by (job) (runqlat_delay_seconds_count{job=\"classic\"})"
         } else {
-            scalar(&prom, "sum(histogram_count(runqlat_delay_seconds{job=\"native\"}))").unwrap()
-        } as u64;
+            "sum by (job) (histogram_count(runqlat_delay_seconds{job=\"native\"}))"
+        };
+        let both = prom
+            .query(&format!(
+                "label_replace(runqlat_drains_total{{job=\"{job}\"}}, \"what\", \"drains\", \"\", \"\") or \
+                 label_replace({total}, \"what\", \"total\", \"\", \"\")"
+            ))
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let value = |what: &str| -> u64 {
+            both.iter()
+                .find(|r| r["metric"]["what"] == what)
+                .and_then(|r| r["value"][1].as_str())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{job}: no {what} in {both:?}")) as u64
+        };
+        let (drains, total) = (value("drains"), value("total"));
         let (_, w, p) = ours
             .iter()
             .find(|(d, _, _)| *d == drains)
