@@ -15,8 +15,13 @@ use latency_lab::{daemon::Daemon, oracle::bpftool, web::sample};
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 
+/// One test at a time: `load_and_dump` takes every scheduler program that appeared while it
+/// loaded as its own, so the other test's daemon attaching meanwhile would be counted in.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_full_map_in_the_kernel_is_one_rate_limited_log_line_per_cpu() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let daemon =
         Daemon::start(DAEMON, &["--interval", "1s", "--per-task", "--max-tasks", "1"]).expect("the daemon starts");
     let line = "kernel: the per-task map is full";
@@ -164,6 +169,7 @@ fn diag_bytes_set(id: u64) -> usize {
 fn diagnostics_add_nothing_but_their_calls_to_the_hot_programs() {
     /// A call and its three arguments (ctx, what, id).
     const PER_CALL: u64 = 4;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let with = load_and_dump(None);
     let without = load_and_dump(Some(&no_diag_object()));
     assert_eq!(with.iter().map(|w| &w.0).collect::<Vec<_>>(), without.iter().map(|w| &w.0).collect::<Vec<_>>());

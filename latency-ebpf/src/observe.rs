@@ -102,8 +102,9 @@ pub fn take(ctx: &BtfTracePointContext, tid: u32, now: u64, cpu: &mut CpuStats) 
 }
 
 /// Add a delay to this CPU's histogram for its reason and to the window maximum; returns
-/// `next`'s cgroup v2 id where it was read (0 otherwise). `prev_cgroup` is `prev`'s where its own
-/// switch-in read it (0: read it here if needed).
+/// `next`'s cgroup v2 id where it was read (0 otherwise). `prev_since` is when `prev` got the CPU
+/// (0: unknown); `prev_cgroup` is `prev`'s cgroup where its own switch-in read it (0: read it here
+/// if needed).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn record(
@@ -113,15 +114,16 @@ pub fn record(
     now: u64,
     prev: Task,
     prev_tid: u32,
-    prev_ran: u64,
+    prev_since: u64,
     prev_cgroup: u64,
     next: Task,
     next_tid: u32,
 ) -> u64 {
     // Find the cgroup's entry first, so the bucket index below is used by both histograms at
     // one spot and dies right after.
-    let cgroup_id = if knobs::cgroups() { next.cgroup_id() } else { 0 };
-    let cgroup = if knobs::cgroups() { cgroup_entry(ctx, cgroup_id) } else { None };
+    let cgroups = knobs::cgroups();
+    let cgroup_id = if cgroups { next.cgroup_id() } else { 0 };
+    let cgroup = if cgroups { cgroup_entry(ctx, cgroup_id) } else { None };
     let bucket = bucket_of(delay) & (BUCKETS - 1);
     if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
@@ -141,6 +143,8 @@ pub fn record(
         // on another cgroup's task.
         if holder == Holder::Other && holder_cgroup != 0 {
             if let Some(h) = cgroup_entry(ctx, holder_cgroup) {
+                // How long prev ran (since 0: unknown, so the whole wait may be its).
+                let prev_ran = if prev_since == 0 { u64::MAX } else { now.saturating_sub(prev_since) };
                 h.held_others_ns += if prev_ran < delay { prev_ran } else { delay };
             }
         }

@@ -18,15 +18,18 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn on_switch(ctx: &BtfTracePointContext) {
+    let prev = Task::arg(ctx, 1);
+    // prev is current on this CPU, so its run queue is this CPU's. Read first: the helper call
+    // clobbers the argument registers, so nothing loaded before it would survive it unspilled.
+    let now = observe::now(prev);
     let Some(cpu) = CPU_STATS.get_ptr_mut(0) else { return };
     // SAFETY: a per-CPU array slot of this CPU; tracepoint programs do not nest on one CPU
     // for the same tracepoint, and sched_switch runs with the run-queue lock held.
     let cpu: &mut CpuStats = unsafe { &mut *cpu };
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
-    let prev = Task::arg(ctx, 1);
     let next = Task::arg(ctx, 2);
-    // prev is current on this CPU, so its run queue is this CPU's.
-    let now = observe::now(prev);
+    // Each knob read is a load (see knobs.rs): once per event.
+    let per_task = knobs::per_task();
     cpu.switches += 1;
 
     let prev_tid = prev.tid();
@@ -38,15 +41,15 @@ fn on_switch(ctx: &BtfTracePointContext) {
         cpu.lost[Lost::Switches as usize] += 1;
         // An idle period open or starting around the unseen switch has an unknown bound.
         cpu.idle_since_ns = 0;
-        if knobs::per_task() {
+        if per_task {
             observe::untraced_out((last_next - 1) as u32);
         }
     }
     let next_tid = next.tid();
     cpu.last_next = next_tid as u64 + 1;
-    // How long prev ran: unknown after an unseen switch (then the whole of a wait may be its).
-    let prev_ran =
-        if untraced || cpu.running_since_ns == 0 { u64::MAX } else { now.saturating_sub(cpu.running_since_ns) };
+    // Since when prev ran: unknown (0) after an unseen switch (then the whole of a wait may be
+    // its). How long is worked out only for the waits that need it.
+    let prev_since = if untraced { 0 } else { cpu.running_since_ns };
     cpu.running_since_ns = now;
     let prev_cgroup = if untraced { 0 } else { cpu.running_cgroup };
     cpu.running_cgroup = 0;
@@ -76,7 +79,7 @@ fn on_switch(ctx: &BtfTracePointContext) {
             // a delay that includes run time.
             observe::forget(prev_tid);
         }
-        if knobs::per_task() && kept {
+        if per_task && kept {
             observe::task_out(ctx, prev, prev_tid, now, queued || preempt, untraced);
         }
     }
@@ -88,9 +91,9 @@ fn on_switch(ctx: &BtfTracePointContext) {
     let delay = observe::take(ctx, next_tid, now, cpu);
     if let Some((delay_ns, reason)) = delay {
         cpu.running_cgroup =
-            observe::record(ctx, delay_ns, reason, now, prev, prev_tid, prev_ran, prev_cgroup, next, next_tid);
+            observe::record(ctx, delay_ns, reason, now, prev, prev_tid, prev_since, prev_cgroup, next, next_tid);
     }
-    if knobs::per_task() && observe::keep(next, next_tid) {
+    if per_task && observe::keep(next, next_tid) {
         observe::task_in(ctx, next, next_tid, now, delay);
     }
 }
