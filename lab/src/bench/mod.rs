@@ -5,11 +5,13 @@
 //! - inprog.rs: time inside each tracer's programs per event, from the kernel's BPF stats;
 //! - overhead.rs: added time per scheduler event of each tracer, from interleaved off/on pairs;
 //! - cost.rs: the daemon's own CPU, memory and scrape latency during a storm;
-//! - drain.rs: what a drain and an encode cost, by CPU count.
+//! - drain.rs: what a drain and an encode cost, by CPU count;
+//! - together.rs: this build against others, attached at once (`--together`).
 mod cost;
 mod drain;
 mod inprog;
 mod overhead;
+mod together;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -45,17 +47,24 @@ pub struct Args {
     /// bench-report/daemon.md; the full report needs the whole run.
     #[arg(long, conflicts_with = "guard")]
     daemon_only: bool,
+    /// Other builds of latency-daemon (e.g. another checkout's target/release/latency-daemon)
+    /// attached at once with this one, rotated, 4 rounds per build on each workload: each build's
+    /// time inside its programs and its difference from this build, round by round (medians).
+    /// For before/after figures smaller than the spread between runs. Writes
+    /// bench-report/together.md.
+    #[arg(long, num_args = 1.., value_name = "DAEMON", conflicts_with_all = ["guard", "in_program", "daemon_only"])]
+    together: Vec<PathBuf>,
 }
 
 impl Args {
     /// Whether this run attaches the floor program (the in-program and pair tables do).
     pub fn needs_floor(&self) -> bool {
-        !self.daemon_only
+        !self.daemon_only && self.together.is_empty()
     }
 
     /// Whether this run times the drain pipeline on synthetic maps (the drain tables do).
     pub fn needs_pipeline(&self) -> bool {
-        !self.guard && !self.in_program
+        !self.guard && !self.in_program && self.together.is_empty()
     }
 }
 
@@ -108,6 +117,25 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
                  the floor's {floor:.0}"
             );
         }
+        return Ok(());
+    }
+    if !args.together.is_empty() {
+        let builds: Vec<PathBuf> =
+            std::iter::once(binaries.daemon.clone()).chain(args.together.iter().cloned()).collect();
+        let _stats = crate::guard::Sysctl::set("kernel.bpf_stats_enabled", "1")?;
+        let table = together::measure(&builds, &overhead::workloads())?;
+        print!("{table}");
+        let dir = workspace_root().join("bench-report");
+        std::fs::create_dir_all(&dir)?;
+        let md = format!(
+            "# Builds attached together\n\n`cargo xtask bench --together` on {} CPUs, kernel BPF stats, \
+             {} rounds per workload (attach order rotated), {:.0} s.\n\n```\n{table}```\n",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            4 * builds.len(),
+            started.elapsed().as_secs_f64()
+        );
+        std::fs::write(dir.join("together.md"), md)?;
+        println!("bench: wrote {} ({:.0} s)", dir.join("together.md").display(), started.elapsed().as_secs_f64());
         return Ok(());
     }
     if args.in_program {
