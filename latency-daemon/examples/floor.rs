@@ -1,6 +1,7 @@
 //! The overhead benchmark's floor (`cargo xtask bench`): attaches the cheapest program that can sit
 //! on our three tracepoints (it only counts events) and keeps it attached until SIGTERM or SIGINT.
-//! What our program costs beyond this is what our logic costs. In: nothing; out: "floor attached"
+//! What our program costs beyond this is what our logic costs; `--clock` adds one
+//! `bpf_ktime_get_ns` per event (what the clock alone costs). In: nothing; out: "floor attached"
 //! on stderr once attached, exit 0 after detaching. With `--ours`, our own program with the
 //! daemon's default options instead, and with `--object PATH` another build of it (the bench's
 //! "no diagnostics" row): loaded the same way, without the daemon's drains, so two builds
@@ -12,6 +13,8 @@ use latency_daemon::kernel::probe::{self, Probe, ProbeError, ProbeOptions};
 
 /// The floor program, built by latency-daemon's build.rs (aya-build) beside ours.
 static FLOOR: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-floor"));
+/// The floor plus one `bpf_ktime_get_ns` per event (`--clock`).
+static FLOOR_CLOCK: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency-floor-clock"));
 
 fn main() -> ExitCode {
     match attach_until_signal() {
@@ -39,8 +42,13 @@ fn default_options() -> ProbeOptions {
 
 fn attach_until_signal() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut floor = FLOOR;
     let ours = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         [] => None,
+        ["--clock"] => {
+            floor = FLOOR_CLOCK;
+            None
+        }
         ["--ours"] => Some(Probe::load(&default_options())?),
         ["--object", path] => {
             // Copied into 8-byte-aligned storage: the ELF parser reads it in place.
@@ -51,7 +59,7 @@ fn attach_until_signal() -> Result<(), Box<dyn std::error::Error>> {
             view.copy_from_slice(&bytes);
             Some(Probe::load_object(&default_options(), view)?)
         }
-        _ => return Err("usage: floor [--ours | --object PATH]".into()),
+        _ => return Err("usage: floor [--clock | --ours | --object PATH]".into()),
     };
     if let Some(ours) = ours {
         eprintln!("latency-daemon: ours attached");
@@ -60,7 +68,7 @@ fn attach_until_signal() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     probe::raise_memlock();
-    let mut ebpf = aya::EbpfLoader::new().load(FLOOR).map_err(ProbeError::Load)?;
+    let mut ebpf = aya::EbpfLoader::new().load(floor).map_err(ProbeError::Load)?;
     let links = probe::attach(&mut ebpf)?;
     eprintln!("latency-daemon: floor attached");
     wait_for_signal()?;

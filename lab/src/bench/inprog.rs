@@ -7,7 +7,7 @@ use std::{collections::HashSet, process::Command};
 
 use anyhow::{Context as _, bail};
 
-use super::overhead::{Tracer, start};
+use super::overhead::{CLOCK_ONLY, Tracer, start};
 use super::{Binaries, median};
 use crate::guard::Sysctl;
 use crate::oracle::bpftool::{self, ProgStats};
@@ -135,6 +135,18 @@ pub fn effects(rows: &[InProgram]) -> String {
                 "all default choices vs runqlat's logic",
                 (default - floor) - (runqlat - floor)
             ));
+            if let Some(clock) = of(CLOCK_ONLY) {
+                out.push_str(&format!(
+                    "{w:<22} {:<40} {:>+12.0}\n",
+                    "one bpf_ktime_get_ns (vs the floor)",
+                    clock - floor
+                ));
+                out.push_str(&format!(
+                    "{w:<22} {:<40} {:>+12.0}\n",
+                    "the default beyond one clock read",
+                    default - clock
+                ));
+            }
         }
         for (tracer, what, sign) in steps {
             if let Some(v) = of(tracer) {

@@ -34,7 +34,8 @@ pub struct Args {
     /// Off/on pairs per workload and tracer (medians are reported).
     #[arg(long, default_value_t = 11)]
     pairs: usize,
-    /// The CI guard: pinned `perf bench sched pipe` only, floor, runqlat and ours, 5 rounds;
+    /// The CI guard: pinned `perf bench sched pipe` only, floor, clock read only, runqlat and
+    /// ours, 5 rounds;
     /// fails only if ours beyond the floor exceeds `GUARD_FLOOR_RATIO` × the floor in the median
     /// of its rounds (a gross regression), writes no report.
     #[arg(long)]
@@ -96,17 +97,21 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
     let daemon = binaries.daemon.as_path();
     let started = Instant::now();
     if args.guard {
-        let tracers = [overhead::Tracer::Floor, overhead::Tracer::Runqlat, overhead::ours_default()];
+        let tracers =
+            [overhead::Tracer::Floor, overhead::Tracer::ClockOnly, overhead::Tracer::Runqlat, overhead::ours_default()];
         let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
         let rows = inprog::measure(binaries, &pinned, &tracers, GUARD_ROUNDS)?;
         print!("{}", inprog::table(&rows));
         let floor = rows[0].ns_per_event;
-        let (runqlat, ours) = (rows[1].ns_per_event - floor, rows[2].ns_per_event - floor);
+        let [clock, runqlat, ours] = [1, 2, 3].map(|i| rows[i].ns_per_event - floor);
         println!(
             "bench guard: floor {floor:.0} ns/event; beyond it ours {ours:.0} ({:.2} × the floor), runqlat \
-             {runqlat:.0} (ours {:.2} × runqlat's) ({:.1} s)",
+             {runqlat:.0} (ours {:.2} × runqlat's), one clock read alone {clock:.0} ({:.2} × the floor, {:.2} × \
+             runqlat's) ({:.1} s)",
             ours / floor,
             ours / runqlat,
+            clock / floor,
+            clock / runqlat,
             started.elapsed().as_secs_f64()
         );
         if ours >= runqlat {

@@ -32,6 +32,8 @@ pub struct Workload {
 pub enum Tracer {
     /// An empty program on the same three tracepoints.
     Floor,
+    /// The floor plus one `bpf_ktime_get_ns` per event: what timing a wait costs at the least.
+    ClockOnly,
     /// libbpf-tools runqlat.
     Runqlat,
     /// `latency-daemon run` with these extra arguments, scraped every second.
@@ -46,11 +48,15 @@ impl Tracer {
     pub fn name(&self) -> &'static str {
         match self {
             Tracer::Floor => "floor (empty program)",
+            Tracer::ClockOnly => CLOCK_ONLY,
             Tracer::Runqlat => "runqlat",
             Tracer::Ours { name, .. } | Tracer::Loader { name, .. } => name,
         }
     }
 }
+
+/// The clock-only tracer's name (not starting with "floor": tables find the floor by prefix).
+pub const CLOCK_ONLY: &str = "clock read only";
 
 pub struct Plan {
     workloads: Vec<Workload>,
@@ -90,6 +96,7 @@ pub fn ours_default() -> Tracer {
 pub fn all_tracers() -> Vec<Tracer> {
     vec![
         Tracer::Floor,
+        Tracer::ClockOnly,
         Tracer::Runqlat,
         ours_default(),
         Tracer::Ours { name: "ours, no per-cgroup", extra: vec!["--per-cgroup=false"] },
@@ -182,6 +189,13 @@ pub(super) fn start(tracer: &Tracer, binaries: &Binaries) -> anyhow::Result<Runn
         Tracer::Floor => {
             let mut c = Command::new(binaries.floor()?);
             let floor = spawn_until_line(&mut c, "the floor", Stream::Stderr, "floor attached", ATTACH_LIMIT)?;
+            Ok(Running { _floor: Some(floor), ..Running::default() })
+        }
+        Tracer::ClockOnly => {
+            let mut c = Command::new(binaries.floor()?);
+            c.arg("--clock");
+            let floor =
+                spawn_until_line(&mut c, "the clock-only floor", Stream::Stderr, "floor attached", ATTACH_LIMIT)?;
             Ok(Running { _floor: Some(floor), ..Running::default() })
         }
         Tracer::Runqlat => {
