@@ -42,14 +42,10 @@ fn default_options() -> ProbeOptions {
 
 fn attach_until_signal() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut floor = FLOOR;
-    let ours = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        [] => None,
-        ["--clock"] => {
-            floor = FLOOR_CLOCK;
-            None
-        }
-        ["--ours"] => Some(Probe::load(&default_options())?),
+    let (floor, ours) = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] => (FLOOR, None),
+        ["--clock"] => (FLOOR_CLOCK, None),
+        ["--ours"] => (FLOOR, Some(Probe::load(&default_options())?)),
         ["--object", path] => {
             // Copied into 8-byte-aligned storage: the ELF parser reads it in place.
             let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
@@ -57,7 +53,7 @@ fn attach_until_signal() -> Result<(), Box<dyn std::error::Error>> {
             // SAFETY: `aligned` has at least `bytes.len()` bytes; u64 has no invalid bit patterns.
             let view = unsafe { std::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<u8>(), bytes.len()) };
             view.copy_from_slice(&bytes);
-            Some(Probe::load_object(&default_options(), view)?)
+            (FLOOR, Some(Probe::load_object(&default_options(), view)?))
         }
         _ => return Err("usage: floor [--clock | --ours | --object PATH]".into()),
     };

@@ -4,12 +4,13 @@
 #![no_std]
 #![no_main]
 
-use aya_ebpf::{
-    helpers::bpf_ktime_get_ns,
-    macros::{btf_tracepoint, map},
-    maps::PerCpuArray,
-    programs::BtfTracePointContext,
-};
+#[macro_use]
+#[path = "../floor_programs.rs"]
+mod floor_programs;
+#[path = "../object.rs"]
+mod object;
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
 
 /// The last event's time per CPU (kept, so the read is the program's work, as a stamp is ours).
 #[map]
@@ -25,30 +26,4 @@ fn stamp() {
     }
 }
 
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(_ctx: BtfTracePointContext) -> i32 {
-    stamp();
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-pub fn sched_wakeup_new(_ctx: BtfTracePointContext) -> i32 {
-    stamp();
-    0
-}
-
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch(_ctx: BtfTracePointContext) -> i32 {
-    stamp();
-    0
-}
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
+floor_programs!(stamp);
