@@ -80,9 +80,13 @@ pub struct Exposition {
 }
 
 /// Classic buckets (non-cumulative counts per `le` in `bounds`, native indices) from kernel
-/// buckets. Every bound is a kernel boundary, so each kernel bucket falls in exactly one.
+/// buckets, ending with `+Inf`. Every bound is a kernel boundary, so each kernel bucket falls in
+/// exactly one. The `+Inf` bucket is explicit because OpenMetrics requires it and
+/// prometheus-client's OpenMetrics encoder writes only the buckets it is given (its 0.0.4 encoder
+/// adds one when missing; protobuf carries it like prometheus-client's own histograms).
 pub fn classic_buckets(raw: &[u64; BUCKETS], bounds: &[i32]) -> Vec<(f64, u64)> {
     let mut out: Vec<(f64, u64)> = bounds.iter().map(|&i| (native_bound(i), 0)).collect();
+    out.push((f64::INFINITY, 0));
     for (k, &c) in raw.iter().enumerate() {
         if c == 0 {
             continue;
@@ -93,11 +97,8 @@ pub fn classic_buckets(raw: &[u64; BUCKETS], bounds: &[i32]) -> Vec<(f64, u64)> 
             _ => native_index(k),
         };
         // The first bound at or above the bucket's upper bound; none: only in +Inf.
-        if let Some(i) = index
-            && let Some(slot) = bounds.iter().position(|&b| b >= i)
-        {
-            out[slot].1 += c;
-        }
+        let slot = index.and_then(|i| bounds.iter().position(|&b| b >= i)).unwrap_or(bounds.len());
+        out[slot].1 += c;
     }
     out
 }
@@ -138,10 +139,14 @@ pub fn native_buckets(raw: &[u64; BUCKETS]) -> (Vec<(i32, u32)>, Vec<i64>) {
 /// steps m): each coarse bucket below the top one falls in the first bound at or above it.
 pub fn cgroup_classic_buckets(h: &CgroupHist, bounds: &[u8]) -> Vec<(f64, u64)> {
     let mut classic: Vec<(f64, u64)> = bounds.iter().map(|&m| (cgroup_bound(i32::from(m)), 0)).collect();
-    for (m, &c) in h.buckets.iter().enumerate().take(CGROUP_BUCKETS - 1) {
-        if let Some(slot) = bounds.iter().position(|&b| usize::from(b) >= m) {
-            classic[slot].1 += c;
-        }
+    classic.push((f64::INFINITY, 0));
+    for (m, &c) in h.buckets.iter().enumerate() {
+        // The last kernel bucket (and any beyond the highest bound) only in +Inf.
+        let slot = match m {
+            m if m == CGROUP_BUCKETS - 1 => bounds.len(),
+            m => bounds.iter().position(|&b| usize::from(b) >= m).unwrap_or(bounds.len()),
+        };
+        classic[slot].1 += c;
     }
     classic
 }
@@ -206,11 +211,12 @@ mod tests {
         let b = raw(&[500, 900_000, 976_562, 976_563, 1_000_000_000, 1_000_000_001, u64::MAX]);
         let classic = classic_buckets(&b, &bounds);
         let le: Vec<f64> = classic.iter().map(|c| c.0).collect();
-        assert_eq!(le, [2f64.powi(-20), 2f64.powi(-10), 1.0]);
+        assert_eq!(le, [2f64.powi(-20), 2f64.powi(-10), 1.0, f64::INFINITY]);
         // ≤ 2^-10 s = 976 562.5 ns: 900 µs and 976 562 ns; 976 563 ns is above it. Beyond 1 s
-        // only +Inf, which the encoder adds from the total count.
+        // (and the kernel's overflow bucket) only +Inf, so the buckets add up to the count.
         let counts: Vec<u64> = classic.iter().map(|c| c.1).collect();
-        assert_eq!(counts, [1, 2, 2]);
+        assert_eq!(counts, [1, 2, 2, 2]);
+        assert_eq!(counts.iter().sum::<u64>(), b.iter().sum::<u64>());
     }
 
     #[test]
@@ -220,6 +226,6 @@ mod tests {
         h.buckets[5] = 2; // ≤ 2^-10 s
         h.buckets[CGROUP_BUCKETS - 1] = 4; // above 64 s: +Inf only
         let classic = cgroup_classic_buckets(&h, &[0, 5, 13]);
-        assert_eq!(classic, [(2f64.powi(-20), 1), (2f64.powi(-10), 2), (64.0, 0)]);
+        assert_eq!(classic, [(2f64.powi(-20), 1), (2f64.powi(-10), 2), (64.0, 0), (f64::INFINITY, 4)]);
     }
 }
