@@ -4,6 +4,7 @@
 mod bpf_linker;
 mod kernel;
 mod packages;
+mod prometheus_trixie;
 pub mod python;
 mod qemu;
 mod toolchain;
@@ -33,6 +34,7 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(bpf_linker::BpfLinker),
         Box::new(packages::DebPackages),
         Box::new(qemu::Qemu),
+        Box::new(prometheus_trixie::PrometheusTrixie),
         Box::new(python::KubernetesValidate),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),

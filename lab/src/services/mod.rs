@@ -7,6 +7,26 @@ mod kube;
 mod podman;
 mod prometheus;
 
+/// Prometheus 2.53 from Debian trixie, unpacked (not installed) by `cargo xtask setup`: where it is.
+pub mod prometheus_trixie {
+    use std::path::PathBuf;
+
+    /// The unpacked package's root.
+    pub fn dir() -> PathBuf {
+        PathBuf::from("/var/cache/runqlat-tools/prometheus-trixie")
+    }
+
+    /// Its `prometheus` binary.
+    pub fn binary() -> PathBuf {
+        dir().join("usr/bin/prometheus")
+    }
+
+    /// The package version, written once the unpack is complete.
+    pub fn version_file() -> PathBuf {
+        dir().join("VERSION")
+    }
+}
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
