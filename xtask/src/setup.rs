@@ -35,7 +35,8 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(packages::DebPackages),
         Box::new(qemu::Qemu),
         Box::new(prometheus_trixie::PrometheusTrixie),
-        Box::new(python::KubernetesValidate),
+        Box::new(python::KUBERNETES_VALIDATE),
+        Box::new(python::PROMETHEUS_CLIENT),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
     ]

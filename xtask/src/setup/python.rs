@@ -1,7 +1,8 @@
 //! Python tools from PyPI, in a venv of the project's own (never the system's site-packages):
-//! kubernetes-validate, which checks deploy/kubernetes offline against Kubernetes' own schemas.
-//! In: python3 (with venv) and PyPI; out: /var/cache/runqlat-tools/venv with the pinned version.
-use std::path::PathBuf;
+//! kubernetes-validate (deploy/kubernetes against Kubernetes' own schemas, offline) and the
+//! official Prometheus client's parsers (our exposition as a consumer no one here wrote reads it).
+//! In: python3 (with venv) and PyPI; out: /var/cache/runqlat-tools/venv with the pinned versions.
+use std::path::Path;
 use std::process::Command;
 
 use super::Check;
@@ -10,34 +11,63 @@ use crate::cmd;
 /// Where the venv lives: outside target/, so `cargo clean` does not cost a download.
 pub const VENV: &str = "/var/cache/runqlat-tools/venv";
 
-/// Its schemas cover Kubernetes 1.25 … 1.37.
-const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
-
-/// The venv's kubernetes-validate.
-pub fn kubernetes_validate() -> PathBuf {
-    PathBuf::from(VENV).join("bin/kubernetes-validate")
+/// The venv's kubernetes-validate (the manifest tests run it).
+#[cfg(test)]
+pub fn kubernetes_validate() -> std::path::PathBuf {
+    Path::new(VENV).join("bin/kubernetes-validate")
 }
 
+/// One pinned PyPI package in the venv.
 #[derive(Debug)]
-pub struct KubernetesValidate;
+pub struct PipPackage {
+    /// Shown by setup.
+    pub name: &'static str,
+    /// What pip installs (pinned).
+    pub requirement: &'static str,
+    /// Its `*.dist-info` directory, present in the venv's site-packages once this version is in.
+    pub dist_info: &'static str,
+}
 
-impl Check for KubernetesValidate {
+/// Its schemas cover Kubernetes 1.25 … 1.37.
+pub const KUBERNETES_VALIDATE: PipPackage = PipPackage {
+    name: "kubernetes-validate (PyPI, in a venv)",
+    requirement: "kubernetes-validate==1.37.0",
+    dist_info: "kubernetes_validate-1.37.0.dist-info",
+};
+
+/// `prometheus_client.parser` (text 0.0.4) and `prometheus_client.openmetrics.parser` (strict
+/// OpenMetrics 1.0): the reference parsers of the Prometheus project, for tests/exposition_parsers.rs.
+pub const PROMETHEUS_CLIENT: PipPackage = PipPackage {
+    name: "prometheus_client parsers (PyPI, in a venv)",
+    requirement: "prometheus_client==0.26.0",
+    dist_info: "prometheus_client-0.26.0.dist-info",
+};
+
+fn venv() -> &'static Path {
+    Path::new(VENV)
+}
+
+impl Check for PipPackage {
     fn name(&self) -> &'static str {
-        "kubernetes-validate (PyPI, in a venv)"
+        self.name
     }
     fn doing(&self) -> &'static str {
         "installing"
     }
     fn is_done(&self) -> anyhow::Result<bool> {
-        Ok(kubernetes_validate().is_file())
+        // lib/python3.X/site-packages: whichever python3 made the venv.
+        let Ok(libs) = std::fs::read_dir(venv().join("lib")) else { return Ok(false) };
+        Ok(libs.flatten().any(|lib| lib.path().join("site-packages").join(self.dist_info).is_dir()))
     }
     fn do_it(&self) -> anyhow::Result<()> {
-        let mut venv = Command::new("python3");
-        venv.args(["-m", "venv", VENV]);
-        println!("  $ {}", cmd::show(&venv));
-        cmd::run(&mut venv)?;
-        let mut pip = Command::new(PathBuf::from(VENV).join("bin/pip"));
-        pip.args(["install", "--quiet", "--disable-pip-version-check", KUBERNETES_VALIDATE]);
+        if !venv().join("bin/pip").is_file() {
+            let mut make = Command::new("python3");
+            make.args(["-m", "venv", VENV]);
+            println!("  $ {}", cmd::show(&make));
+            cmd::run(&mut make)?;
+        }
+        let mut pip = Command::new(venv().join("bin/pip"));
+        pip.args(["install", "--quiet", "--disable-pip-version-check", self.requirement]);
         println!("  $ {}", cmd::show(&pip));
         cmd::run(&mut pip)
     }

@@ -1,0 +1,169 @@
+//! What a real daemon serves, read by parsers no one here wrote: the Prometheus project's own
+//! Python client (`prometheus_client.parser` for text 0.0.4, `prometheus_client.openmetrics.parser`
+//! for OpenMetrics 1.0, which is strict: a histogram without `le="+Inf"`, a missing `# EOF`, a bad
+//! escape or a misplaced `_created` fails the whole scrape). Protobuf has no Python parser; the
+//! Prometheus servers of dashboard.rs, run_prometheus.rs and operator_scrape.rs ingest it.
+//! Each format is asked for as Prometheus asks (its Accept header), not with `?format=`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use latency_lab::{
+    daemon::Daemon,
+    web,
+    workload::{Body, Crew, cpus, group},
+};
+use serde_json::Value;
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+
+/// The venv `cargo xtask setup` fills (xtask/src/setup/python.rs).
+const PYTHON: &str = "/var/cache/runqlat-tools/venv/bin/python3";
+
+/// What Prometheus 2.42 sends by default (scrape/scrape.go), and with native histograms on.
+const ACCEPT_DEFAULT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+const ACCEPT_TEXT: &str = "text/plain;version=0.0.4;q=1,*/*;q=0.1";
+
+/// Parses one body with the official parser for its format and prints, as JSON, each family's
+/// type and samples; every histogram's buckets are checked as Prometheus relies on them.
+const PARSE: &str = r#"
+import json, math, sys
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+
+fmt, path = sys.argv[1], sys.argv[2]
+body = open(path, encoding="utf-8").read()
+families = list((parse_om if fmt == "openmetrics" else parse_text)(body))
+out = {}
+for f in families:
+    samples = []
+    for s in f.samples:
+        samples.append({"name": s.name, "labels": s.labels, "value": s.value})
+    out[f.name] = {"type": f.type, "samples": samples}
+    if f.type != "histogram":
+        continue
+    # Per series (labels without le): cumulative buckets, ending at +Inf == _count.
+    series = {}
+    for s in f.samples:
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+        entry = series.setdefault(key, {"buckets": [], "count": None})
+        if s.name.endswith("_bucket"):
+            entry["buckets"].append((float(s.labels["le"]), s.value))
+        elif s.name.endswith("_count"):
+            entry["count"] = s.value
+    for key, entry in series.items():
+        b = entry["buckets"]
+        if not b or not math.isinf(b[-1][0]):
+            sys.exit(f"{fmt}: {f.name}{dict(key)}: no le=\"+Inf\" bucket last")
+        if b[-1][1] != entry["count"]:
+            sys.exit(f"{fmt}: {f.name}{dict(key)}: +Inf bucket {b[-1][1]} != _count {entry['count']}")
+        for (le1, c1), (le2, c2) in zip(b, b[1:]):
+            if not (le1 < le2 and c1 <= c2):
+                sys.exit(f"{fmt}: {f.name}{dict(key)}: buckets not cumulative at le={le1}..{le2}")
+print(json.dumps(out))
+"#;
+
+fn parse(format: &str, body: &str) -> Value {
+    let dir = latency_lab::guard::Scratch::new("runqlat-parsers").expect("a scratch dir");
+    let path = dir.path().join(format!("metrics.{format}"));
+    std::fs::write(&path, body).expect("writing the scrape");
+    let out = Command::new(PYTHON)
+        .args(["-c", PARSE, format])
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("{PYTHON}: {e} (run `cargo xtask setup`)"));
+    assert!(
+        out.status.success(),
+        "the official {format} parser rejected the daemon's scrape: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    serde_json::from_slice(&out.stdout).expect("the parse script's JSON")
+}
+
+/// `name{labels}` of every sample, labels sorted: what two formats must agree on. `le` is
+/// compared as a number: text writes Go's shortest form (`1`, `1.52587890625e-05`), OpenMetrics
+/// (and Prometheus's protobuf parser) a float form (`1.0`, `0.0000152587890625`).
+fn series(parsed: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for family in parsed.as_object().expect("families").values() {
+        for s in family["samples"].as_array().expect("samples") {
+            let labels: BTreeSet<String> = s["labels"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(k, v)| match (k.as_str(), v.as_str().map(str::parse::<f64>)) {
+                    ("le", Some(Ok(le))) => format!("le={le:e}"),
+                    _ => format!("{k}={v}"),
+                })
+                .collect();
+            out.insert(format!("{}{labels:?}", s["name"].as_str().expect("name")));
+        }
+    }
+    out
+}
+
+fn histograms(parsed: &Value) -> BTreeSet<String> {
+    parsed
+        .as_object()
+        .expect("families")
+        .iter()
+        .filter(|(_, f)| f["type"] == "histogram")
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+#[test]
+fn the_official_parsers_accept_every_text_format_the_daemon_serves() {
+    // Per-cgroup histograms need a cgroup with delays: spinners oversubscribing every CPU.
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "2s"]).expect("latency-daemon run");
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let crew = Crew::spawn(group("parsers", Body::Spin, 2 * cpus()), 3.0, &tx).expect("the workload");
+    std::thread::sleep(Duration::from_secs(3));
+    drop(crew);
+    // One more drain, so both scrapes below read the same published exposition as far as it goes.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let default = web::get(&daemon.addr, "/metrics", &[("Accept", ACCEPT_DEFAULT)]).expect("a default scrape");
+    assert_eq!(default.status, 200);
+    let content_type = default.header("content-type").unwrap_or_default().to_owned();
+    assert!(content_type.starts_with("application/openmetrics-text"), "Prometheus' default Accept got {content_type}");
+    let text = web::get(&daemon.addr, "/metrics", &[("Accept", ACCEPT_TEXT)]).expect("a text scrape");
+    assert_eq!(text.status, 200);
+    assert!(text.header("content-type").unwrap_or_default().starts_with("text/plain"));
+
+    let om = parse("openmetrics", &default.text());
+    let plain = parse("text", &text.text());
+
+    // Both carry every histogram we define, the delay histograms among them, with data.
+    let want = ["runqlat_delay_seconds", "runqlat_cgroup_delay_seconds", "runqlat_drain_duration_seconds"];
+    for parsed in [&om, &plain] {
+        let have = histograms(parsed);
+        for name in want {
+            assert!(have.contains(name), "no histogram {name} in {have:?}");
+        }
+        let delays = &parsed["runqlat_delay_seconds"]["samples"];
+        let count: f64 = delays
+            .as_array()
+            .expect("samples")
+            .iter()
+            .filter(|s| s["name"] == "runqlat_delay_seconds_count")
+            .filter_map(|s| s["value"].as_f64())
+            .sum();
+        assert!(count > 0.0, "no delays counted under load");
+    }
+    assert_eq!(histograms(&om), histograms(&plain), "the two formats disagree on which families are histograms");
+
+    // The same series in both formats (values move between the two scrapes; names and labels
+    // must not), apart from what each format spells its own way.
+    let only_om: Vec<_> = series(&om).difference(&series(&plain)).cloned().collect();
+    let only_text: Vec<_> = series(&plain).difference(&series(&om)).cloned().collect();
+    let formatting = |s: &&String| !s.contains("_created");
+    let only_om: Vec<_> = only_om.iter().filter(formatting).collect();
+    assert!(
+        only_om.is_empty() && only_text.is_empty(),
+        "series only in OpenMetrics: {only_om:?}; only in text: {only_text:?}"
+    );
+    daemon.stop().expect("a clean stop");
+}
