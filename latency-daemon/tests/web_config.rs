@@ -71,11 +71,25 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_strangers_are_turned_away() {
     assert!(lower.contains("x-frame-options: deny") && lower.contains("x-content-type-options: nosniff"), "{text}");
     for path in ["/metrics", "/", "/heatmap.svg", "/api/v1/snapshot", "/healthz"] {
         for user in [None, Some(format!("{USER}:wrong")), Some(format!("nobody:{PASSWORD}"))] {
+            if path == "/healthz" && user.is_none() {
+                continue;
+            }
             let (status, text) = curl(&certs, &addr, path, user.as_deref());
             assert_eq!(status, 401, "{path} as {user:?}: {text}");
             assert!(text.to_ascii_lowercase().contains("www-authenticate: basic"), "{text}");
         }
     }
+    // A probe without credentials (a kubelet's) learns the status and nothing else; with them, why.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while curl(&certs, &addr, "/healthz", Some(&good)).0 != 200 {
+        assert!(Instant::now() < deadline, "never healthy: {:?}", daemon.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, text) = curl(&certs, &addr, "/healthz", None);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.ends_with("\r\n\r\nok\n"), "an unauthenticated /healthz says more than ok: {text}");
+    let (_, text) = curl(&certs, &addr, "/healthz", Some(&good));
+    assert!(text.contains("drains, last"), "{text}");
 
     // Plain HTTP on the TLS port: a clean 400 that says why, and the daemon keeps serving.
     let plain = web::get(&addr, "/metrics", &[]).unwrap();
@@ -127,7 +141,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_strangers_are_turned_away() {
     .unwrap();
     daemon.signal(libc::SIGHUP);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while curl(&certs, &addr, "/healthz", None).0 != 200 {
+    while curl(&certs, &addr, "/metrics", None).0 != 200 {
         assert!(Instant::now() < deadline, "the new configuration did not take effect: {:?}", daemon.log());
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -174,6 +174,12 @@ impl Routes {
 }
 
 impl Handler for Routes {
+    /// /healthz, so that probes pass under basic auth; metrics, the snapshot and the live view
+    /// stay behind it.
+    fn open(&self, path: &str) -> bool {
+        path == "/healthz"
+    }
+
     fn handle(&self, req: &Request<'_>) -> Reply {
         match req.path {
             "/" => Reply::new(StatusCode::OK, "text/html; charset=utf-8", self.landing()),
@@ -187,7 +193,13 @@ impl Handler for Routes {
             "/healthz" => {
                 let (ok, why) = self.health();
                 let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-                Reply::new(status, "text/plain; charset=utf-8", why + "\n")
+                // Without credentials (a kubelet's probe under basic auth): the status only.
+                let body = match (req.authenticated, ok) {
+                    (true, _) => why + "\n",
+                    (false, true) => "ok\n".to_owned(),
+                    (false, false) => "unhealthy\n".to_owned(),
+                };
+                Reply::new(status, "text/plain; charset=utf-8", body)
             }
             "/api/v1/snapshot" => {
                 let e = self.latest.borrow().clone();

@@ -173,9 +173,13 @@ async fn answer(
             }
         },
     };
+    let mut authenticated = true;
     if !web.users.is_empty() {
         let authorization = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
-        if !shared.verified.check(&web.users, authorization).await {
+        if authorization.is_none() && shared.handler.open(req.uri().path()) {
+            // No bcrypt, no details: see Handler::open.
+            authenticated = false;
+        } else if !shared.verified.check(&web.users, authorization).await {
             let reply = Reply::new(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n")
                 .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
             return (frame(reply, head), Outcome::HandlerError);
@@ -186,9 +190,9 @@ async fn answer(
     // another worker instead of waiting for this handler to return.
     let handle = tokio::runtime::Handle::current();
     if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-        tokio::task::block_in_place(|| respond(req, &*shared.handler, shared.limits.max_body_bytes))
+        tokio::task::block_in_place(|| respond(req, &*shared.handler, shared.limits.max_body_bytes, authenticated))
     } else {
-        respond(req, &*shared.handler, shared.limits.max_body_bytes)
+        respond(req, &*shared.handler, shared.limits.max_body_bytes, authenticated)
     }
 }
 

@@ -39,6 +39,9 @@ pub struct Request<'a> {
     pub query: Option<&'a str>,
     /// The Accept header, if present and visible ASCII.
     pub accept: Option<&'a str>,
+    /// False only for a request to one of the handler's [`Handler::open`] paths that came without
+    /// credentials while basic auth is on: answer it without details.
+    pub authenticated: bool,
 }
 
 /// What the handler answers. Content-Type and Content-Length are always sent from `content_type` and
@@ -67,6 +70,13 @@ impl Reply {
 /// encode state that is already published (e.g. the latest window); it must not wait on I/O.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: &Request<'_>) -> Reply;
+
+    /// Paths answered without credentials when basic auth is on, if the request brings none (a
+    /// request with wrong credentials is refused as anywhere else). For probes that cannot
+    /// authenticate (a kubelet's); the handler must then reveal nothing but the status.
+    fn open(&self, _path: &str) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@ pub(super) fn respond<B: Body>(
     req: &hyper::Request<B>,
     handler: &dyn Handler,
     max_body_bytes: usize,
+    authenticated: bool,
 ) -> (Response<Full<Bytes>>, Outcome) {
     let method = req.method();
     if method != Method::GET && method != Method::HEAD {
@@ -37,6 +38,7 @@ pub(super) fn respond<B: Body>(
         path: req.uri().path(),
         query: req.uri().query(),
         accept: req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+        authenticated,
     };
     // AssertUnwindSafe: the handler only reads state it shares with the rest of the daemon through its
     // own synchronisation; nothing of ours is left half-updated by a panic, and the reply is discarded.
@@ -109,7 +111,8 @@ mod tests {
                     .with_header(header::CONTENT_LENGTH, HeaderValue::from_static("999"))
                     .with_header(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked")),
                 "/echo" => {
-                    *self.seen.lock().unwrap() = format!("{} {:?} {:?}", req.method, req.query, req.accept);
+                    *self.seen.lock().unwrap() =
+                        format!("{} {:?} {:?} {}", req.method, req.query, req.accept, req.authenticated);
                     Reply::new(StatusCode::OK, "text/plain", "")
                 }
                 "/panic" => panic!("fixture panics on purpose"),
@@ -137,7 +140,7 @@ mod tests {
 
     #[test]
     fn get_frames_the_handler_reply() {
-        let (response, outcome) = respond(&request(Method::GET, "/"), &Fixture::default(), 0);
+        let (response, outcome) = respond(&request(Method::GET, "/"), &Fixture::default(), 0, true);
         assert_eq!(outcome, Outcome::Ok);
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(header(&response, "content-type"), "text/plain");
@@ -153,14 +156,17 @@ mod tests {
         let mut req = request(Method::HEAD, "/echo?x=1");
         req.headers_mut().insert(header::ACCEPT, HeaderValue::from_static("text/plain"));
         let fixture = Fixture::default();
-        respond(&req, &fixture, 0);
+        respond(&req, &fixture, 0, true);
         let seen = fixture.seen.lock().unwrap().clone();
-        assert_eq!(seen, r#"HEAD Some("x=1") Some("text/plain")"#);
+        assert_eq!(seen, r#"HEAD Some("x=1") Some("text/plain") true"#);
+        respond(&req, &fixture, 0, false);
+        let seen = fixture.seen.lock().unwrap().clone();
+        assert_eq!(seen, r#"HEAD Some("x=1") Some("text/plain") false"#);
     }
 
     #[test]
     fn head_keeps_get_length_and_drops_the_body() {
-        let (response, outcome) = respond(&request(Method::HEAD, "/"), &Fixture::default(), 0);
+        let (response, outcome) = respond(&request(Method::HEAD, "/"), &Fixture::default(), 0, true);
         assert_eq!(outcome, Outcome::Ok);
         assert_eq!(header(&response, "content-length"), "6");
         assert_eq!(header(&response, "content-type"), "text/plain");
@@ -171,7 +177,7 @@ mod tests {
     fn other_methods_are_405_without_calling_the_handler() {
         let fixture = Fixture::default();
         for method in [Method::POST, Method::PUT, Method::DELETE, Method::OPTIONS, Method::PATCH, Method::TRACE] {
-            let (response, outcome) = respond(&request(method.clone(), "/"), &fixture, 0);
+            let (response, outcome) = respond(&request(method.clone(), "/"), &fixture, 0, true);
             assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{method}");
             assert_eq!(header(&response, "allow"), "GET, HEAD");
             assert_eq!(outcome, Outcome::BadMethod);
@@ -194,7 +200,7 @@ mod tests {
         }
         let fixture = Fixture::default();
         let req = hyper::Request::new(Full::new(Bytes::from_static(b"payload")));
-        let (response, outcome) = respond(&req, &fixture, 0);
+        let (response, outcome) = respond(&req, &fixture, 0, true);
         assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(header(&response, "connection"), "close");
         assert_eq!(outcome, Outcome::TooLarge);
@@ -204,15 +210,15 @@ mod tests {
     #[test]
     fn handler_statuses_are_classified() {
         let fixture = Fixture::default();
-        let (response, outcome) = respond(&request(Method::GET, "/nope"), &fixture, 0);
+        let (response, outcome) = respond(&request(Method::GET, "/nope"), &fixture, 0, true);
         assert_eq!((response.status(), outcome), (StatusCode::NOT_FOUND, Outcome::NotFound));
-        let (response, outcome) = respond(&request(Method::GET, "/teapot"), &fixture, 0);
+        let (response, outcome) = respond(&request(Method::GET, "/teapot"), &fixture, 0, true);
         assert_eq!((response.status(), outcome), (StatusCode::IM_A_TEAPOT, Outcome::HandlerError));
     }
 
     #[test]
     fn a_panic_becomes_500() {
-        let (response, outcome) = respond(&request(Method::GET, "/panic"), &Fixture::default(), 0);
+        let (response, outcome) = respond(&request(Method::GET, "/panic"), &Fixture::default(), 0, true);
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(outcome, Outcome::Panicked);
         assert_eq!(header(&response, "content-type"), TEXT);
@@ -220,7 +226,7 @@ mod tests {
 
     #[test]
     fn an_unencodable_content_type_becomes_500() {
-        let (response, outcome) = respond(&request(Method::GET, "/bad-type"), &Fixture::default(), 0);
+        let (response, outcome) = respond(&request(Method::GET, "/bad-type"), &Fixture::default(), 0, true);
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(outcome, Outcome::HandlerError);
     }
