@@ -25,6 +25,16 @@ pub enum Command {
     Check,
     /// Run until stopped, serving Prometheus metrics; SIGHUP re-reads the --config file.
     Run(RunArgs),
+    /// Print the seccomp profile `run` needs on this architecture (the one shipped in
+    /// deploy/seccomp), or write it to a file: for a node's kubelet before the daemon starts.
+    SeccompProfile(SeccompArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SeccompArgs {
+    /// Write the profile to FILE (atomically, creating its directory) instead of printing it.
+    #[arg(long, value_name = "FILE")]
+    pub write: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
             Command::Check => cmd::check::main(),
             Command::Record(args) => cmd::record::main(args),
             Command::Run(args) => cmd::run::main(args),
+            Command::SeccompProfile(args) => cmd::seccomp::main(args),
         },
         Err(e) => cmd::usage_error(e, &args),
     }
