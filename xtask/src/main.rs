@@ -38,9 +38,11 @@ enum Command {
     Image,
     /// Setup, release build, then deploy/seccomp/latency-daemon.json from `strace` of the daemon.
     Seccomp,
-    /// Regenerate deploy/kubernetes/prometheusrule.yaml from deploy/prometheus/rules.yml.
+    /// The same as `mixin` (the PrometheusRule is generated from the mixin).
     Kubernetes,
-    /// Format the Grafana mixin (deploy/grafana) and regenerate its dashboards' JSON.
+    /// Format the mixin (deploy/grafana) and regenerate what it makes: the dashboards' JSON,
+    /// deploy/prometheus/rules.yml and the prometheus-operator component's PrometheusRule.
+    #[command(name = "mixin", alias = "dashboard")]
     Dashboard,
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
     Bench(latency_lab::bench::Args),

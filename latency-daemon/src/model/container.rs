@@ -8,6 +8,7 @@
 //!   '_'>.slice/<runtime>-<id>.scope`;
 //! - podman: `/libpod_parent[/<pod id>]/libpod-<id>`, `/machine.slice/libpod-<id>.scope`;
 //! - docker: `/docker/<id>`, `/system.slice/docker-<id>.scope`;
+//! - crun's systemd driver: any of the `.scope` forms above with a `/container` child (the container's tasks);
 //! - anything else ending in a 64-hex name (e.g. `ctr run --cgroup /ns/<id>`) is a container of unknown
 //!   runtime; conmon's own scopes are not containers.
 
@@ -74,6 +75,16 @@ pub fn identify(path: &str) -> PathIdentity {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let mut id = PathIdentity::default();
     let Some((&leaf, parents)) = parts.split_last() else { return id };
+    // crun with the systemd driver (CRI-O's and podman's default runtime on cgroup v2) runs the container in
+    // a `container` child of its scope: that child is the container.
+    let (leaf, parents) = match parents.split_last() {
+        Some((&scope, above))
+            if leaf == "container" && scope.ends_with(".scope") && container_leaf(scope).is_some() =>
+        {
+            (scope, above)
+        }
+        _ => (leaf, parents),
+    };
 
     if let Some(k) = parts.iter().position(|p| *p == "kubepods" || *p == "kubepods.slice") {
         id.qos = Some(Qos::Guaranteed);
@@ -212,6 +223,13 @@ mod tests {
             (format!("/docker/{ID}"), container(Runtime::Docker, None, None)),
             (format!("/system.slice/docker-{ID}.scope"), container(Runtime::Docker, None, None)),
             (format!("/default/{ID}"), container(Runtime::Unknown, None, None)),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{under_scored}.slice/crio-{ID}.scope/container"
+                ),
+                container(Runtime::CriO, Some(UID), Some(Qos::Burstable)),
+            ),
+            (format!("/machine.slice/libpod-{ID}.scope/container"), container(Runtime::Podman, None, None)),
         ];
         for (path, want) in cases {
             assert_eq!(identify(&path), want, "{path}");
@@ -231,6 +249,9 @@ mod tests {
             &format!("/machine.slice/libpod-conmon-{ID}.scope"),
             &format!("/system.slice/crio-conmon-{ID}.scope"),
             "/kubepods/besteffort",
+            "/system.slice/foo.scope/container",
+            &format!("/kubepods/pod{UID}/crio-{ID}/container"),
+            &format!("/machine.slice/libpod-conmon-{ID}.scope/container"),
         ] {
             assert!(!identify(path).is_container(), "{path}");
         }

@@ -190,3 +190,286 @@ fn hostile_annotations_are_bounded_and_lose_control_characters() {
     names.forget(&format!("/libpod_parent/libpod-{ID}"));
     assert_eq!(names.cached(), 0);
 }
+
+// One test per runtime layout: the files as each runtime writes them (names, nesting, keys), and the cgroup
+// paths its cgroup drivers give the container.
+
+const UID_SYSTEMD: &str = "aaaaaaaa_bbbb_cccc_dddd_eeeeeeeeeeee";
+
+fn names_of(got: &ContainerLabels) -> (&str, &str, &str) {
+    (got.namespace.as_str(), got.pod.as_str(), got.container.as_str())
+}
+
+/// containerd's CRI plugin: the bundle of the `k8s.io` namespace, as `ctr`/`crictl inspect` show its spec.
+fn containerd_config(kind: &str, container: &str, passthrough: &[(&str, &str)]) -> String {
+    let mut annotations = vec![
+        ("io.kubernetes.cri.container-type", kind),
+        ("io.kubernetes.cri.sandbox-id", "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeed"),
+        ("io.kubernetes.cri.sandbox-name", "web-0"),
+        ("io.kubernetes.cri.sandbox-namespace", "shop"),
+        ("io.kubernetes.cri.sandbox-uid", UID),
+        ("io.kubernetes.cri.image-name", "registry.k8s.io/pause:3.9"),
+    ];
+    if kind == "container" {
+        annotations.push(("io.kubernetes.cri.container-name", container));
+    } else {
+        annotations.push(("io.kubernetes.cri.sandbox-log-directory", "/var/log/pods/shop_web-0_x"));
+    }
+    annotations.extend_from_slice(passthrough);
+    config(&annotations)
+}
+
+#[test]
+fn containerd_systemd_driver_and_its_sandbox() {
+    let root = Root::new("containerd-systemd");
+    let sandbox = ID.replace('a', "0");
+    root.write(
+        &format!("run/containerd/io.containerd.runtime.v2.task/k8s.io/{ID}/config.json"),
+        &containerd_config("container", "app", &[]),
+    );
+    root.write(
+        &format!("run/containerd/io.containerd.runtime.v2.task/k8s.io/{sandbox}/config.json"),
+        &containerd_config("sandbox", "", &[]),
+    );
+    // Another containerd namespace beside it (docker's `moby`, `ctr`'s `default`) is looked in too.
+    let other = ID.replace('b', "0");
+    root.write(
+        &format!("run/containerd/io.containerd.runtime.v2.task/default/{other}/config.json"),
+        &config(&[("io.kubernetes.pod.name", "by-hand")]),
+    );
+    let pod = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_SYSTEMD}.slice");
+    let mut names = ContainerNames::new(root.0.clone());
+    let now = Instant::now();
+    let app = names.resolve(&format!("{pod}/cri-containerd-{ID}.scope"), now);
+    assert_eq!(names_of(&app), ("shop", "web-0", "app"));
+    assert_eq!(app.container_id, ID);
+    assert_eq!(
+        names_of(&names.resolve(&format!("{pod}/cri-containerd-{sandbox}.scope"), now)),
+        ("shop", "web-0", "POD")
+    );
+    assert_eq!(names.resolve(&format!("/default/{other}"), now).pod, "by-hand");
+    assert_eq!(names.unresolved_total(), 0);
+}
+
+#[test]
+fn containerd_keys_win_over_a_pods_passed_through_annotations() {
+    // With `pod_annotations = ["*"]` a pod's own annotations reach the spec, but containerd writes its
+    // io.kubernetes.cri.* keys after them: those name the pod.
+    let root = Root::new("containerd-passthrough");
+    root.write(
+        &format!("run/containerd/io.containerd.runtime.v2.task/k8s.io/{ID}/config.json"),
+        &containerd_config(
+            "container",
+            "app",
+            &[("io.kubernetes.pod.namespace", "kube-system"), ("io.kubernetes.pod.name", "kube-apiserver")],
+        ),
+    );
+    let mut names = ContainerNames::new(root.0.clone());
+    assert_eq!(names_of(&names.resolve(&format!("/kubepods/pod{UID}/{ID}"), Instant::now())), ("shop", "web-0", "app"));
+}
+
+#[test]
+fn k3s_and_rke2_state_under_run_k3s_containerd() {
+    // Both embed k3s's agent, whose containerd has `state = "/run/k3s/containerd"` whatever the data dir.
+    let root = Root::new("k3s");
+    root.write(
+        &format!("run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io/{ID}/config.json"),
+        &containerd_config("container", "app", &[]),
+    );
+    let sandbox = ID.replace('c', "0");
+    root.write(
+        &format!("run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io/{sandbox}/config.json"),
+        &containerd_config("sandbox", "", &[]),
+    );
+    let mut names = ContainerNames::new(root.0.clone());
+    let now = Instant::now();
+    // k3s's default cgroupfs driver: the bare id under the pod; and the systemd driver.
+    for path in [
+        format!("/kubepods/burstable/pod{UID}/{ID}"),
+        format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_SYSTEMD}.slice/cri-containerd-{ID}.scope"
+        ),
+    ] {
+        names.forget(&path);
+        assert_eq!(names_of(&names.resolve(&path, now)), ("shop", "web-0", "app"), "{path}");
+    }
+    assert_eq!(names_of(&names.resolve(&format!("/kubepods/burstable/pod{UID}/{sandbox}"), now)).2, "POD");
+    assert_eq!(names.unresolved_total(), 0);
+}
+
+/// CRI-O's spec: its own io.kubernetes.cri-o.* annotations, the pod's annotations copied in, then the
+/// kubelet's CRI labels as annotations (added last, so a pod annotation of the same key loses).
+fn crio_config(kind: &str, container: &str) -> String {
+    let labels = serde_json::json!({
+        "io.kubernetes.container.name": container,
+        "io.kubernetes.pod.name": "web-0",
+        "io.kubernetes.pod.namespace": "shop",
+        "io.kubernetes.pod.uid": UID,
+    })
+    .to_string();
+    let mut annotations = vec![
+        ("io.kubernetes.cri-o.ContainerType", kind),
+        ("io.kubernetes.cri-o.ContainerID", ID),
+        ("io.kubernetes.cri-o.Labels", labels.as_str()),
+        ("io.kubernetes.cri-o.SandboxName", "k8s_web-0_shop_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee_0"),
+        ("io.kubernetes.cri-o.LogPath", "/var/log/pods/shop_web-0_x/app/0.log"),
+        // A pod annotation, copied in by CRI-O: another runtime's key must not name the pod here.
+        ("io.kubernetes.cri.sandbox-namespace", "kube-system"),
+        ("io.kubernetes.pod.namespace", "shop"),
+        ("io.kubernetes.pod.name", "web-0"),
+        ("io.kubernetes.pod.uid", UID),
+        ("io.kubernetes.container.name", container),
+    ];
+    if kind == "sandbox" {
+        annotations.extend([("io.kubernetes.cri-o.Namespace", "shop"), ("io.kubernetes.cri-o.KubeName", "web-0")]);
+    }
+    config(&annotations)
+}
+
+#[test]
+fn crio_run_root_every_storage_driver_and_cgroup_form() {
+    let root = Root::new("crio");
+    root.write(
+        &format!("run/containers/storage/overlay-containers/{ID}/userdata/config.json"),
+        &crio_config("container", "app"),
+    );
+    let sandbox = ID.replace('d', "0");
+    root.write(
+        &format!("run/containers/storage/overlay-containers/{sandbox}/userdata/config.json"),
+        &crio_config("sandbox", "POD"),
+    );
+    // Storage's other directories are not containers' (`overlay-images` holds image ids).
+    let image = ID.replace('e', "0");
+    root.write(
+        &format!("run/containers/storage/overlay-images/{image}/userdata/config.json"),
+        &crio_config("container", "no"),
+    );
+    // Another storage driver: `<driver>-containers`.
+    let vfs = ID.replace('f', "0");
+    root.write(
+        &format!("run/containers/storage/vfs-containers/{vfs}/userdata/config.json"),
+        &crio_config("container", "vfs"),
+    );
+
+    let pod = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_SYSTEMD}.slice");
+    let mut names = ContainerNames::new(root.0.clone());
+    let now = Instant::now();
+    // CRI-O's default systemd driver with runc, then with crun (its default runtime: a `container` child),
+    // then the cgroupfs driver.
+    for path in [
+        format!("{pod}/crio-{ID}.scope"),
+        format!("{pod}/crio-{ID}.scope/container"),
+        format!("/kubepods/burstable/pod{UID}/crio-{ID}"),
+    ] {
+        names.forget(&path);
+        assert_eq!(names_of(&names.resolve(&path, now)), ("shop", "web-0", "app"), "{path}");
+    }
+    assert_eq!(names_of(&names.resolve(&format!("{pod}/crio-{sandbox}.scope"), now)), ("shop", "web-0", "POD"));
+    assert_eq!(names.resolve(&format!("{pod}/crio-{vfs}.scope"), now).container, "vfs");
+    assert_eq!(names.resolve(&format!("{pod}/crio-{image}.scope"), now).pod, "");
+    assert_eq!(names.unresolved_total(), 1);
+    // conmon's scope beside each container is not one.
+    assert_eq!(names.resolve(&format!("{pod}/crio-conmon-{ID}.scope"), now), ContainerLabels::default());
+}
+
+#[test]
+fn crio_graph_root_copy_is_read_when_the_run_root_is_not_mounted() {
+    let root = Root::new("crio-graph");
+    root.write(
+        &format!("var/lib/containers/storage/overlay-containers/{ID}/userdata/config.json"),
+        &crio_config("container", "app"),
+    );
+    let mut names = ContainerNames::new(root.0.clone());
+    let got =
+        names.resolve(&format!("/kubepods.slice/kubepods-pod{UID_SYSTEMD}.slice/crio-{ID}.scope"), Instant::now());
+    assert_eq!(names_of(&got), ("shop", "web-0", "app"));
+}
+
+/// dockerd's record of a container cri-dockerd created: the kubelet's CRI labels in `Config.Labels`, the pod's
+/// annotations there too under `annotation.`.
+fn docker_config(id: &str, kind: &str, container: &str) -> String {
+    serde_json::json!({
+        "StreamConfig": {},
+        "State": { "Running": true, "Pid": 4242, "StartedAt": "2026-12-04T06:00:00Z" },
+        "ID": id,
+        "Created": "2026-12-04T06:00:00Z",
+        "Path": "/spin",
+        "Args": [],
+        "Config": {
+            "Hostname": "web-0",
+            "Env": ["PATH=/usr/bin"],
+            "Image": "sha256:feed",
+            "Labels": {
+                "annotation.io.kubernetes.container.hash": "1d2f3a4b",
+                "annotation.io.kubernetes.pod.namespace": "kube-system",
+                "io.kubernetes.container.logpath": "/var/log/pods/shop_web-0_x/app/0.log",
+                "io.kubernetes.container.name": container,
+                "io.kubernetes.docker.type": kind,
+                "io.kubernetes.pod.name": "web-0",
+                "io.kubernetes.pod.namespace": "shop",
+                "io.kubernetes.pod.uid": UID,
+                "io.kubernetes.sandbox.id": "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeed"
+            }
+        },
+        "Name": format!("/k8s_{container}_web-0_shop_{UID}_0"),
+        "Driver": "overlay2",
+        "HostnamePath": format!("/var/lib/docker/containers/{id}/hostname"),
+    })
+    .to_string()
+}
+
+#[test]
+fn docker_with_cri_dockerd_named_from_config_v2_json() {
+    let root = Root::new("docker");
+    root.write(&format!("var/lib/docker/containers/{ID}/config.v2.json"), &docker_config(ID, "container", "app"));
+    // dockerd's own OCI bundle for the same container: annotations only, no pod names.
+    root.write(
+        &format!("run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/{ID}/config.json"),
+        &config(&[]),
+    );
+    let sandbox = ID.replace('1', "0");
+    root.write(
+        &format!("var/lib/docker/containers/{sandbox}/config.v2.json"),
+        &docker_config(&sandbox, "podsandbox", "POD"),
+    );
+    // A plain docker container (no kubelet): known, by its short id.
+    let plain = ID.replace('2', "0");
+    root.write(
+        &format!("run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/{plain}/config.json"),
+        &config(&[]),
+    );
+    root.write(
+        &format!("var/lib/docker/containers/{plain}/config.v2.json"),
+        &serde_json::json!({ "ID": plain, "Config": { "Labels": null }, "Name": "/web" }).to_string(),
+    );
+
+    let mut names = ContainerNames::new(root.0.clone());
+    let now = Instant::now();
+    // cri-dockerd with the cgroupfs driver (the bare id under the pod), and with the systemd driver.
+    for path in [
+        format!("/kubepods/besteffort/pod{UID}/{ID}"),
+        format!(
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_SYSTEMD}.slice/docker-{ID}.scope"
+        ),
+    ] {
+        names.forget(&path);
+        assert_eq!(names_of(&names.resolve(&path, now)), ("shop", "web-0", "app"), "{path}");
+    }
+    assert_eq!(names_of(&names.resolve(&format!("/kubepods/besteffort/pod{UID}/{sandbox}"), now)).2, "POD");
+    let got = names.resolve(&format!("/system.slice/docker-{plain}.scope"), now);
+    assert_eq!(names_of(&got), ("", "", &plain[..12]));
+    assert_eq!(names.unresolved_total(), 0);
+}
+
+#[test]
+fn the_host_root_prefixes_every_runtime_path() {
+    // --path.rootfs=/host/root: the runtimes' state is read below it, never at the daemon's own /run.
+    let root = Root::new("rootfs");
+    root.write(
+        &format!("host/root/run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io/{ID}/config.json"),
+        &containerd_config("container", "app", &[]),
+    );
+    let path = format!("/kubepods/pod{UID}/{ID}");
+    assert_eq!(ContainerNames::new(root.0.clone()).resolve(&path, Instant::now()).pod, "");
+    assert_eq!(ContainerNames::new(root.0.join("host/root")).resolve(&path, Instant::now()).pod, "web-0");
+}
