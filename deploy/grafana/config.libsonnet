@@ -1,33 +1,24 @@
-// Settings of the runqlat mixin. Override any of them when importing it:
-//   (import 'mixin.libsonnet') + { _config+:: { runqlatSelector: 'job="latency"' } }
+// Settings of the runqlat mixin. Override any of them when importing it, e.g. for a scrape job
+// of another name:
+//   (import 'mixin.libsonnet') + { _config+:: { selector: 'job="runqlat", cluster="eu-1"' } }
 {
   _config+:: {
-    // The two jobs of deploy/prometheus/scrape.yml: `runqlat` negotiates protobuf (native
-    // histograms with --enable-feature=native-histograms), `runqlat_classic` asks for text
-    // (?format=text) and so stores the classic `le` buckets. Every query picks exactly one job, so
-    // nothing is counted twice when both scrape the same daemon.
-    runqlatSelector: 'job="runqlat"',
-    classicSelector: 'job="runqlat_classic"',
+    // The label matchers that select latency-daemon's series, inside `{…}`: every recording
+    // rule, alert and dashboard query uses them, and nothing else names a job. The default is
+    // what every shipped way of scraping yields: deploy/prometheus/scrape.yml's job, and the
+    // ServiceMonitor's and PodMonitor's jobLabel (app.kubernetes.io/name: latency-daemon).
+    selector: 'job="latency-daemon"',
 
-    // RunQueueDelayHigh in deploy/prometheus/rules.yml fires on the window max above this (a test
-    // keeps the two equal).
+    // RunQueueDelayHigh fires on the window max above this; the dashboard draws it as a line.
     windowMaxAlertSeconds: 0.010,
-    // "Delays above" threshold: 2^-7 s = 7.8125 ms, a kernel bucket bound and a classic `le` the
-    // daemon exports by default, so the bucket difference is exact, not an interpolation.
+    // RunQueueDelayP99High fires on the 5-minute p99 above this.
+    p99AlertSeconds: 0.005,
+    // "Delays above" threshold: 2^-7 s = 7.8125 ms. It is a kernel bucket bound, so a boundary
+    // of the native histogram (schema 3) and a classic `le` the daemon exports by default: both
+    // histogram_fraction and the bucket difference are exact there, not interpolations.
     overSeconds: 0.0078125,
     overLe: '0.0078125',
     overLabel: '2⁻⁷ s (7.8 ms)',
-
-    // Every alert of deploy/prometheus/rules.yml (a test keeps the lists equal).
-    alertNames: [
-      'RunQueueDelayHigh',
-      'RunQueueDelayP99High',
-      'RunqlatDown',
-      'RunqlatAbsent',
-      'RunqlatNotDraining',
-      'RunqlatLosingData',
-      'RunqlatDrainErrors',
-    ],
 
     dashboardUid: 'runqlat-overview',
     dashboardTitle: 'Run-queue latency',

@@ -1,18 +1,25 @@
-// The run-queue latency dashboard: the delay distribution as a heatmap (native and classic),
+// The run-queue latency dashboard: the delay distribution as a heatmap,
 // quantiles per node and reason, the exact window max against the alert threshold, the share of
 // delays above 2^-7 s, who waits (top cgroups and their pods), who took the CPU (the cgroups
 // that held others back, and the wait split by holder), per-CPU switches
 // and idle, what the monitor lost, the daemon's own health, and active alerts.
+local h = import '../lib/histogram.libsonnet';
 local p = import '../lib/panels.libsonnet';
 
 {
   grafanaDashboards+:: {
     'runqlat.json':
       local c = $._config;
-      // Series of one node set: the native job (every family but the classic `le` buckets).
-      local on(extra='') = '{%s, instance=~"$instance"%s}' % [c.runqlatSelector, extra];
-      // The classic job: runqlat_delay_seconds_{bucket,count,sum}.
-      local classic(extra='') = '{%s, instance=~"$instance"%s}' % [c.classicSelector, extra];
+      // Every alert of the mixin, for the alerts panel.
+      local alertNames = [r.alert for g in $.prometheusAlerts.groups for r in g.rules];
+      // The inside of `{…}` for the daemons selected, plus `extra` matchers.
+      local inside(extra='') = '%s, instance=~"$instance"%s' % [c.selector, extra];
+      // Series of the daemons selected.
+      local on(extra='') = '{%s}' % inside(extra);
+      // runqlat_delay_seconds is stored native, classic or both (lib/histogram.libsonnet):
+      // every query of it prefers the native form and falls back to the classic buckets.
+      local delay = 'runqlat_delay_seconds';
+      local range = '$__rate_interval';
       local reason = ', reason=~"$reason"';
       local pods = ', namespace=~"$namespace", pod=~"$pod"';
       local quantiles = [['0.5', 'p50'], ['0.99', 'p99'], ['0.999', 'p99.9']];
@@ -20,41 +27,19 @@ local p = import '../lib/panels.libsonnet';
 
       local distribution = [
         p.heatmap(
-          'Delay heatmap (native histogram)',
-          "Run-queue delays per second in each of the kernel's buckets (schema 3: 8 per octave, exact), summed over the nodes and reasons selected. Needs Prometheus with --enable-feature=native-histograms scraping the `runqlat` job over protobuf, and a Grafana that draws native histograms in the heatmap panel; otherwise use the classic panel beside it.",
-          [p.target('sum(%s)' % rate('runqlat_delay_seconds' + on(reason)), format='heatmap')],
-        ),
-        p.heatmap(
-          'Delay heatmap (classic buckets)',
-          'The same from the classic `le` buckets of the `runqlat_classic` job (one per octave by default, all on kernel bucket bounds): for Prometheus without native histograms.',
-          [p.target('sum by (le) (%s)' % rate('runqlat_delay_seconds_bucket' + classic(reason)), legend='{{le}}', format='heatmap')],
-          classic=true,
+          'Delay heatmap',
+          "Run-queue delays per second in each bucket, summed over the nodes and reasons selected: the kernel's own buckets (schema 3: 8 per octave, exact) where Prometheus stores the native histogram, else the classic `le` buckets (one per octave by default, all on kernel bucket bounds). Native histograms need a Grafana that draws them in the heatmap panel.",
+          [p.target(h.heatmap(delay, inside(reason), range), legend='{{le}}', format='heatmap')],
         ),
       ];
 
       local quantilePanels = [
         p.timeseries(
-          'Delay quantiles per node and reason (native)',
-          "p50, p99 and p99.9 of run-queue delay over the rate interval, interpolated inside the native histogram's buckets (9 % wide): within one bucket of the truth.",
+          'Delay quantiles per node and reason',
+          "p50, p99 and p99.9 of run-queue delay over the rate interval. From the native histogram: interpolated inside the kernel's buckets (9 % wide), within one bucket of the truth. From the classic buckets (powers of two), where Prometheus stores only those: up to a factor of 2 off, exact where a quantile lands on a bound.",
           's',
           [
-            p.target(
-              'histogram_quantile(%s, sum by (instance, reason) (%s))' % [q[0], rate('runqlat_delay_seconds' + on(reason))],
-              legend=q[1] + ' {{instance}} {{reason}}',
-            )
-            for q in quantiles
-          ],
-          log=true,
-        ),
-        p.timeseries(
-          'Delay quantiles per node and reason (classic)',
-          'The same quantiles from the classic `le` buckets (powers of two): up to a factor of 2 off, exact where a quantile lands on a bound. For Prometheus without native histograms.',
-          's',
-          [
-            p.target(
-              'histogram_quantile(%s, sum by (instance, reason, le) (%s))' % [q[0], rate('runqlat_delay_seconds_bucket' + classic(reason))],
-              legend=q[1] + ' {{instance}} {{reason}}',
-            )
+            p.target(h.quantile(q[0], delay, inside(reason), 'instance, reason', range), legend=q[1] + ' {{instance}} {{reason}}')
             for q in quantiles
           ],
           log=true,
@@ -64,7 +49,7 @@ local p = import '../lib/panels.libsonnet';
       local worstPanels = [
         p.timeseries(
           'Window max against the alert threshold',
-          "The exact largest delay of the last completed window (15 s by default), from the kernel, per node and reason; the dashed line is the threshold of RunQueueDelayHigh (deploy/prometheus/rules.yml). The window's p99 estimate beside it.",
+          "The exact largest delay of the last completed window (15 s by default), from the kernel, per node and reason; the dashed line is the threshold of the RunQueueDelayHigh alert. The window's p99 estimate beside it.",
           's',
           [
             p.target('max by (instance, reason) (runqlat_delay_window_max_seconds%s)' % on(reason), legend='max {{instance}} {{reason}}'),
@@ -75,21 +60,9 @@ local p = import '../lib/panels.libsonnet';
         ),
         p.timeseries(
           'Share of delays above ' + c.overLabel,
-          'The fraction of delays longer than %s. Classic: (_count − _bucket{le="%s"}) / _count, exact because the bound is a kernel bucket bound. Native: 1 − histogram_fraction(0, %s, …), exact for the same reason.' % [c.overLabel, c.overLe, c.overLe],
+          'The fraction of delays longer than %s. Native: 1 − histogram_fraction(0, %s, …); classic: (_count − _bucket{le="%s"}) / _count. Exact either way, because the bound is a kernel bucket bound.' % [c.overLabel, c.overLe, c.overLe],
           'percentunit',
-          [
-            p.target(
-              '(sum by (instance, reason) (%(count)s) - sum by (instance, reason) (%(bucket)s)) / sum by (instance, reason) (%(count)s)' % {
-                count: rate('runqlat_delay_seconds_count' + classic(reason)),
-                bucket: rate('runqlat_delay_seconds_bucket' + classic(reason + ', le="%s"' % c.overLe)),
-              },
-              legend='classic {{instance}} {{reason}}',
-            ),
-            p.target(
-              '1 - histogram_fraction(0, %s, sum by (instance, reason) (%s))' % [c.overLe, rate('runqlat_delay_seconds' + on(reason))],
-              legend='native {{instance}} {{reason}}',
-            ),
-          ],
+          [p.target(h.fractionAbove(c.overLe, delay, inside(reason), 'instance, reason', range), legend='{{instance}} {{reason}}')],
           max=1,
         ),
       ];
@@ -99,13 +72,13 @@ local p = import '../lib/panels.libsonnet';
           'Delays per second',
           'How many times per second a task waited for a CPU (every wakeup or preemption that ended in a switch), per node and reason.',
           'short',
-          [p.target('histogram_count(sum by (instance, reason) (%s))' % rate('runqlat_delay_seconds' + on(reason)), legend='{{instance}} {{reason}}')],
+          [p.target(h.count(delay, inside(reason), 'instance, reason', range), legend='{{instance}} {{reason}}')],
         ),
         p.timeseries(
           'Tasks waiting, on average',
           "Seconds of waiting per second: the average number of runnable tasks that were waiting for a CPU (Little's law over the delays), per node and reason.",
           'short',
-          [p.target('histogram_sum(sum by (instance, reason) (%s))' % rate('runqlat_delay_seconds' + on(reason)), legend='{{instance}} {{reason}}')],
+          [p.target(h.sum(delay, inside(reason), 'instance, reason', range), legend='{{instance}} {{reason}}')],
           stack=true,
         ),
       ];
@@ -186,11 +159,11 @@ local p = import '../lib/panels.libsonnet';
         ),
         p.timeseries(
           'Scrape: encode p99 and duration',
-          'Time to encode /metrics (p99 of runqlat_scrape_encode_duration_seconds) and the whole scrape as Prometheus saw it (scrape_duration_seconds), per job.',
+          'Time to encode /metrics (p99 of runqlat_scrape_encode_duration_seconds) and the whole scrape as Prometheus saw it (scrape_duration_seconds).',
           's',
           [
             p.target('histogram_quantile(0.99, sum by (instance, le) (%s))' % rate('runqlat_scrape_encode_duration_seconds_bucket' + on()), legend='encode p99 {{instance}}'),
-            p.target('max by (instance, job) (scrape_duration_seconds{%s, instance=~"$instance"} or scrape_duration_seconds{%s, instance=~"$instance"})' % [c.runqlatSelector, c.classicSelector], legend='scrape {{instance}} {{job}}'),
+            p.target('max by (instance) (scrape_duration_seconds%s)' % on(), legend='scrape {{instance}}'),
           ],
           log=true,
         ),
@@ -221,10 +194,10 @@ local p = import '../lib/panels.libsonnet';
       local servingPanels = [
         p.timeseries(
           'Up, drains and failures',
-          "Whether each job's scrape succeeds (up), drains per second, and drains that failed per second (the previous values stay published).",
+          "Whether each daemon's scrape succeeds (up), drains per second, and drains that failed per second (the previous values stay published).",
           'short',
           [
-            p.target('max by (instance, job) (up{%s, instance=~"$instance"} or up{%s, instance=~"$instance"})' % [c.runqlatSelector, c.classicSelector], legend='up {{instance}} {{job}}'),
+            p.target('max by (instance) (up%s)' % on(), legend='up {{instance}}'),
             p.target('sum by (instance) (%s)' % rate('runqlat_drains_total' + on()), legend='drains/s {{instance}}'),
             p.target('sum by (instance) (%s)' % rate('runqlat_drain_errors_total' + on()), legend='failed drains/s {{instance}}'),
           ],
@@ -246,10 +219,10 @@ local p = import '../lib/panels.libsonnet';
 
       local alertPanels = [
         p.table(
-          'Prometheus alerts (rules.yml)',
-          'Pending and firing alerts of deploy/prometheus/rules.yml for the selected nodes (and RunqlatAbsent, which has no instance).',
+          'Prometheus alerts',
+          "Pending and firing alerts of this mixin's rules for the selected nodes (and RunqlatAbsent, which has no instance).",
           'none',
-          [p.target('max by (alertname, alertstate, instance, map) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', c.alertNames))],
+          [p.target('max by (alertname, alertstate, instance, map) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', alertNames))],
           hide=['Value'],
         ),
         p.table(
@@ -305,28 +278,28 @@ local p = import '../lib/panels.libsonnet';
             p.labelVariable(
               'instance',
               'Node',
-              'label_values(runqlat_build_info{%s}, instance)' % c.runqlatSelector,
+              'label_values(runqlat_build_info{%s}, instance)' % c.selector,
               '.+',
               'The daemons (one per node) to show.',
             ),
             p.labelVariable(
               'reason',
               'Reason',
-              'label_values(runqlat_delay_window_max_seconds{%s, instance=~"$instance"}, reason)' % c.runqlatSelector,
+              'label_values(runqlat_delay_window_max_seconds{%s}, reason)' % inside(),
               '.+',
               'wakeup: the task was woken; preempt: it was preempted while runnable.',
             ),
             p.labelVariable(
               'namespace',
               'Namespace',
-              'label_values(runqlat_cgroup_delay_seconds_count{%s, instance=~"$instance"}, namespace)' % c.runqlatSelector,
+              'label_values(runqlat_cgroup_wait_by_seconds_total{%s}, namespace)' % inside(),
               '.*',
               'Kubernetes namespace of the cgroup that waited, where the daemon labels cgroups with it; empty otherwise, and "All" (.*) then matches series without the label.',
             ),
             p.labelVariable(
               'pod',
               'Pod',
-              'label_values(runqlat_cgroup_delay_seconds_count{%s, instance=~"$instance", namespace=~"$namespace"}, pod)' % c.runqlatSelector,
+              'label_values(runqlat_cgroup_wait_by_seconds_total{%s}, pod)' % inside(', namespace=~"$namespace"'),
               '.*',
               'Kubernetes pod of the cgroup that waited, where the daemon labels cgroups with it; empty otherwise, and "All" (.*) then matches series without the label.',
             ),
