@@ -7,7 +7,7 @@ mod runtimes;
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -104,6 +104,12 @@ impl ContainerNames {
     fn lookup(&self, identity: &PathIdentity) -> Option<ContainerLabels> {
         runtimes::lookup(&self.root, identity.container_id.as_deref()?)
     }
+}
+
+/// Which runtimes' container directories can be listed below the host root `root` now, and where (empty: no
+/// runtime's state is mounted or readable, so containers will carry their ids only): for the start-up log.
+pub fn runtimes_seen(root: &Path) -> Vec<(&'static str, PathBuf)> {
+    runtimes::seen(root)
 }
 
 /// What a container gets before (or without) its config: its id and short id.

@@ -82,6 +82,24 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
 }
 
+/// Where pod names will come from, said once: a node whose runtime's state is not mounted (or not readable)
+/// otherwise shows only as container cgroups without namespace/pod labels.
+fn log_container_runtimes() {
+    let root = &crate::host::paths::get().rootfs;
+    let seen = crate::host::containers::runtimes_seen(root);
+    if seen.is_empty() {
+        log::warn!(
+            rootfs:% = root.display();
+            "no container runtime state readable below the host root (containerd run/containerd, k3s/RKE2 \
+             run/k3s/containerd, CRI-O run/containers/storage, dockerd var/lib/docker/containers): containers \
+             get their id only, no namespace, pod or container names"
+        );
+    } else {
+        let found: Vec<String> = seen.iter().map(|(runtime, dir)| format!("{runtime} ({})", dir.display())).collect();
+        log::info!(rootfs:% = root.display(); "container names from {}", found.join(", "));
+    }
+}
+
 async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     caps::require()?;
     // Bind before attaching: a port in use must not leave a program loaded, even briefly.
@@ -92,6 +110,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         match CgroupNames::discover() {
             Ok(n) => {
                 log::info!(mount:% = n.mount().display(), cgroups = n.len(); "per-cgroup delays on");
+                log_container_runtimes();
                 Some(n)
             }
             Err(e) => {

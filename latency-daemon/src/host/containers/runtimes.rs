@@ -41,6 +41,8 @@ enum Format {
 /// hex digits, checked by `model::container`); a component with a `*` matches the entries of its directory
 /// with that prefix and suffix.
 struct Source {
+    /// For people: which runtime keeps it, and the directory (for the start-up log).
+    runtime: &'static str,
     pattern: &'static str,
     format: Format,
 }
@@ -50,30 +52,45 @@ struct Source {
 const SOURCES: [Source; 8] = [
     // containerd (kubeadm, EKS, GKE, AKS …): `state = "/run/containerd"`; the runtime v2 shim's bundle, one
     // directory per containerd namespace (`k8s.io` for the CRI plugin, `default`, `moby`).
-    Source { pattern: "run/containerd/io.containerd.runtime.v2.task/*/{id}/config.json", format: Format::Containerd },
+    Source {
+        runtime: "containerd",
+        pattern: "run/containerd/io.containerd.runtime.v2.task/*/{id}/config.json",
+        format: Format::Containerd,
+    },
     // k3s and RKE2 run their own containerd with `state = "/run/k3s/containerd"`, fixed whatever their
     // `--data-dir` (which moves only containerd's root, `<data-dir>/agent/containerd`).
     Source {
+        runtime: "k3s/RKE2 containerd",
         pattern: "run/k3s/containerd/io.containerd.runtime.v2.task/*/{id}/config.json",
         format: Format::Containerd,
     },
     // Where /var/run is a directory rather than the usual link to /run.
     Source {
+        runtime: "containerd",
         pattern: "var/run/containerd/io.containerd.runtime.v2.task/*/{id}/config.json",
         format: Format::Containerd,
     },
     // CRI-O (and podman) through containers/storage: `<runroot>/<driver>-containers/<id>/userdata/config.json`
     // and the same file under the graph root; the driver is `overlay` almost everywhere (`vfs`, `btrfs`, `zfs`).
-    Source { pattern: "run/containers/storage/*-containers/{id}/userdata/config.json", format: Format::Labels },
-    Source { pattern: "var/lib/containers/storage/*-containers/{id}/userdata/config.json", format: Format::Labels },
+    Source {
+        runtime: "CRI-O/podman",
+        pattern: "run/containers/storage/*-containers/{id}/userdata/config.json",
+        format: Format::Labels,
+    },
+    Source {
+        runtime: "CRI-O/podman",
+        pattern: "var/lib/containers/storage/*-containers/{id}/userdata/config.json",
+        format: Format::Labels,
+    },
     // dockerd (with cri-dockerd, or k3s --docker): the container's own record under its data root.
-    Source { pattern: "var/lib/docker/containers/{id}/config.v2.json", format: Format::Docker },
+    Source { runtime: "dockerd", pattern: "var/lib/docker/containers/{id}/config.v2.json", format: Format::Docker },
     // dockerd's OCI bundle has the container's annotations but not its labels: no pod names.
     Source {
+        runtime: "dockerd",
         pattern: "run/docker/containerd/daemon/io.containerd.runtime.v2.task/*/{id}/config.json",
         format: Format::Labels,
     },
-    Source { pattern: "run/runc/{id}/state.json", format: Format::RuncState },
+    Source { runtime: "runc", pattern: "run/runc/{id}/state.json", format: Format::RuncState },
 ];
 
 /// The names for container `id` from the first file that names it, or from the first file found at all
@@ -91,6 +108,23 @@ pub(super) fn lookup(root: &Path, id: &str) -> Option<ContainerLabels> {
         }
     }
     unnamed
+}
+
+/// The runtimes whose container directories below `root` can be listed now (each named once, in `SOURCES`'
+/// order), with the directory: for the start-up log, so a node whose runtime is not mounted (or not
+/// readable) says so once rather than through empty labels.
+pub(super) fn seen(root: &Path) -> Vec<(&'static str, PathBuf)> {
+    let mut seen: Vec<(&'static str, PathBuf)> = Vec::new();
+    for source in &SOURCES {
+        let Some((dirs, _)) = source.pattern.split_once("/{id}") else { continue };
+        if seen.iter().any(|(runtime, _)| *runtime == source.runtime) {
+            continue;
+        }
+        if let Some(dir) = expand(root, dirs).into_iter().find(|d| fs::read_dir(d).is_ok()) {
+            seen.push((source.runtime, dir));
+        }
+    }
+    seen
 }
 
 pub(super) fn short(id: &str) -> String {

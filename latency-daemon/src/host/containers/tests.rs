@@ -473,3 +473,31 @@ fn the_host_root_prefixes_every_runtime_path() {
     assert_eq!(ContainerNames::new(root.0.clone()).resolve(&path, Instant::now()).pod, "");
     assert_eq!(ContainerNames::new(root.0.join("host/root")).resolve(&path, Instant::now()).pod, "web-0");
 }
+
+#[test]
+fn the_runtimes_seen_are_those_with_a_listable_container_directory() {
+    let root = Root::new("seen");
+    assert!(runtimes_seen(&root.0).is_empty(), "nothing mounted");
+    // The DaemonSet's DirectoryOrCreate mounts leave empty state directories where a runtime is absent.
+    fs::create_dir_all(root.0.join("run/containerd")).unwrap();
+    fs::create_dir_all(root.0.join("run/containers/storage")).unwrap();
+    assert!(runtimes_seen(&root.0).is_empty(), "empty state directories");
+    root.write(
+        &format!("run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io/{ID}/config.json"),
+        &containerd_config("container", "app", &[]),
+    );
+    root.write(
+        &format!("run/containers/storage/overlay-containers/{ID}/userdata/config.json"),
+        &crio_config("container", "app"),
+    );
+    root.write(&format!("var/lib/docker/containers/{ID}/config.v2.json"), &docker_config(ID, "container", "app"));
+    let seen: Vec<(&str, PathBuf)> = runtimes_seen(&root.0);
+    assert_eq!(
+        seen,
+        [
+            ("k3s/RKE2 containerd", root.0.join("run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io")),
+            ("CRI-O/podman", root.0.join("run/containers/storage/overlay-containers")),
+            ("dockerd", root.0.join("var/lib/docker/containers")),
+        ]
+    );
+}
