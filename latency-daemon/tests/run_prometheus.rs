@@ -1,5 +1,5 @@
-//! `latency-daemon run` with real components: a real Prometheus scraping it (classic buckets as
-//! text, native histograms as protobuf), promtool on real scrapes, cgroups this test creates,
+//! `latency-daemon run` with real components: a real Prometheus scraping it (2.53 with the shipped
+//! scrape configuration: classic buckets and the native histogram from one scrape), promtool on real scrapes, cgroups this test creates,
 //! and the lifecycle (SIGHUP with a broken file, SIGTERM within 2 s, bad configuration).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,7 +16,7 @@ use latency_lab::{
     daemon::Daemon,
     guard::{Proc, Scratch},
     oracle::bpftool,
-    services::{Prometheus, TestCgroup},
+    services::{Prometheus, Setup, TestCgroup},
     web::{self, sample},
     workload::{Body, Crew, cpus, group, set_thread_name},
 };
@@ -59,7 +59,8 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
     let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "2s"]).expect("latency-daemon run");
     let stop = Arc::new(AtomicBool::new(false));
     let recorder = record_expositions(daemon.addr.clone(), stop.clone());
-    let prom = Prometheus::start(&daemon.addr).expect("prometheus (cargo xtask setup installs it)");
+    let prom = Prometheus::start_shipped(&Setup::trixie_both(), &daemon.addr)
+        .expect("prometheus 2.53 (cargo xtask setup unpacks it)");
 
     // 4×CPUs spinners for 10 s: run-queue delays of several ms.
     let mut crew = Crew::default();
@@ -70,15 +71,16 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
     drop(crew);
 
     let health = prom.target_health().expect("prometheus targets");
-    assert!(!health.contains("\"down\"") && health.matches("\"up\"").count() == 2, "scrapes failing: {health}");
+    assert!(!health.contains("\"down\"") && health.matches("\"up\"").count() == 1, "scrapes failing: {health}");
 
     let classic = scalar(
         &prom,
-        "histogram_quantile(0.99, sum by (le) (rate(runqlat_delay_seconds_bucket{job=\"classic\"}[8s])))",
+        "histogram_quantile(0.99, sum by (le) (rate(runqlat_delay_seconds_bucket{job=\"latency-daemon\"}[8s])))",
     )
     .expect("classic p99");
-    let native = scalar(&prom, "histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"native\"}[8s])))")
-        .expect("native p99");
+    let native =
+        scalar(&prom, "histogram_quantile(0.99, sum(rate(runqlat_delay_seconds{job=\"latency-daemon\"}[8s])))")
+            .expect("native p99");
     eprintln!("p99 over 8 s: classic {classic} s, native {native} s");
     assert!(classic.is_finite() && classic > 0.0, "classic p99 {classic}");
     assert!(native.is_finite() && native > 0.0, "native p99 {native}");
@@ -89,15 +91,16 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
     // we saw the same one, and its counts must be the same to the delay.
     // Both in one query: two queries may straddle a scrape that lands between them (CI: the drain
     // count of one scrape and the delay count of the next).
-    for job in ["classic", "native"] {
-        let total = if job == "classic" {
-            "sum by (job) (runqlat_delay_seconds_count{job=\"classic\"})"
+    // One scrape stores both forms, so each is checked against the same expositions.
+    for form in ["classic", "native"] {
+        let total = if form == "classic" {
+            "sum by (job) (runqlat_delay_seconds_count{job=\"latency-daemon\"})"
         } else {
-            "sum by (job) (histogram_count(runqlat_delay_seconds{job=\"native\"}))"
+            "sum by (job) (histogram_count(runqlat_delay_seconds{job=\"latency-daemon\"}))"
         };
         let both = prom
             .query(&format!(
-                "label_replace(runqlat_drains_total{{job=\"{job}\"}}, \"what\", \"drains\", \"\", \"\") or \
+                "label_replace(runqlat_drains_total{{job=\"latency-daemon\"}}, \"what\", \"drains\", \"\", \"\") or \
                  label_replace({total}, \"what\", \"total\", \"\", \"\")"
             ))
             .unwrap_or_else(|e| panic!("{e:#}"));
@@ -106,25 +109,27 @@ fn prometheus_reads_exact_classic_and_native_histograms() {
                 .find(|r| r["metric"]["what"] == what)
                 .and_then(|r| r["value"][1].as_str())
                 .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("{job}: no {what} in {both:?}")) as u64
+                .unwrap_or_else(|| panic!("{form}: no {what} in {both:?}")) as u64
         };
         let (drains, total) = (value("drains"), value("total"));
         let (_, w, p) = ours
             .iter()
             .find(|(d, _, _)| *d == drains)
-            .unwrap_or_else(|| panic!("{job}: drain {drains} not among the {} we saw", ours.len()));
-        assert_eq!(total, w + p, "{job}: Prometheus holds {total} delays at drain {drains}, we served {}", w + p);
+            .unwrap_or_else(|| panic!("{form}: drain {drains} not among the {} we saw", ours.len()));
+        assert_eq!(total, w + p, "{form}: Prometheus holds {total} delays at drain {drains}, we served {}", w + p);
     }
 
     // Counters never went back in any scrape.
     for counter in ["runqlat_delay_seconds_count", "runqlat_context_switches_total", "runqlat_cpu_idle_seconds_total"] {
-        let resets = scalar(&prom, &format!("sum(resets({counter}{{job=\"classic\"}}[1m]))")).unwrap();
+        let resets = scalar(&prom, &format!("sum(resets({counter}{{job=\"latency-daemon\"}}[1m]))")).unwrap();
         assert_eq!(resets, 0.0, "{counter} decreased");
     }
     // The window gauges: the exact max bounds the estimated p99.9.
-    let max = scalar(&prom, "max(runqlat_delay_window_max_seconds{job=\"classic\",reason=\"preempt\"})").unwrap();
-    let p999 = scalar(&prom, "max(runqlat_delay_window_seconds{job=\"classic\",reason=\"preempt\",q=\"0.999\"})")
-        .unwrap_or(0.0);
+    let max =
+        scalar(&prom, "max(runqlat_delay_window_max_seconds{job=\"latency-daemon\",reason=\"preempt\"})").unwrap();
+    let p999 =
+        scalar(&prom, "max(runqlat_delay_window_seconds{job=\"latency-daemon\",reason=\"preempt\",q=\"0.999\"})")
+            .unwrap_or(0.0);
     assert!(max > 0.001 && p999 <= max, "window max {max}, p99.9 {p999}");
 
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));

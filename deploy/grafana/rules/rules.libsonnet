@@ -1,7 +1,7 @@
 // Recording rules for a fleet of latency-daemon exporters (one per node), rendered into
 // deploy/prometheus/rules.yml and the PrometheusRule of the prometheus-operator component by
 // `cargo xtask mixin`. Tests: deploy/prometheus/rules_test.yml (promtool) and the daemon's tests
-// against real Prometheus versions (latency-daemon/tests/prometheus_versions.rs).
+// against real Prometheus versions (latency-daemon/tests/dashboard.rs).
 //
 // Labels assumed: `instance` tells the nodes apart (one scrape per node). Every series is taken
 // through _config.selector, and every rule aggregates to `instance` (and `reason` where stated),

@@ -37,7 +37,7 @@ pub use cgroup::TestCgroup;
 pub use containerd::Containerd;
 pub use kube::{KubePod, pod_from_daemonset};
 pub use podman::{Container, Podman};
-pub use prometheus::Prometheus;
+pub use prometheus::{Prometheus, Setup};
 
 use crate::guard::Proc;
 use crate::web;

@@ -1,22 +1,67 @@
-//! A real Prometheus server (Debian's `prometheus`), on loopback, scraping a target every second
-//! with native histograms on: in, the target's address; out, its HTTP API for queries. Stopped,
-//! and its data removed, when dropped.
+//! A real Prometheus server on loopback, scraping a target every second: in, which Prometheus
+//! (Debian 12's 2.42, or 2.53 from Debian trixie) with which feature flags, and the target's
+//! address; out, its HTTP API for queries. Stopped, and its data removed, when dropped.
 //!
-//! Two jobs scrape the same daemon: `native` lets Prometheus negotiate protobuf (native
-//! histograms), `classic` asks for text with `?format=text` (classic `le` buckets) — Prometheus
-//! 2.42 keeps only the native form of a histogram that has one, and `scrape_classic_histograms`
-//! to keep both arrived in 2.45.
-//!
-//! `start_shipped` instead runs what a user deploys: deploy/prometheus/scrape.yml (its jobs
-//! `runqlat` and `runqlat_classic`, pointed at the target, every second) and rules.yml, evaluated
-//! every second.
+//! `start_shipped` runs what a user deploys: deploy/prometheus/scrape.yml (its one job
+//! `latency-daemon`, pointed at the target, every second) and the rules the mixin generates
+//! (deploy/prometheus/rules.yml), evaluated every second. Which histogram forms it stores
+//! depends on the `Setup`: classic buckets only (2.42 at its defaults: OpenMetrics), the native
+//! histogram only (2.42 with native histograms: protobuf), or both (2.53 with native histograms
+//! and the job's `scrape_classic_histograms: true`).
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use super::serve;
+use super::{prometheus_trixie, serve};
 use crate::guard::Proc;
 use crate::guard::Scratch;
 use crate::web;
+
+/// Which Prometheus binary, with which flags, and whether the shipped job keeps the classic
+/// buckets beside the native histogram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setup {
+    pub binary: PathBuf,
+    /// `--enable-feature=native-histograms`: Prometheus asks for protobuf and stores native
+    /// histograms.
+    pub native_histograms: bool,
+    /// Uncomment the shipped job's `scrape_classic_histograms: true` (2.45 and later).
+    pub classic_too: bool,
+}
+
+impl Setup {
+    /// Debian 12's Prometheus 2.42 at its defaults: no feature flags, so it negotiates
+    /// OpenMetrics and stores the classic buckets only.
+    pub fn debian() -> Setup {
+        Setup { binary: PathBuf::from("prometheus"), native_histograms: false, classic_too: false }
+    }
+
+    /// Debian 12's 2.42 with native histograms: protobuf, the native form only.
+    pub fn debian_native() -> Setup {
+        Setup { native_histograms: true, ..Setup::debian() }
+    }
+
+    /// Prometheus 2.53 (Debian trixie's, unpacked by `cargo xtask setup`) with native histograms
+    /// and `scrape_classic_histograms: true`: both forms from one scrape.
+    pub fn trixie_both() -> Setup {
+        Setup { binary: prometheus_trixie::binary(), native_histograms: true, classic_too: true }
+    }
+
+    /// What the histograms are stored as, for messages.
+    pub fn describe(&self) -> String {
+        let stores = match (self.native_histograms, self.classic_too) {
+            (false, _) => "classic only",
+            (true, false) => "native only",
+            (true, true) => "native and classic",
+        };
+        format!("{} ({stores})", self.binary.display())
+    }
+
+    fn flags(&self) -> Vec<String> {
+        if self.native_histograms { vec!["--enable-feature=native-histograms".to_owned()] } else { Vec::new() }
+    }
+}
 
 #[derive(Debug)]
 pub struct Prometheus {
@@ -27,23 +72,9 @@ pub struct Prometheus {
 }
 
 impl Prometheus {
-    pub fn start(target: &str) -> anyhow::Result<Prometheus> {
-        let dir = Scratch::new("runqlat-prom")?;
-        let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  \
-                 - job_name: native\n    static_configs:\n      - targets: ['{target}']\n  \
-                 - job_name: classic\n    params:\n      format: [text]\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .with_context(|| format!("writing {}", config.display()))?;
-        Prometheus::launch(dir, &config)
-    }
-
-    /// Prometheus scraping with one job given as YAML (a `- job_name: …` list item, indented by
-    /// two spaces), every second: e.g. over TLS with basic auth.
+    /// Prometheus 2.42 with native histograms, scraping with one job given as YAML (a
+    /// `- job_name: …` list item, indented by two spaces), every second: e.g. over TLS with basic
+    /// auth.
     pub fn start_job(job: &str) -> anyhow::Result<Prometheus> {
         let dir = Scratch::new("runqlat-prom")?;
         let config = dir.path().join("prometheus.yml");
@@ -52,15 +83,16 @@ impl Prometheus {
             format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n{job}"),
         )
         .with_context(|| format!("writing {}", config.display()))?;
-        Prometheus::launch(dir, &config)
+        Prometheus::launch(&Setup::debian_native(), dir, &config)
     }
 
-    /// Prometheus with the shipped scrape configuration and rules, scraping `target` every second.
-    pub fn start_shipped(target: &str) -> anyhow::Result<Prometheus> {
+    /// Prometheus as `setup` says, with the shipped scrape configuration and rules, scraping
+    /// `target` every second.
+    pub fn start_shipped(setup: &Setup, target: &str) -> anyhow::Result<Prometheus> {
         let deploy = crate::workspace_root().join("deploy/prometheus");
         let scrape_file = deploy.join("scrape.yml");
         let scrape = std::fs::read_to_string(&scrape_file).with_context(|| format!("{}", scrape_file.display()))?;
-        let scrape = shipped_for(&scrape, target)?;
+        let scrape = shipped_for(&scrape, target, setup.classic_too)?;
         let dir = Scratch::new("runqlat-prom")?;
         let config = dir.path().join("prometheus.yml");
         let rules = deploy.join("rules.yml");
@@ -69,18 +101,19 @@ impl Prometheus {
             format!("global:\n  evaluation_interval: 1s\nrule_files:\n  - '{}'\n{scrape}", rules.display()),
         )
         .with_context(|| format!("writing {}", config.display()))?;
-        Prometheus::launch(dir, &config)
+        Prometheus::launch(setup, dir, &config)
     }
 
-    fn launch(dir: Scratch, config: &std::path::Path) -> anyhow::Result<Prometheus> {
+    fn launch(setup: &Setup, dir: Scratch, config: &Path) -> anyhow::Result<Prometheus> {
         let addr = format!("127.0.0.1:{}", web::free_port()?);
-        let args = [
+        let mut args = vec![
             format!("--config.file={}", config.display()),
             format!("--storage.tsdb.path={}", dir.path().join("data").display()),
             format!("--web.listen-address={addr}"),
-            "--enable-feature=native-histograms".to_owned(),
         ];
-        let proc = serve("prometheus", &args, &addr)?;
+        args.extend(setup.flags());
+        let program = setup.binary.to_string_lossy();
+        let proc = serve(&program, &args, &addr).with_context(|| setup.describe())?;
         Ok(Prometheus { _proc: proc, addr, _dir: dir })
     }
 
@@ -141,20 +174,23 @@ impl Prometheus {
 }
 
 /// deploy/prometheus/scrape.yml for one local target scraped every second: its example targets
-/// and 15 s intervals replaced, and an error if the file no longer has them (so a change to the
-/// shipped file cannot silently leave this test scraping nothing).
-fn shipped_for(scrape: &str, target: &str) -> anyhow::Result<String> {
+/// and 15 s interval replaced, `scrape_classic_histograms: true` uncommented if `classic_too`, and
+/// an error if the file no longer has them (so a change to the shipped file cannot silently leave
+/// this test scraping nothing).
+fn shipped_for(scrape: &str, target: &str, classic_too: bool) -> anyhow::Result<String> {
     const TARGETS: &str = "['node-1:9954', 'node-2:9954']";
     const INTERVAL: &str = "scrape_interval: 15s";
-    let (jobs, intervals) = (scrape.matches(TARGETS).count(), scrape.matches(INTERVAL).count());
-    if jobs != 2 || intervals != 2 {
+    const CLASSIC: &str = "# scrape_classic_histograms: true";
+    let counts = [TARGETS, INTERVAL, CLASSIC].map(|s| scrape.matches(s).count());
+    if counts != [1, 1, 1] {
         bail!(
-            "deploy/prometheus/scrape.yml: expected 2 jobs with {TARGETS} and {INTERVAL}, found {jobs} and {intervals}"
+            "deploy/prometheus/scrape.yml: expected one job with {TARGETS}, {INTERVAL} and `{CLASSIC}`, found {counts:?}"
         );
     }
-    Ok(scrape
+    let scrape = scrape
         .replace(TARGETS, &format!("['{target}']"))
-        .replace(INTERVAL, "scrape_interval: 1s\n    scrape_timeout: 900ms"))
+        .replace(INTERVAL, "scrape_interval: 1s\n    scrape_timeout: 900ms");
+    Ok(if classic_too { scrape.replace(CLASSIC, "scrape_classic_histograms: true") } else { scrape })
 }
 
 #[cfg(test)]
@@ -165,10 +201,13 @@ mod tests {
     fn the_shipped_scrape_config_points_at_the_target() {
         let path = crate::workspace_root().join("deploy/prometheus/scrape.yml");
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{e}"));
-        let local = shipped_for(&text, "127.0.0.1:1").unwrap_or_else(|e| panic!("{e:#}"));
-        assert_eq!(local.matches("['127.0.0.1:1']").count(), 2);
-        assert!(local.contains("job_name: runqlat\n") && local.contains("job_name: runqlat_classic\n"));
-        assert!(!local.contains("15s"));
-        assert!(shipped_for("scrape_configs: []", "x").is_err());
+        let local = shipped_for(&text, "127.0.0.1:1", false).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(local.matches("['127.0.0.1:1']").count(), 1);
+        assert_eq!(local.matches("job_name:").count(), 1);
+        assert!(local.contains("job_name: latency-daemon\n"));
+        assert!(!local.contains("15s") && !local.contains("\n    scrape_classic_histograms"));
+        let both = shipped_for(&text, "127.0.0.1:1", true).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(both.contains("\n    scrape_classic_histograms: true\n"), "{both}");
+        assert!(shipped_for("scrape_configs: []", "x", false).is_err());
     }
 }
