@@ -93,9 +93,9 @@ fn levels_filter() {
 }
 
 /// Files that print on purpose: the reports of `check` and `record` (stdout, and record's progress
-/// line on a terminal), clap's help and usage errors, which come before any logger exists, and
-/// the logger itself.
-const MAY_PRINT: [&str; 4] = ["cmd/check.rs", "cmd/record/", "cmd/mod.rs", "cmd/logger.rs"];
+/// line on a terminal), clap's help and usage errors, which come before any logger exists, the
+/// logger itself, and `seccomp-profile` (the profile on stdout is its output).
+const MAY_PRINT: [&str; 5] = ["cmd/check.rs", "cmd/record/", "cmd/mod.rs", "cmd/logger.rs", "cmd/seccomp.rs"];
 
 /// The serving path writes only through the logger: a stray `eprintln!` (from another branch, say)
 /// would be a line in no format, at no level, that `--log.level` cannot silence.
