@@ -1,6 +1,6 @@
 // Entry point: one JSON file per dashboard, written by
 //   jsonnet -J deploy/grafana -m deploy/grafana/dashboards_out deploy/grafana/dashboards.jsonnet
-// (`cargo xtask dashboard`); the output is committed and a test keeps it from drifting.
+// (`cargo xtask mixin`); the output is committed and a test keeps it from drifting.
 local mixin = import 'mixin.libsonnet';
 
 {

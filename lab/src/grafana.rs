@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::Value;
 
-/// The mixin's generated dashboards, committed (`cargo xtask dashboard` writes them).
+/// The mixin's generated dashboards, committed (`cargo xtask mixin` writes them).
 pub fn dashboards_dir() -> PathBuf {
     crate::workspace_root().join("deploy/grafana/dashboards_out")
 }

@@ -217,10 +217,10 @@ mod tests {
         assert_eq!(
             fresh.keys().collect::<Vec<_>>(),
             committed.keys().collect::<Vec<_>>(),
-            "dashboards differ; run `cargo xtask dashboard`"
+            "dashboards differ; run `cargo xtask mixin`"
         );
         for (name, text) in &fresh {
-            assert!(committed[name] == *text, "{OUT}/{name} drifted from the mixin; run `cargo xtask dashboard`");
+            assert!(committed[name] == *text, "{OUT}/{name} drifted from the mixin; run `cargo xtask mixin`");
         }
     }
 
