@@ -314,8 +314,8 @@ mod tests {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
-    /// Every `runqlat_*` and `process_*` name in a query is served by the daemon, as the golden
-    /// schema (latency-daemon/tests/golden/metrics.prom) shows.
+    /// Every `runqlat_*` and `process_*` name in a dashboard query or a rule is served by the
+    /// daemon, as the golden schema (latency-daemon/tests/golden/metrics.prom) shows.
     #[test]
     fn every_metric_named_is_one_the_daemon_serves() {
         let golden = std::fs::read_to_string(workspace_root().join("latency-daemon/tests/golden/metrics.prom"))
@@ -324,7 +324,19 @@ mod tests {
             golden.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
         let d = dashboard();
         let variables = grafana::label_variables(&d).unwrap_or_else(|e| panic!("{e:#}"));
-        let exprs = grafana::queries(&d).into_iter().map(|q| q.expr).chain(variables.into_iter().map(|v| v.selector));
+        let groups = rule_groups().unwrap_or_else(|e| panic!("{e:#}"));
+        let rules: Vec<String> = groups["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .filter_map(|r| r["expr"].as_str().map(str::to_owned))
+            .collect();
+        let exprs = grafana::queries(&d)
+            .into_iter()
+            .map(|q| q.expr)
+            .chain(variables.into_iter().map(|v| v.selector))
+            .chain(rules);
         let mut unknown = Vec::new();
         let mut named = 0;
         for expr in exprs {
