@@ -28,5 +28,6 @@ pub fn image() -> anyhow::Result<()> {
 pub fn seccomp() -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
     let daemon = build::daemon(true)?;
-    latency_lab::seccomp::write(&daemon, &workspace_root())
+    latency_lab::seccomp::write(&daemon, &workspace_root())?;
+    crate::seccomp_spo::run()
 }

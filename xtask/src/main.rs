@@ -10,6 +10,7 @@ mod kubernetes;
 #[cfg(test)]
 mod readme_layout;
 mod run;
+mod seccomp_spo;
 mod setup;
 mod test;
 mod vmtest;
@@ -38,6 +39,8 @@ enum Command {
     Image,
     /// Setup, release build, then deploy/seccomp/latency-daemon.json from `strace` of the daemon.
     Seccomp,
+    /// Regenerate the Security Profiles Operator's SeccompProfile from deploy/seccomp/latency-daemon.json.
+    SeccompSpo,
     /// The same as `mixin` (the PrometheusRule is generated from the mixin).
     Kubernetes,
     /// Format the mixin (deploy/grafana) and regenerate what it makes: the dashboards' JSON,
@@ -64,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         Command::Test(args) => test::run(args),
         Command::Image => container::image(),
         Command::Seccomp => container::seccomp(),
+        Command::SeccompSpo => seccomp_spo::run(),
         Command::Kubernetes => kubernetes::run(),
         Command::Dashboard => dashboard::run(),
         Command::Bench(args) => bench::run(&args),
