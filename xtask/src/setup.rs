@@ -3,6 +3,7 @@
 //! Every other subcommand runs the same list first, so keep each `is_done` fast (a few ms).
 mod bpf_linker;
 mod kernel;
+pub mod kustomize;
 mod packages;
 mod prometheus_trixie;
 pub mod python;
@@ -37,6 +38,8 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(prometheus_trixie::PrometheusTrixie),
         Box::new(python::KUBERNETES_VALIDATE),
         Box::new(python::PROMETHEUS_CLIENT),
+        Box::new(kustomize::Kustomize),
+        Box::new(python::CHECKOV),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
     ]

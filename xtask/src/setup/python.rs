@@ -1,6 +1,7 @@
 //! Python tools from PyPI, in a venv of the project's own (never the system's site-packages):
-//! kubernetes-validate (deploy/kubernetes against Kubernetes' own schemas, offline) and the
-//! official Prometheus client's parsers (our exposition as a consumer no one here wrote reads it).
+//! kubernetes-validate (deploy/kubernetes against Kubernetes' own schemas, offline), the official
+//! Prometheus client's parsers (our exposition as a consumer no one here wrote reads it), and
+//! checkov, the policy scanner the manifest tests run on every rendered kustomization.
 //! In: python3 (with venv) and PyPI; out: /var/cache/runqlat-tools/venv with the pinned versions.
 use std::path::Path;
 use std::process::Command;
@@ -15,6 +16,12 @@ pub const VENV: &str = "/var/cache/runqlat-tools/venv";
 #[cfg(test)]
 pub fn kubernetes_validate() -> std::path::PathBuf {
     Path::new(VENV).join("bin/kubernetes-validate")
+}
+
+/// The venv's checkov (the manifest tests run it on every rendered overlay).
+#[cfg(test)]
+pub fn checkov() -> std::path::PathBuf {
+    Path::new(VENV).join("bin/checkov")
 }
 
 /// One pinned PyPI package in the venv.
@@ -41,6 +48,13 @@ pub const PROMETHEUS_CLIENT: PipPackage = PipPackage {
     name: "prometheus_client parsers (PyPI, in a venv)",
     requirement: "prometheus_client==0.26.0",
     dist_info: "prometheus_client-0.26.0.dist-info",
+};
+
+/// The policy scanner platform teams run on manifests; the tests want zero failed checks.
+pub const CHECKOV: PipPackage = PipPackage {
+    name: "checkov (PyPI, in a venv)",
+    requirement: "checkov==3.3.30",
+    dist_info: "checkov-3.3.30.dist-info",
 };
 
 fn venv() -> &'static Path {
