@@ -432,14 +432,18 @@ fn the_daemonsets_pod_template_runs_as_declared() {
     let tag = format!("localhost/latency-daemon:kube-{}", std::process::id());
     podman.build_daemon_image(DAEMON.as_ref(), &tag).unwrap_or_else(|e| panic!("{e:#}"));
     let root = latency_lab::workspace_root();
-    let manifest = std::fs::read_to_string(root.join("deploy/kubernetes/daemonset.yaml")).unwrap();
+    let manifest = std::fs::read_to_string(root.join("deploy/kubernetes/base/daemonset.yaml")).unwrap();
     let name = format!("runqlat-{}-kube", std::process::id());
     let pod = latency_lab::services::pod_from_daemonset(&manifest, &name, &tag).unwrap_or_else(|e| panic!("{e:#}"));
+    // The ConfigMap its --config file comes from, beside the pod as podman kube play takes it.
+    let config = std::fs::read_to_string(root.join("deploy/kubernetes/base/configmap.yaml")).unwrap();
+    let pod = format!("{pod}---\n{config}");
     // The Localhost profile, where kubelet (and podman's --seccomp-profile-root) looks for it.
     let profiles = podman.scratch_file("seccomp");
     std::fs::create_dir_all(&profiles).unwrap();
     std::fs::copy(root.join(latency_lab::seccomp::PROFILE), profiles.join("latency-daemon.json")).unwrap();
-    let host_dirs = ["/run/containerd", "/run/containers/storage"];
+    // Deepest first: removed in this order if the play made them.
+    let host_dirs = ["/run/containerd", "/run/containers/storage", "/run/k3s/containerd", "/run/k3s"];
     let result = {
         let played = latency_lab::services::KubePod::play(&podman, &pod, &profiles, &host_dirs);
         let check = || -> Result<(), String> {

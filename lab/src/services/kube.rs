@@ -1,6 +1,7 @@
 //! A DaemonSet's pod template run for real: `podman kube play` runs Pods, not DaemonSets, so the
 //! template is lifted into a Pod of the test's own name, verbatim otherwise (securityContext,
-//! seccomp profile, hostPID, read-only mounts, probes, ports), with the test's image. In: the
+//! seccomp profile, hostPID, read-only mounts, probes, ports), with the test's image and the
+//! seccomp annotation podman reads in place of `localhostProfile`. In: the
 //! manifest's text; out: the running pod, removed with `podman kube down` when the guard goes, and
 //! the host directories its `DirectoryOrCreate` mounts made removed too.
 use std::path::{Path, PathBuf};
@@ -31,7 +32,25 @@ pub fn pod_from_daemonset(daemonset: &str, name: &str, image: &str) -> anyhow::R
     let images: Vec<&str> = pod.lines().filter(|l| l.trim_start().starts_with("image: ")).collect();
     let [old] = images[..] else { bail!("expected one container image, found {images:?}") };
     let indent = &old[..old.len() - old.trim_start().len()];
-    Ok(pod.replacen(old, &format!("{indent}image: {image}"), 1))
+    let pod = pod.replacen(old, &format!("{indent}image: {image}"), 1);
+    Ok(with_seccomp_annotation(&pod))
+}
+
+/// podman kube play (4.3) reads a Localhost seccomp profile only from the deprecated annotation,
+/// which the shipped manifests leave out: the container's `localhostProfile` becomes the pod's
+/// `seccomp.security.alpha.kubernetes.io/pod: localhost/<profile>` here, for the test alone.
+fn with_seccomp_annotation(pod: &str) -> String {
+    let Some(profile) = pod.lines().find_map(|l| l.trim().strip_prefix("localhostProfile: ")) else {
+        return pod.to_owned();
+    };
+    let line = format!("    seccomp.security.alpha.kubernetes.io/pod: localhost/{}\n", profile.trim());
+    match pod.find("\nmetadata:\n").and_then(|m| pod[m..].find("\n  annotations:\n").map(|a| m + a)) {
+        Some(at) => {
+            let at = at + "\n  annotations:\n".len();
+            format!("{}{line}{}", &pod[..at], &pod[at..])
+        }
+        None => pod.replacen("\nspec:\n", &format!("\n  annotations:\n{line}spec:\n"), 1),
+    }
 }
 
 /// A pod run by `podman kube play`, torn down on drop.
@@ -84,5 +103,14 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    a: b\nspec:\n  hostPID: true\n  containers:\n    - name: c\n      image: y:2\n\n      args: [\"run\"]\n"
         );
         assert!(pod_from_daemonset("kind: Pod\n", "p", "y").is_err());
+        let confined = ds.replace(
+            "          image: x:1\n",
+            "          image: x:1\n          securityContext:\n            seccompProfile:\n              type: Localhost\n              localhostProfile: prof.json\n",
+        );
+        let pod = pod_from_daemonset(&confined, "p", "y:2").unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(
+            pod.contains("\n  labels:\n    a: b\n  annotations:\n    seccomp.security.alpha.kubernetes.io/pod: localhost/prof.json\nspec:\n"),
+            "{pod}"
+        );
     }
 }
