@@ -510,6 +510,35 @@ fn the_daemonsets_pod_template_runs_as_declared() {
     result.unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// The seccomp-installer component's init container as declared (its args read from the component;
+/// the runtime's default seccomp profile, no capabilities, uid 0, read-only root, no_new_privs):
+/// it writes the shipped profile, byte for byte, into the directory standing in for the node's
+/// /var/lib/kubelet/seccomp, where the daemon's container's Localhost profile then points.
+#[test]
+fn the_seccomp_installers_init_container_writes_the_shipped_profile() {
+    let podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let tag = format!("localhost/latency-daemon:installer-{}", std::process::id());
+    podman.build_daemon_image(DAEMON.as_ref(), &tag).unwrap_or_else(|e| panic!("{e:#}"));
+    let root = latency_lab::workspace_root();
+    let component =
+        std::fs::read_to_string(root.join("deploy/kubernetes/components/seccomp-installer/kustomization.yaml"))
+            .unwrap();
+    let args = component.lines().find_map(|l| l.trim().strip_prefix("args: ")).expect("the init container's args");
+    let args: Vec<String> = serde_json::from_str(args).expect("args as a flow list of strings");
+    assert!(component.contains("mountPath: /host-seccomp\n") && component.contains("path: /var/lib/kubelet/seccomp\n"));
+    let host = podman.scratch_file("host-seccomp");
+    std::fs::create_dir_all(&host).unwrap();
+    let volume = format!("{}:/host-seccomp", host.display());
+    let mut run: Vec<&str> = vec!["run", "--rm", "--read-only", "--cap-drop=ALL", "--user", "0"];
+    run.extend(["--security-opt", "no-new-privileges", "--volume", &volume, &tag]);
+    run.extend(args.iter().map(String::as_str));
+    let result = podman.podman(&run);
+    drop(podman.podman(&["rmi", "--force", &tag]));
+    result.unwrap_or_else(|e| panic!("{args:?}: {e:#}"));
+    let written = std::fs::read(host.join("latency-daemon.json")).expect("the profile on the host");
+    assert!(written == std::fs::read(root.join(latency_lab::seccomp::PROFILE)).unwrap(), "not the shipped profile");
+}
+
 /// Family → (sample lines in the text format, series with native histograms): a classic histogram
 /// is a line per `le` plus `_sum` and `_count`; as a native histogram it is one series per label set.
 fn series_by_family(text: &str) -> std::collections::BTreeMap<String, (usize, usize)> {
