@@ -4,6 +4,7 @@ mod alertmanager;
 mod cgroup;
 mod containerd;
 mod kube;
+pub mod operator;
 mod podman;
 mod prometheus;
 
