@@ -171,6 +171,44 @@ impl Prometheus {
             .collect::<Vec<_>>()
             .join("; "))
     }
+
+    /// Debian's Prometheus 2.42 at its defaults (no feature flags) with `yaml` as its whole
+    /// prometheus.yml; `reload` replaces it.
+    pub fn start_with_config(yaml: &str) -> anyhow::Result<Prometheus> {
+        let dir = Scratch::new("runqlat-prom")?;
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(&config, yaml).with_context(|| format!("writing {}", config.display()))?;
+        Prometheus::launch(&Setup::debian(), dir, &config)
+    }
+
+    /// Rewrites prometheus.yml with `yaml` and has Prometheus reload it (SIGHUP); returns once
+    /// `/api/v1/status/config` serves the new file (within 10 s).
+    pub fn reload(&mut self, yaml: &str) -> anyhow::Result<()> {
+        let config = self._dir.path().join("prometheus.yml");
+        std::fs::write(&config, yaml).with_context(|| format!("writing {}", config.display()))?;
+        self._proc.signal(libc::SIGHUP);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let want: Value = serde_yaml::from_str(yaml).context("the new configuration")?;
+        let jobs = |v: &Value| -> Vec<String> {
+            v["scrape_configs"].as_array().into_iter().flatten().map(|j| j["job_name"].to_string()).collect()
+        };
+        loop {
+            let r = web::get(&self.addr, "/api/v1/status/config", &[])?;
+            let v: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            let loaded: Value =
+                serde_yaml::from_str(v["data"]["yaml"].as_str().unwrap_or_default()).unwrap_or_default();
+            if jobs(&loaded) == jobs(&want)
+                && loaded["scrape_configs"].to_string().matches("targets").count()
+                    == want["scrape_configs"].to_string().matches("targets").count()
+            {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("Prometheus did not load the new configuration within 10 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
 }
 
 /// deploy/prometheus/scrape.yml for one local target scraped every second: its example targets
