@@ -358,3 +358,139 @@ fn the_operators_scrape_of_the_shipped_servicemonitor_keeps_labels_and_alerts() 
     drop(prom);
     assert!(node_a.stop().expect("SIGTERM node-a") < Duration::from_secs(2));
 }
+
+/// The customary `kubernetes-pods` job (Prometheus's example configuration, pods found by their
+/// prometheus.io/* annotations), with the additions docs/labels.md gives for latency-daemon's pods
+/// when `with_additions`.
+fn kubernetes_pods_job(name: &str, pod: &DiscoveredPod, with_additions: bool) -> serde_yaml::Value {
+    let port = pod.address.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
+    let mut labels = operator::meta_labels(pod, false);
+    let address = labels.remove("__address__").unwrap_or_default();
+    for (k, v) in [("scrape", "true"), ("port", port), ("path", "/metrics")] {
+        labels.insert(format!("__meta_kubernetes_pod_annotation_prometheus_io_{k}"), v.to_owned());
+        labels.insert(format!("__meta_kubernetes_pod_annotationpresent_prometheus_io_{k}"), "true".to_owned());
+    }
+    let mut relabel = String::from(
+        r#"
+- source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+  action: keep
+  regex: true
+- source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
+  action: replace
+  target_label: __metrics_path__
+  regex: (.+)
+- source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
+  action: replace
+  regex: ([^:]+)(?::\d+)?;(\d+)
+  replacement: $1:$2
+  target_label: __address__
+- action: labelmap
+  regex: __meta_kubernetes_pod_label_(.+)
+- source_labels: [__meta_kubernetes_namespace]
+  action: replace
+  target_label: namespace
+- source_labels: [__meta_kubernetes_pod_name]
+  action: replace
+  target_label: pod
+"#,
+    );
+    if with_additions {
+        relabel.push_str(&shipped_kubernetes_pods_additions());
+    }
+    let job = serde_json::json!({
+        "job_name": name,
+        "scrape_interval": "1s",
+        "scrape_timeout": "900ms",
+        "static_configs": [{"targets": [address], "labels": labels}],
+        "relabel_configs": serde_yaml::from_str::<serde_yaml::Value>(&relabel).unwrap(),
+    });
+    serde_yaml::to_value(job).unwrap()
+}
+
+/// The relabelings docs/labels.md tells users to add to their `kubernetes-pods` job: the YAML
+/// block after the line `# latency-daemon: add to the kubernetes-pods job`, re-indented.
+fn shipped_kubernetes_pods_additions() -> String {
+    let doc = shipped("docs/labels.md");
+    let start =
+        doc.find("# latency-daemon: add to the kubernetes-pods job\n").expect("the additions in docs/labels.md");
+    let block = &doc[start..];
+    let block = &block[..block.find("```").expect("the end of the block")];
+    let indent = block.lines().nth(1).map(|l| l.len() - l.trim_start().len()).unwrap_or(0);
+    block.lines().skip(1).map(|l| format!("{}\n", l.get(indent..).unwrap_or(""))).collect()
+}
+
+/// The other routes to the same labels: prometheus-operator's PodMonitor (the shipped one) and a
+/// plain Prometheus's `kubernetes-pods` annotation job with the additions docs/labels.md gives.
+/// Each scrapes the daemon as a node of its own; the victim's series keep its names under both,
+/// and the same annotation job without the additions shows what they prevent (`exported_*`).
+#[test]
+fn the_podmonitor_and_the_annotation_job_keep_the_same_labels() {
+    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let pin = ["--cpuset-cpus", "0"];
+    let names = [
+        ("io.kubernetes.pod.namespace", "web"),
+        ("io.kubernetes.pod.name", "victim-pod"),
+        ("io.kubernetes.container.name", "sleeper"),
+    ];
+    let _hog = podman
+        .run("op2-hog", &[], &pin, &["sh", "-c", &format!("{SPIN} & {SPIN} & {SPIN} & {SPIN}")])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let _victim = podman
+        .run("op2-victim", &names, &pin, &["sh", "-c", "renice -n 19 -p $$ && while :; do usleep 1000; done"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s"]).expect("latency-daemon run");
+
+    let podmonitor = shipped("deploy/kubernetes/components/podmonitor/podmonitor.yaml");
+    let mut jobs = operator::pod_monitor_jobs(&podmonitor, &[daemon_pod("node-p", &daemon.addr)])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    jobs[0]["scrape_interval"] = "1s".into();
+    jobs[0]["scrape_timeout"] = "900ms".into();
+    jobs.push(kubernetes_pods_job("kubernetes-pods", &daemon_pod("node-k", &daemon.addr), true));
+    jobs.push(kubernetes_pods_job("kubernetes-pods-as-is", &daemon_pod("node-raw", &daemon.addr), false));
+    let prom = Prometheus::start_with_config(&operator::prometheus_config("1s", &[], &jobs).unwrap())
+        .unwrap_or_else(|e| panic!("{e:#} (cargo xtask setup)"));
+
+    let victim = "runqlat_cgroup_delay_seconds_count{pod=\"victim-pod\"}";
+    // Both routes' targets scraped with the victim's delays (the daemon names it within seconds).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prom.query(&format!("count by (instance) ({victim})")).unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no victim series under both routes within 30 s: {}",
+            prom.target_health().unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let series = prom.query(victim).unwrap();
+    let instances: BTreeSet<&str> = series.iter().filter_map(|s| s["metric"]["instance"].as_str()).collect();
+    assert_eq!(instances, ["node-k", "node-p"].into_iter().collect(), "{series:?}");
+    for s in &series {
+        let m = &s["metric"];
+        assert_eq!(
+            (&m["job"], &m["namespace"], &m["container"]),
+            (&"latency-daemon".into(), &"web".into(), &"sleeper".into()),
+            "{m}"
+        );
+    }
+    let up = prom.query(&format!("up{{{SELECTOR}}} == 1")).unwrap();
+    assert_eq!(up.len(), 2, "{up:?}");
+    for s in prom.query(&format!("{{{SELECTOR}}}")).unwrap() {
+        let m = s["metric"].as_object().unwrap();
+        assert!(!m.keys().any(|k| k.starts_with("exported_")), "{s}");
+        assert!(m.get("pod").and_then(Value::as_str).is_none_or(|p| !p.starts_with("latency-daemon-")), "{s}");
+    }
+
+    // The annotation job as it is: job kubernetes-pods-as-is, instance IP:port, and the daemon's
+    // own pod as `pod` on every series while the victim's names move to exported_*.
+    let raw = wait_for(
+        &prom,
+        "runqlat_cgroup_delay_seconds_count{job=\"kubernetes-pods-as-is\", exported_pod=\"victim-pod\"}",
+        Duration::from_secs(10),
+        "the annotation job without the additions",
+    );
+    assert_eq!(raw[0]["metric"]["pod"], "latency-daemon-node-raw", "{raw:?}");
+    assert_eq!(raw[0]["metric"]["exported_namespace"], "web", "{raw:?}");
+    eprintln!("PodMonitor and kubernetes-pods (with the additions): {} victim series, none exported_*", series.len());
+    drop(prom);
+    assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
+}
