@@ -3,12 +3,11 @@
 //! Every other subcommand runs the same list first, so keep each `is_done` fast (a few ms).
 mod bpf_linker;
 mod kernel;
-pub mod kustomize;
 mod packages;
-mod prometheus_trixie;
 pub mod python;
 mod qemu;
 mod toolchain;
+pub mod trixie;
 
 use std::time::Instant;
 
@@ -35,10 +34,10 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(bpf_linker::BpfLinker),
         Box::new(packages::DebPackages),
         Box::new(qemu::Qemu),
-        Box::new(prometheus_trixie::PrometheusTrixie),
+        Box::new(trixie::PROMETHEUS),
         Box::new(python::KUBERNETES_VALIDATE),
         Box::new(python::PROMETHEUS_CLIENT),
-        Box::new(kustomize::Kustomize),
+        Box::new(trixie::KUSTOMIZE),
         Box::new(python::CHECKOV),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),

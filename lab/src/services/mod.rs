@@ -12,19 +12,9 @@ mod prometheus;
 pub mod prometheus_trixie {
     use std::path::PathBuf;
 
-    /// The unpacked package's root.
-    pub fn dir() -> PathBuf {
-        PathBuf::from("/var/cache/runqlat-tools/prometheus-trixie")
-    }
-
-    /// Its `prometheus` binary.
+    /// Its `prometheus` binary (xtask's setup checks it unpacks exactly there).
     pub fn binary() -> PathBuf {
-        dir().join("usr/bin/prometheus")
-    }
-
-    /// The package version, written once the unpack is complete.
-    pub fn version_file() -> PathBuf {
-        dir().join("VERSION")
+        PathBuf::from("/var/cache/runqlat-tools/prometheus-trixie/usr/bin/prometheus")
     }
 }
 

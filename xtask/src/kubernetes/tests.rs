@@ -8,7 +8,7 @@ use std::process::Command;
 use latency_lab::guard::Scratch;
 use serde_json::Value;
 
-use crate::setup::{kustomize, python};
+use crate::setup::{python, trixie};
 use crate::workspace_root;
 
 /// What `kubectl apply -k` is pointed at, as shipped.
@@ -54,7 +54,7 @@ struct Rendered {
 }
 
 fn kustomize_build(dir: &Path) -> Result<String, String> {
-    let tool = kustomize::binary();
+    let tool = trixie::KUSTOMIZE.binary();
     let out = Command::new(&tool)
         .arg("build")
         .arg(dir)
