@@ -563,6 +563,19 @@ mod tests {
     }
 
     #[test]
+    fn without_the_labeldrop_the_daemons_own_pod_would_be_every_series_pod() {
+        let yaml = shipped("deploy/kubernetes/components/prometheus-operator/servicemonitor.yaml");
+        let without = yaml.replace("        - action: labeldrop\n          regex: namespace|pod|container\n", "");
+        assert_ne!(without, yaml, "the shipped ServiceMonitor's labeldrop");
+        let job =
+            &service_monitor_jobs(&without, &[pod("node-a", "latency-daemon-abcde", "10.0.0.1:9954")]).unwrap()[0];
+        let labels = target_labels(job, 0).unwrap();
+        assert_eq!(labels["namespace"], "latency-daemon");
+        assert_eq!(labels["pod"], "latency-daemon-abcde");
+        assert_eq!(labels["container"], "latency-daemon");
+    }
+
+    #[test]
     fn a_port_of_another_name_is_not_scraped() {
         let yaml = shipped("deploy/kubernetes/components/prometheus-operator/servicemonitor.yaml");
         let mut p = pod("node-a", "p", "10.0.0.1:9954");
