@@ -118,8 +118,16 @@ impl WebConfig {
                     "basic_auth_users: user {user:?} may not contain ':' or control characters"
                 )));
             }
-            if hash.parse::<bcrypt::HashParts>().is_err() {
+            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
                 return Err(invalid(format!("basic_auth_users: {user}'s password is not a bcrypt hash")));
+            };
+            // bcrypt's parser takes any number; `verify` refuses costs outside 4–31, so such a
+            // user could never log in (and an unknown user is checked at the users' cost).
+            if !(4..=31).contains(&parts.get_cost()) {
+                return Err(invalid(format!(
+                    "basic_auth_users: {user}'s bcrypt hash has cost {}; bcrypt computes 4 to 31",
+                    parts.get_cost()
+                )));
             }
         }
         let mut headers = Vec::new();

@@ -50,6 +50,10 @@ fn every_mistake_is_one_line_naming_it() {
         ("tls_server_config:\n  cert_file: expired.pem\n  key_file: expired.key\n".into(), "the certificate expired"),
         ("tls_server_config:\n  cert_file: nope.pem\n  key_file: server.key\n".into(), "cert_file: cannot read"),
         ("basic_auth_users:\n  alice: plaintext\n".into(), "alice's password is not a bcrypt hash"),
+        (
+            format!("basic_auth_users:\n  alice: '$2b$99${}'\n", ".".repeat(53)),
+            "alice's bcrypt hash has cost 99; bcrypt computes 4 to 31",
+        ),
         ("http_server_config:\n  headers:\n    Server: x\n".into(), "\"Server\" cannot be set"),
         ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n".into(), "must be one of deny, sameorigin"),
         ("[not a map".into(), "web.yml"),

@@ -3,18 +3,40 @@
 //! a success is remembered (by a SHA-256 of user, password and hash), as exporter-toolkit does:
 //! a scraper pays it once, not every 15 s.
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use base64::Engine as _;
 
 /// Remembered successes; cleared whole when full (a new user list changes the keys anyway).
 const CACHE: usize = 1024;
 
+/// The costs bcrypt can compute (it refuses others; config load refuses them too).
+const COSTS: std::ops::RangeInclusive<u32> = 4..=31;
+
+/// The cost of a bcrypt hash (`$2a$`, `$2b$`, `$2x$` or `$2y$`, then `NN$`), read by bcrypt's own
+/// parser so that it is the cost `verify` will spend; None if it is not one bcrypt can verify.
+fn cost(hash: &str) -> Option<u32> {
+    let cost = hash.parse::<bcrypt::HashParts>().ok()?.get_cost();
+    COSTS.contains(&cost).then_some(cost)
+}
+
+/// The cost an unknown user is checked at: the highest of the configured hashes', so that an
+/// unknown user is indistinguishable from the costliest users (with one cost, from every user).
+fn dummy_cost(users: &BTreeMap<String, String>) -> u32 {
+    users.values().filter_map(|h| cost(h)).max().unwrap_or(bcrypt::DEFAULT_COST)
+}
+
 /// Checked against when the user is unknown, so that an unknown user costs what a wrong
-/// password does (no timing hint about which users exist).
-fn dummy() -> &'static str {
-    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DUMMY.get_or_init(|| bcrypt::hash("x", bcrypt::DEFAULT_COST).unwrap_or_default())
+/// password does (no timing hint about which users exist). Not the hash of anything: bcrypt
+/// reads the cost from the string and recomputes from the salt (here all zero), so verifying
+/// against it costs what a real hash of `cost` does, while making it costs nothing — hashing a
+/// real one at the first unknown user of each cost would double that request's price. One per
+/// cost, made once.
+fn dummy(cost: u32) -> &'static str {
+    static DUMMIES: [OnceLock<String>; 32] = [const { OnceLock::new() }; 32];
+    let cost = cost.clamp(*COSTS.start(), *COSTS.end());
+    // The clamp keeps the index within the 32 slots.
+    DUMMIES[cost as usize].get_or_init(|| format!("$2b${cost:02}${}", ".".repeat(53)))
 }
 
 #[derive(Debug, Default)]
@@ -30,12 +52,11 @@ impl Verified {
             return true;
         }
         let known = hash.is_some();
+        // Chosen for known users too, so both paths do the same work; it follows a reload, and
+        // parsing the users' hashes is microseconds next to the verify.
+        let dummy = dummy(dummy_cost(users));
         let ok = tokio::task::spawn_blocking(move || {
-            let hash = match &hash {
-                Some(h) => h.as_str(),
-                None => dummy(),
-            };
-            bcrypt::verify(password, hash).unwrap_or(false)
+            bcrypt::verify(password, hash.as_deref().unwrap_or(dummy)).unwrap_or(false)
         })
         .await
         .unwrap_or(false)
@@ -102,6 +123,57 @@ mod tests {
         assert!(!v.check(&users, Some(header("alice", "wrong").as_bytes())).await);
         assert!(!v.check(&users, Some(header("bob", "pw").as_bytes())).await);
         assert!(!v.check(&users, None).await);
-        assert!(dummy().parse::<bcrypt::HashParts>().is_ok());
+    }
+
+    /// A well-formed hash of `cost` in `version` (salt and digest are all zero bits).
+    fn shaped(version: &str, cost: &str) -> String {
+        format!("${version}${cost}${}", ".".repeat(53))
+    }
+
+    #[test]
+    fn cost_is_read_from_every_bcrypt_version_and_only_where_bcrypt_can_compute_it() {
+        for (version, digits, want) in [
+            ("2a", "10", Some(10)),
+            ("2b", "04", Some(4)),
+            ("2x", "05", Some(5)),
+            ("2y", "12", Some(12)),
+            ("2b", "31", Some(31)),
+            ("2b", "03", None),
+            ("2b", "32", None),
+            ("2b", "99", None),
+            ("2c", "10", None),
+            ("2b", "1x", None),
+        ] {
+            assert_eq!(cost(&shaped(version, digits)), want, "${version}${digits}$");
+        }
+        assert_eq!(cost(&bcrypt::hash("pw", 5).unwrap()), Some(5), "a real hash");
+        for bad in ["", "plaintext", "$2b$10$", "$2b$10$tooshort", "2b10"] {
+            assert_eq!(cost(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_user_costs_what_the_costliest_configured_user_does() {
+        let users = |costs: &[&str]| -> BTreeMap<String, String> {
+            costs.iter().enumerate().map(|(i, c)| (format!("u{i}"), shaped("2b", c))).collect()
+        };
+        assert_eq!(dummy_cost(&users(&["10"])), 10, "deploy/web-config.yml's cost, not DEFAULT_COST");
+        assert_eq!(dummy_cost(&users(&["04"])), 4);
+        assert_eq!(dummy_cost(&users(&["10", "12", "05"])), 12);
+        assert_eq!(dummy_cost(&users(&["10", "99"])), 10, "a cost bcrypt cannot compute is not chosen");
+        assert_eq!(dummy_cost(&BTreeMap::new()), bcrypt::DEFAULT_COST);
+    }
+
+    #[test]
+    fn the_dummy_has_its_cost_verifies_false_and_is_made_once() {
+        for c in [4, 10, 12, 31] {
+            assert_eq!(dummy(c).parse::<bcrypt::HashParts>().unwrap().get_cost(), c);
+        }
+        assert_eq!(cost(dummy(3)), Some(4), "clamped to what bcrypt computes");
+        assert_eq!(cost(dummy(99)), Some(31));
+        assert!(std::ptr::eq(dummy(6), dummy(6)), "cached");
+        // Ok(false), not an error: bcrypt computed the digest at cost 4 and compared.
+        assert!(!bcrypt::verify("x", dummy(4)).unwrap());
+        assert!(!bcrypt::verify("", dummy(4)).unwrap());
     }
 }
