@@ -97,6 +97,9 @@ pub enum ConfigError {
     Read { source: file::FileError },
     #[error("config file {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
+    /// Only on reload (the caller says it keeps the running configuration).
+    #[error("config file {} is empty, which a reload does not take for the defaults", path.display())]
+    Empty { path: PathBuf },
     #[error("invalid configuration: {}", problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; "))]
     Invalid { problems: Vec<Problem> },
 }
@@ -175,7 +178,11 @@ impl Config {
     }
 
     fn load_with(args: &RunArgs, env: Env<'_>) -> Result<Config, ConfigError> {
-        let (merged, config_file, mut problems) = sources::merge(args, env)?;
+        Self::assemble(args, env, sources::Occasion::Start)
+    }
+
+    fn assemble(args: &RunArgs, env: Env<'_>, occasion: sources::Occasion) -> Result<Config, ConfigError> {
+        let (merged, config_file, mut problems) = sources::merge(args, env, occasion)?;
         let config = check::resolve(merged, config_file, &mut problems);
         check::in_field_order(&mut problems);
         if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { problems }) }
@@ -189,7 +196,7 @@ impl Config {
     }
 
     fn reload_with(&self, args: &RunArgs, env: Env<'_>) -> Result<Reload, ConfigError> {
-        let mut config = Self::load_with(args, env)?;
+        let mut config = Self::assemble(args, env, sources::Occasion::Reload)?;
         let mut needs_restart = Vec::new();
         let r = &mut needs_restart;
         // Each of these sizes a socket, a kernel map or the kernel program's constants, or (the

@@ -11,14 +11,31 @@ use super::{ConfigError, Env, Problem};
 /// Every variable is this prefix plus the flag's name in upper snake case.
 const ENV_PREFIX: &str = "RUNQLAT_";
 
+/// Why the sources are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Occasion {
+    /// At start an empty file means the defaults, as it always has.
+    Start,
+    /// On SIGHUP an empty file is refused: it is what an in-place rewrite leaves between its
+    /// truncate and its first write, and taking it as "all defaults" would turn alerting off.
+    Reload,
+}
+
 /// `args` over the environment over the `--config` file (named by a flag or `RUNQLAT_CONFIG`).
 /// Returns the merged settings, the file read (if any) and the environment's problems; a file
 /// that cannot be read or parsed is an error of its own, since nothing in it can be trusted.
-pub(super) fn merge(args: &RunArgs, env: Env<'_>) -> Result<(RunArgs, Option<PathBuf>, Vec<Problem>), ConfigError> {
+pub(super) fn merge(
+    args: &RunArgs,
+    env: Env<'_>,
+    occasion: Occasion,
+) -> Result<(RunArgs, Option<PathBuf>, Vec<Problem>), ConfigError> {
     let mut problems = super::alert::passwords_in_flags(args);
     let merged = args.clone().or(from_env(env, &mut problems));
     let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
     let text = super::file::read(&path).map_err(|source| ConfigError::Read { source })?;
+    if occasion == Occasion::Reload && text.trim().is_empty() {
+        return Err(ConfigError::Empty { path });
+    }
     let file = parse_file(&text, &path)?;
     Ok((merged.or(file), Some(path), problems))
 }

@@ -470,6 +470,28 @@ fn reload_rejects_a_window_that_only_fits_the_new_interval() {
 }
 
 #[test]
+fn an_empty_file_is_the_defaults_at_start_but_refused_on_reload() {
+    let file = TempFile::new("reload-empty", "");
+    let args = flags(&[&file.flag()]);
+    let started = Config::load_with(&args, &no_env).unwrap();
+    assert_eq!(started.top_cgroups, 20, "at start an empty file is the defaults");
+    file.rewrite("top_cgroups = 7\nalert_max_delay = \"100ms\"\n");
+    let running = Config::load_with(&args, &no_env).unwrap();
+    for empty in ["", " \n\t\n"] {
+        file.rewrite(empty);
+        let e = running.reload_with(&args, &no_env).unwrap_err();
+        assert!(matches!(e, ConfigError::Empty { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("config file {} is empty, which a reload does not take for the defaults", file.0.display())
+        );
+    }
+    file.rewrite("# every setting at its default\n");
+    let reload = running.reload_with(&args, &no_env).unwrap();
+    assert!(!reload.config.alert.enabled(), "a file of comments is a file, and asks for the defaults");
+}
+
+#[test]
 fn example_file_lists_every_setting_at_its_default() {
     let file = sources::parse_file(EXAMPLE, Path::new("deploy/latency-daemon.toml")).unwrap();
     let mut problems = Vec::new();
