@@ -102,6 +102,11 @@ impl WebConfig {
     pub fn load(path: &Path) -> Result<WebConfig, WebError> {
         let text = super::file::read(path)?;
         let invalid = |message: String| WebError::Invalid { path: path.to_owned(), message };
+        // An empty file would mean no TLS and no auth: a file caught mid-write, or truncated by
+        // mistake, must not open the endpoints (at a reload, the running configuration stays).
+        if text.trim().is_empty() {
+            return Err(invalid("is empty; a web configuration must name what it configures".to_owned()));
+        }
         let file: File = serde_yaml::from_str(&text).map_err(|e| invalid(one_line(&e.to_string())))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let (tls, client_auth) = match &file.tls_server_config {

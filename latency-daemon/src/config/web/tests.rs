@@ -64,3 +64,12 @@ fn every_mistake_is_one_line_naming_it() {
         assert!(!e.contains('\n'), "{e}");
     }
 }
+
+#[test]
+fn an_empty_file_is_refused_rather_than_taken_for_no_tls_and_no_auth() {
+    let certs = Certs::new().unwrap();
+    for yaml in ["", "\n  \n"] {
+        let err = load(&certs, yaml).unwrap_err();
+        assert!(err.contains("web.yml") && err.contains("is empty"), "{err}");
+    }
+}
