@@ -1,11 +1,16 @@
-//! HTTP basic auth against bcrypt hashes: an `Authorization` header and the users in; allowed or
-//! not out. bcrypt is slow on purpose (tens of ms at cost 10), so it runs on a blocking worker and
-//! a success is remembered (by a SHA-256 of user, password and hash), as exporter-toolkit does:
-//! a scraper pays it once, not every 15 s.
+//! HTTP basic auth against bcrypt hashes: an `Authorization` header, the client's address and the
+//! users in; allowed, refused or not checked now out. bcrypt is slow on purpose (tens of ms at cost
+//! 10), so it runs on a blocking worker, only as often as [`Throttle`] allows failures to cost, and
+//! a success is remembered (by a SHA-256 of user, password and hash), as exporter-toolkit does: a
+//! scraper pays it once, not every 15 s, and a remembered success skips the throttle.
 use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Instant;
 
 use base64::Engine as _;
+
+use super::throttle::{Refusal, Throttle};
 
 /// Remembered successes; cleared whole when full (a new user list changes the keys anyway).
 const CACHE: usize = 1024;
@@ -40,35 +45,60 @@ fn dummy(cost: u32) -> &'static str {
 }
 
 #[derive(Debug, Default)]
-pub struct Verified(Mutex<HashSet<[u8; 32]>>);
+pub struct Verified {
+    cache: Mutex<HashSet<[u8; 32]>>,
+    throttle: Throttle,
+}
+
+/// What a check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Allowed,
+    Refused,
+    /// Not checked: see [`Refusal`].
+    NotNow(Refusal),
+}
 
 impl Verified {
-    /// Whether `authorization` names a user of `users` with the right password.
-    pub async fn check(&self, users: &BTreeMap<String, String>, authorization: Option<&[u8]>) -> bool {
-        let Some((user, password)) = authorization.and_then(basic) else { return false };
+    /// Whether `authorization` names a user of `users` with the right password, asked by `peer`.
+    pub(super) async fn check(
+        &self,
+        users: &BTreeMap<String, String>,
+        authorization: Option<&[u8]>,
+        peer: IpAddr,
+    ) -> Verdict {
+        let Some((user, password)) = authorization.and_then(basic) else { return Verdict::Refused };
         let hash = users.get(&user).cloned();
         let key = key(&user, &password, hash.as_deref().unwrap_or("-"));
-        if self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&key) {
-            return true;
+        if self.cache.lock().unwrap_or_else(PoisonError::into_inner).contains(&key) {
+            return Verdict::Allowed;
         }
+        let mut admission = match self.throttle.admit(peer).await {
+            Ok(admission) => admission,
+            Err(refusal) => return Verdict::NotNow(refusal),
+        };
         let known = hash.is_some();
         // Chosen for known users too, so both paths do the same work; it follows a reload, and
         // parsing the users' hashes is microseconds next to the verify.
         let dummy = dummy(dummy_cost(users));
+        let started = Instant::now();
+        let worker = admission.take_worker();
         let ok = tokio::task::spawn_blocking(move || {
+            let _worker = worker;
             bcrypt::verify(password, hash.as_deref().unwrap_or(dummy)).unwrap_or(false)
         })
         .await
         .unwrap_or(false)
             && known;
+        self.throttle.finish(admission, started.elapsed(), ok);
         if ok {
-            let mut cache = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
             if cache.len() >= CACHE {
                 cache.clear();
             }
             cache.insert(key);
         }
-        ok
+        if ok { Verdict::Allowed } else { Verdict::Refused }
     }
 }
 
@@ -117,12 +147,40 @@ mod tests {
         let header = |u: &str, p: &str| {
             format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")))
         };
-        assert!(v.check(&users, Some(header("alice", "pw").as_bytes())).await);
-        assert_eq!(v.0.lock().unwrap().len(), 1);
-        assert!(v.check(&users, Some(header("alice", "pw").as_bytes())).await);
-        assert!(!v.check(&users, Some(header("alice", "wrong").as_bytes())).await);
-        assert!(!v.check(&users, Some(header("bob", "pw").as_bytes())).await);
-        assert!(!v.check(&users, None).await);
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        let check = |u: &'static str, p: &'static str| {
+            let header = header(u, p);
+            let (v, users) = (&v, &users);
+            async move { v.check(users, Some(header.as_bytes()), peer).await }
+        };
+        assert_eq!(check("alice", "pw").await, Verdict::Allowed);
+        assert_eq!(v.cache.lock().unwrap().len(), 1);
+        assert_eq!(check("alice", "pw").await, Verdict::Allowed);
+        assert_eq!(check("alice", "wrong").await, Verdict::Refused);
+        assert_eq!(check("bob", "pw").await, Verdict::Refused);
+        assert_eq!(v.check(&users, None, peer).await, Verdict::Refused);
+    }
+
+    #[tokio::test]
+    async fn failures_are_throttled_before_hashing_but_a_remembered_success_is_not() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let users = BTreeMap::from([("alice".to_owned(), hash)]);
+        let v = Verified::default();
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        let header =
+            |p: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("alice:{p}")));
+        assert_eq!(v.check(&users, Some(header("pw").as_bytes()), peer).await, Verdict::Allowed);
+        // Cost 4 takes about a millisecond: well over a hundred failures fit the address's budget.
+        let mut refused = 0;
+        while v.check(&users, Some(header("wrong").as_bytes()), peer).await == Verdict::Refused {
+            refused += 1;
+            assert!(refused < 100_000, "never throttled");
+        }
+        assert!(matches!(
+            v.check(&users, Some(header("wrong").as_bytes()), peer).await,
+            Verdict::NotNow(Refusal::Throttled { .. })
+        ));
+        assert_eq!(v.check(&users, Some(header("pw").as_bytes()), peer).await, Verdict::Allowed, "remembered");
     }
 
     /// A well-formed hash of `cost` in `version` (salt and digest are all zero bits).

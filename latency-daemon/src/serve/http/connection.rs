@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::io;
+use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,10 +21,11 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::auth::Verified;
+use super::auth::{Verdict, Verified};
 use super::peers::PeerPermit;
 use super::respond::{TEXT, frame, respond};
 use super::stats::{HttpStats, Outcome};
+use super::throttle::Refusal;
 use super::web::{WebSlot, WebState};
 use super::{Handler, Limits, Reply, StatusCode};
 
@@ -33,7 +35,7 @@ pub(super) struct Shared {
     pub stats: Arc<HttpStats>,
     pub limits: Limits,
     pub web: Arc<WebSlot>,
-    /// Requests in progress (authentication and handler); None: no limit.
+    /// Requests in the handler (authentication is bounded by `verified`'s own budget); None: no limit.
     pub requests: Option<Arc<Semaphore>>,
     pub verified: Verified,
 }
@@ -45,6 +47,9 @@ struct Progress {
     /// Milliseconds after the connection started; only meaningful when `replies > 0`.
     last_reply_ms: AtomicU64,
 }
+
+/// How long a 429 for too many failed logins is held before it is sent.
+const THROTTLED_HOLD: Duration = Duration::from_millis(500);
 
 /// Go's answer to plain HTTP on a TLS port, so a misconfigured scraper says what is wrong.
 const PLAIN_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
@@ -92,10 +97,17 @@ pub(super) async fn serve(
     }
 }
 
-async fn serve_io<I>(io: TokioIo<I>, shared: Arc<Shared>, watcher: Watcher, web: Arc<WebState>, _slot: impl Send)
-where
+async fn serve_io<I>(
+    io: TokioIo<I>,
+    shared: Arc<Shared>,
+    watcher: Watcher,
+    web: Arc<WebState>,
+    slot: (OwnedSemaphorePermit, PeerPermit),
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let peer = slot.1.ip();
+    let _slot = slot;
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
 
@@ -104,7 +116,7 @@ where
         service_fn(move |req: hyper::Request<Incoming>| {
             let (shared, progress, web) = (Arc::clone(&shared), Arc::clone(&progress), Arc::clone(&web));
             async move {
-                let (mut response, outcome) = answer(&req, &shared, &web).await;
+                let (mut response, outcome) = answer(&req, &shared, &web, peer).await;
                 for (name, value) in &web.headers {
                     response.headers_mut().insert(name.clone(), value.clone());
                 }
@@ -155,36 +167,50 @@ where
     }
 }
 
-/// One request: a request slot (or 503), the credentials (or 401), then the handler.
+/// One request: the credentials (or 401, or 429 when failures from `peer` or everyone are over their
+/// budget), a request slot (or 503), then the handler. Authentication comes first and holds no
+/// request slot: its cost is bounded by its own budget and worker, so a flood of wrong passwords
+/// cannot take the slots that scrapes with good (remembered) credentials need.
 async fn answer(
     req: &hyper::Request<Incoming>,
     shared: &Shared,
     web: &WebState,
+    peer: IpAddr,
 ) -> (hyper::Response<http_body_util::Full<bytes::Bytes>>, Outcome) {
     let head = req.method() == hyper::Method::HEAD;
-    let _request = match &shared.requests {
-        None => None,
-        Some(requests) => match Arc::clone(requests).try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                let reply = Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "too many requests at once\n")
-                    .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                return (frame(reply, head), Outcome::Busy);
-            }
-        },
-    };
     let mut authenticated = true;
     if !web.users.is_empty() {
         let authorization = req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
         if authorization.is_none() && shared.handler.open(req.uri().path()) {
             // No bcrypt, no details: see Handler::open.
             authenticated = false;
-        } else if !shared.verified.check(&web.users, authorization).await {
-            let reply = Reply::new(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n")
-                .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
-            return (frame(reply, head), Outcome::HandlerError);
+        } else {
+            match shared.verified.check(&web.users, authorization, peer).await {
+                Verdict::Allowed => {}
+                Verdict::Refused => {
+                    let reply = Reply::new(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n")
+                        .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+                    return (frame(reply, head), Outcome::HandlerError);
+                }
+                Verdict::NotNow(Refusal::Throttled { retry_after }) => {
+                    // Held a moment before it is sent: a client retrying at once would otherwise cost
+                    // more in requests than the hashes it was refused. The wait holds no request slot.
+                    tokio::time::sleep(THROTTLED_HOLD).await;
+                    let reply = Reply::new(StatusCode::TOO_MANY_REQUESTS, TEXT, "too many failed logins\n")
+                        .with_header(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                    return (frame(reply, head), Outcome::Throttled);
+                }
+                Verdict::NotNow(Refusal::Busy) => return busy(head),
+            }
         }
     }
+    let _request = match &shared.requests {
+        None => None,
+        Some(requests) => match Arc::clone(requests).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => return busy(head),
+        },
+    };
     // Handlers are synchronous (an encode, a page): on a multi-threaded runtime, tell tokio this
     // worker is busy so the tasks queued behind it (other connections, the accept loop) move to
     // another worker instead of waiting for this handler to return.
@@ -194,6 +220,12 @@ async fn answer(
     } else {
         respond(req, &*shared.handler, shared.limits.max_body_bytes, authenticated)
     }
+}
+
+fn busy(head: bool) -> (hyper::Response<http_body_util::Full<bytes::Bytes>>, Outcome) {
+    let reply = Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "too many requests at once\n")
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    (frame(reply, head), Outcome::Busy)
 }
 
 /// Counts what hyper ended the connection for. A header timeout after at least one reply is an idle

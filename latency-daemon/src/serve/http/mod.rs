@@ -9,6 +9,7 @@ mod respond;
 pub mod stats;
 #[cfg(test)]
 mod tests;
+mod throttle;
 pub mod web;
 
 use std::future::Future;
@@ -85,7 +86,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections one client address may hold at once; more of its own are answered 503.
     pub max_connections_per_peer: usize,
-    /// Requests handled at once (authentication included); more are answered 503 at once. 0: no limit.
+    /// Requests handled at once (after authentication, which has its own budget); more are answered
+    /// 503 at once. 0: no limit.
     pub max_requests: usize,
     /// Time allowed to send a complete request head, and to start the next one on a kept-alive connection.
     pub header_read_timeout: Duration,

@@ -33,6 +33,12 @@ impl Peers {
     }
 }
 
+impl PeerPermit {
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+}
+
 impl Drop for PeerPermit {
     fn drop(&mut self) {
         let mut open = self.peers.open.lock().unwrap_or_else(PoisonError::into_inner);

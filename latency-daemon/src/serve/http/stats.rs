@@ -24,6 +24,8 @@ pub(super) enum Outcome {
     Timeout,
     /// No connection slot was free: 503.
     Busy,
+    /// Too many failed logins from the client's address or from everyone: 429 without checking the password.
+    Throttled,
 }
 
 /// Counters shared between `serve` and whoever exports them; every field only ever grows except
@@ -40,6 +42,7 @@ pub struct HttpStats {
     rejected_malformed: AtomicU64,
     rejected_timeout: AtomicU64,
     rejected_busy: AtomicU64,
+    rejected_throttled: AtomicU64,
     accept_errors: AtomicU64,
     connections: AtomicU64,
 }
@@ -56,6 +59,7 @@ pub struct HttpStatsSnapshot {
     pub rejected_malformed: u64,
     pub rejected_timeout: u64,
     pub rejected_busy: u64,
+    pub rejected_throttled: u64,
     pub accept_errors: u64,
     /// Connections being served right now (a gauge; turned-away connections are not included).
     pub connections: u64,
@@ -74,6 +78,7 @@ impl HttpStats {
             rejected_malformed: read(&self.rejected_malformed),
             rejected_timeout: read(&self.rejected_timeout),
             rejected_busy: read(&self.rejected_busy),
+            rejected_throttled: read(&self.rejected_throttled),
             accept_errors: read(&self.accept_errors),
             connections: read(&self.connections),
         }
@@ -90,6 +95,7 @@ impl HttpStats {
             Outcome::Malformed => &self.rejected_malformed,
             Outcome::Timeout => &self.rejected_timeout,
             Outcome::Busy => &self.rejected_busy,
+            Outcome::Throttled => &self.rejected_throttled,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -131,6 +137,7 @@ mod tests {
             Outcome::Malformed,
             Outcome::Timeout,
             Outcome::Busy,
+            Outcome::Throttled,
         ];
         for (i, outcome) in all.iter().enumerate() {
             for _ in 0..=i {
@@ -148,8 +155,9 @@ mod tests {
             s.rejected_malformed,
             s.rejected_timeout,
             s.rejected_busy,
+            s.rejected_throttled,
         ];
-        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     }
 
     #[test]
