@@ -1,6 +1,8 @@
 //! No secret is served or logged: sink URLs carrying `user:password@` and `?token=` are used on
 //! the wire (basic auth, the query) but shown only redacted — on the landing page, /metrics, the
-//! snapshot, the heatmap and stderr.
+//! snapshot, the heatmap and stderr. A URL with either given as a flag is refused; configuration
+//! errors name the line and the key but never echo the text (a password, a token, or another
+//! file's first line behind a symlink).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -124,7 +126,149 @@ fn a_password_in_a_flag_is_refused() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("alert_webhook: 'http://xxxxx@127.0.0.1:1/hook?xxxxx': a password in a flag"), "{stderr}");
-    assert!(stderr.contains("alertmanager_url: 'https://xxxxx@am.example:9093': a password in a flag"), "{stderr}");
+    assert!(
+        stderr.contains("alert_webhook: 'http://xxxxx@127.0.0.1:1/hook?xxxxx': credentials or a query in a flag"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("alertmanager_url: 'https://xxxxx@am.example:9093': credentials or a query in a flag"),
+        "{stderr}"
+    );
     assert!(!stderr.contains(PASSWORD) && !stderr.contains(TOKEN), "{stderr}");
+}
+
+const FILE_PASSWORD: &str = "FILEPW111";
+const FILE_TOKEN: &str = "FILETOKEN222";
+const OTHER_FILE: &str = "SHADOW-SECRET-333";
+const FLAG_TOKEN: &str = "FLAGTOKEN444";
+const ENV_PASSWORD: &str = "ENVPW555";
+const ENV_TOKEN: &str = "ENVTOKEN666";
+const SEEDED: [&str; 6] = [FILE_PASSWORD, FILE_TOKEN, OTHER_FILE, FLAG_TOKEN, ENV_PASSWORD, ENV_TOKEN];
+
+/// `run ARGS` that must be refused: its exit status and stderr.
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    // Bounded: a daemon that accepts them would run until stopped (timeout's status: 124).
+    let out = std::process::Command::new("timeout")
+        .args(["10", DAEMON, "run", "--listen=127.0.0.1:1", "--alert-max-delay=5ms"])
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in SEEDED {
+        assert!(!text.contains(secret), "{what} shows {secret}: {text}");
+    }
+}
+
+#[test]
+fn a_toml_error_names_file_line_and_key_but_never_the_text() {
+    let dir = Scratch::new("runqlat-secrets-toml").unwrap();
+    // The syntax error on the secret's own line (after it), then on a later line.
+    let cases = [
+        (
+            format!("alert_webhook = [\"http://bob:{FILE_PASSWORD}@127.0.0.1:1/hook?token={FILE_TOKEN}\" oops]\n"),
+            "line 1, column ",
+        ),
+        (
+            format!(
+                "interval = \"1s\"\nalert_webhook = [\"http://bob:{FILE_PASSWORD}@127.0.0.1:1/?token={FILE_TOKEN}\"]\n\
+                 alertmanager_url = \"http://am:{FILE_PASSWORD}@h/?token={FILE_TOKEN}\" ]]\n"
+            ),
+            "line 3, column ",
+        ),
+        (
+            format!("alert_webhook = 7\nalertmanager_url = [\"http://am:{FILE_PASSWORD}@h/?token={FILE_TOKEN}\", 3]\n"),
+            "line 1",
+        ),
+    ];
+    for (i, (text, line)) in cases.iter().enumerate() {
+        let config = dir.join(&format!("bad{i}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let (code, stderr) = refused(&[&format!("--config={}", config.display())]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("config file {}: {line}", config.display())), "{stderr}");
+        assert_no_secret("a TOML error", &stderr);
+    }
+}
+
+#[test]
+fn a_config_symlinked_to_another_file_never_shows_that_file() {
+    let dir = Scratch::new("runqlat-secrets-link").unwrap();
+    let other = dir.join("shadow");
+    std::fs::write(&other, format!("root:{OTHER_FILE}:19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n")).unwrap();
+    let link = dir.join("runqlat.toml");
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    let (code, stderr) = refused(&[&format!("--config={}", link.display())]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("config file {}: line 1", link.display())), "{stderr}");
+    assert!(!stderr.contains("root"), "{stderr}");
+    assert_no_secret("an error about a symlinked config", &stderr);
+}
+
+#[test]
+fn a_query_in_a_flag_is_refused_in_one_line() {
+    for flag in ["--alert-webhook", "--alertmanager-url"] {
+        let (code, stderr) = refused(&[&format!("{flag}=http://127.0.0.1:1/hook?token={FLAG_TOKEN}")]);
+        assert_eq!(code, Some(2), "{stderr}");
+        let field = flag.trim_start_matches("--").replace('-', "_");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(&field)).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(
+            lines[0].contains(&format!("{field}: 'http://127.0.0.1:1/hook?xxxxx': credentials or a query in a flag")),
+            "{stderr}"
+        );
+        assert!(lines[0].contains("/proc/<pid>/cmdline"), "{stderr}");
+        assert_no_secret("the refusal", &stderr);
+    }
+}
+
+/// Every log line and every response of a running daemon, whose webhook (with a password and a
+/// token) comes from the environment and whose reload meets a file with secrets and a syntax error.
+#[test]
+fn seeded_secrets_never_reach_a_log_line_or_a_response() {
+    let (port, heads) = receiver();
+    let dir = Scratch::new("runqlat-secrets-run").unwrap();
+    let config = dir.join("runqlat.toml");
+    std::fs::write(&config, "alert_for = 1\n").unwrap();
+    let env = format!("RUNQLAT_ALERT_WEBHOOK=http://eve:{ENV_PASSWORD}@127.0.0.1:{port}/hook?token={ENV_TOKEN}");
+    let mut daemon = Daemon::start_under(
+        DAEMON,
+        &["env", &env],
+        &["--interval=500ms", "--window=1s", "--alert-max-delay=1us", &format!("--config={}", config.display())],
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while heads.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no webhook request; log: {:?}", daemon.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let head = heads.lock().unwrap()[0].clone();
+    assert!(
+        head.starts_with(&format!("POST /hook?token={ENV_TOKEN} HTTP/1.1")),
+        "the environment's URL is used: {head}"
+    );
+
+    // A reload meets secrets followed by a syntax error; the running configuration stays.
+    let staged = dir.join("staged.toml");
+    std::fs::write(
+        &staged,
+        format!("alert_webhook = [\"http://bob:{FILE_PASSWORD}@127.0.0.1:1/hook?token={FILE_TOKEN}\" oops]\n"),
+    )
+    .unwrap();
+    std::fs::rename(&staged, &config).unwrap();
+    daemon.signal(libc::SIGHUP);
+    daemon.wait_for_log("reload failed", Duration::from_secs(5)).unwrap();
+
+    for path in ["/", "/metrics", "/api/v1/snapshot", "/healthz"] {
+        let response = daemon.get(path).unwrap();
+        assert_eq!(response.status, 200, "{path}");
+        assert_no_secret(path, &response.text());
+    }
+    let (_, log) = daemon.stop_with_log().unwrap();
+    assert!(log.iter().any(|l| l.contains("reload failed") && l.contains("line 1, column ")), "{log:?}");
+    for line in &log {
+        assert_no_secret("a log line", line);
+    }
 }

@@ -8,6 +8,7 @@ mod buckets;
 mod check;
 pub mod file;
 mod format;
+mod redact;
 mod sources;
 pub mod web;
 

@@ -29,7 +29,7 @@ pub(super) fn merge(
     env: Env<'_>,
     occasion: Occasion,
 ) -> Result<(RunArgs, Option<PathBuf>, Vec<Problem>), ConfigError> {
-    let mut problems = super::alert::passwords_in_flags(args);
+    let mut problems = super::alert::secrets_in_flags(args);
     let merged = args.clone().or(from_env(env, &mut problems));
     let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
     let text = super::file::read(&path).map_err(|source| ConfigError::Read { source })?;
@@ -157,24 +157,42 @@ fn first_line(e: &clap::Error) -> String {
     line.trim_start_matches("error: ").to_owned()
 }
 
-/// The file's settings; errors become one line naming the file, the line and its text.
+/// The file's settings; errors become one line naming the file, the line, the column and the key.
 pub(super) fn parse_file(text: &str, path: &Path) -> Result<RunArgs, ConfigError> {
     toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: squash(&e, text) })
 }
 
-/// toml renders errors over several lines with a caret; keep the line number, the offending line
-/// (which names the key) and the message.
+/// toml renders errors over several lines with a caret under the offending text; keep the line,
+/// the column, the key that line sets (when it is a plain key) and the message with its values
+/// hidden — never the text: it may hold a password or a token, or be another file's (a path
+/// symlinked by mistake).
 fn squash(e: &toml::de::Error, text: &str) -> String {
-    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
-    let Some(before) = e.span().and_then(|span| text.get(..span.start)) else { return message };
-    let number = before.matches('\n').count() + 1;
-    let line = text.lines().nth(number - 1).unwrap_or_default().trim();
-    let line: String = if line.chars().count() > 60 {
-        line.chars().take(59).chain(std::iter::once('…')).collect()
-    } else {
-        line.to_owned()
+    let key_line = |line: &str| bare_key(line).map(str::to_owned);
+    let (place, key) = match e.span().and_then(|span| text.get(..span.start)) {
+        Some(before) => {
+            let number = before.matches('\n').count() + 1;
+            let start = before.rfind('\n').map_or(0, |i| i + 1);
+            let column = before[start..].chars().count() + 1;
+            let line = text[start..].lines().next().unwrap_or_default();
+            (Some(format!("line {number}, column {column}")), key_line(line))
+        }
+        None => (None, None),
     };
-    format!("line {number} (`{line}`): {message}")
+    let keys = file_keys();
+    let message = super::redact::hide_values(e.message(), |s| keys.contains(&s) || key.as_deref() == Some(s));
+    match (place, key) {
+        (Some(place), Some(key)) => format!("{place}, key `{key}`: {message}"),
+        (Some(place), None) => format!("{place}: {message}"),
+        (None, _) => message,
+    }
+}
+
+/// The key a line sets, if it starts with a bare key (`name =`, TOML's letters, digits, `-`, `_`).
+fn bare_key(line: &str) -> Option<&str> {
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    let bare = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    bare.then_some(key)
 }
 
 impl RunArgs {
@@ -292,13 +310,16 @@ mod tests {
         let path = Path::new("/etc/latency-daemon.toml");
         let e = parse_file("interval = \"1s\"\nbogus = 3\n", path).unwrap_err().to_string();
         assert!(
-            e.starts_with("config file /etc/latency-daemon.toml: line 2 (`bogus = 3`): unknown field `bogus`"),
+            e.starts_with(
+                "config file /etc/latency-daemon.toml: line 2, column 1, key `bogus`: unknown field `bogus`, \
+                 expected one of `listen`"
+            ),
             "{e}"
         );
         let e = parse_file("top_cgroups = \"20\"\n", path).unwrap_err().to_string();
-        assert!(e.contains("line 1 (`top_cgroups = \"20\"`)"), "{e}");
+        assert!(e.contains("line 1, column 15, key `top_cgroups`: invalid type: string \"…\""), "{e}");
         let e = parse_file("interval = \"soon\"\n", path).unwrap_err().to_string();
-        assert!(e.contains("line 1") && e.contains("'soon'"), "{e}");
+        assert!(e.contains("line 1, column 12, key `interval`: '…'") && !e.contains("soon"), "{e}");
         let e = parse_file("window = [\n", path).unwrap_err().to_string();
         assert!(e.contains("line "), "{e}");
         for e in ["config = \"/x\"", "clock = \"sundial\"", "listen = \"nowhere\""] {
@@ -328,7 +349,35 @@ mod tests {
         let args = parse_file("log_level = \"warn\"\nlog_format = \"json\"\n", path).unwrap();
         assert_eq!((args.log_level, args.log_format), (Some(LogLevel::Warn), Some(LogFormat::Json)));
         let e = parse_file("log_level = \"loud\"\n", path).unwrap_err().to_string();
-        assert!(e.contains("'loud' is not one of debug, info, warn, error"), "{e}");
+        assert!(e.contains("key `log_level`: '…' is not one of debug, info, warn, error"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_never_echo_the_text() {
+        let path = Path::new("/etc/latency-daemon.toml");
+        let cases = [
+            ("alert_webhook = [\"http://bob:PW1@h/?token=TK1\" oops]\n", "line 1, column 48, key `alert_webhook`: "),
+            ("window = \"1s\"\nalertmanager_url = [\n  \"http://a:PW1@h/?token=TK1\" ]]\n", "line 3, column "),
+            ("alertmanager_url = [\"http://a:PW1@h/?token=TK1\", 3]\n", "line 1, column "),
+            ("alert_severity = 7\n", "key `alert_severity`: invalid type: integer `…`"),
+            ("root:PW1:19000:0:99999:7:::\n", "line 1, column 28: key with no value"),
+            ("PW1 = \"TK1\"\n", "line 1, column 1, key `PW1`: unknown field `PW1`"),
+        ];
+        for (text, want) in cases {
+            let e = parse_file(text, path).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(!e.contains("TK1") && !e.contains('\n'), "{text:?}: {e}");
+            assert!(want.contains("PW1") || !e.contains("PW1"), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn bare_keys() {
+        assert_eq!(bare_key("  top_cgroups = 3"), Some("top_cgroups"));
+        assert_eq!(bare_key("a-b=1"), Some("a-b"));
+        for line in ["root:x:0:0::/root:/bin/sh", "\"quoted\" = 1", "a.b = 1", "= 1", "no equals"] {
+            assert_eq!(bare_key(line), None, "{line}");
+        }
     }
 
     #[test]

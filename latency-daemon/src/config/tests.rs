@@ -298,10 +298,10 @@ alert_severity = "bad\u0007"
 
     // Unparseable values stop at the file, naming the line (and so the key).
     for (text, want) in [
-        ("alert_max_delay = \"0s\"\n", "line 1 (`alert_max_delay = \"0s\"`): '0s': must be greater than zero"),
-        ("alert_cooldown = \"-1s\"\n", "line 1 (`alert_cooldown = \"-1s\"`): '-1s'"),
-        ("alert_reason_max_delay = { wakeup = 5 }\n", "line 1 (`alert_reason_max_delay = { wakeup = 5 }`)"),
-        ("alertmanager_url = 9093\n", "line 1 (`alertmanager_url = 9093`): a URL string or an array of them"),
+        ("alert_max_delay = \"0s\"\n", "line 1, column 19, key `alert_max_delay`: '…': must be greater than zero"),
+        ("alert_cooldown = \"-1s\"\n", "line 1, column 18, key `alert_cooldown`: '…'"),
+        ("alert_reason_max_delay = { wakeup = 5 }\n", "key `alert_reason_max_delay`"),
+        ("alertmanager_url = 9093\n", "line 1, column 20, key `alertmanager_url`: a URL string or an array of them"),
     ] {
         file.rewrite(text);
         let e = error(&flags(&[&file.flag()]), &no_env);
@@ -345,7 +345,7 @@ fn file_problems() {
     let e = error(&flags(&[&file.flag()]), &no_env);
     let path = file.0.display();
     assert!(
-        e.starts_with(&format!("config file {path}: line 2 (`top_cgroup = 5`): unknown field `top_cgroup`")),
+        e.starts_with(&format!("config file {path}: line 2, column 1, key `top_cgroup`: unknown field `top_cgroup`")),
         "{e}"
     );
 
@@ -466,7 +466,7 @@ fn reload_rejects_a_window_that_only_fits_the_new_interval() {
          (running values kept until restart: interval)"
     );
     file.rewrite("interval = \"1s\"\nwindow = \"bad\"\n");
-    assert!(running.reload_with(&args, &no_env).unwrap_err().to_string().contains("line 2 (`window = \"bad\"`)"));
+    assert!(running.reload_with(&args, &no_env).unwrap_err().to_string().contains("line 2, column 10, key `window`: "));
 }
 
 #[test]

@@ -322,22 +322,24 @@ pub(super) fn reload(new: &mut AlertConfig, running: &AlertConfig, needs_restart
     }
 }
 
-/// Sink URLs given as command-line flags that carry `user:password@`: a flag is readable by every
-/// user of the host in /proc/<pid>/cmdline, so a password there is refused (one problem per flag,
-/// the URL redacted). The same URL is accepted from the environment or the `--config` file, whose
-/// readers the operator controls; the documented way is `--alert-basic-auth-password-file`.
-pub fn passwords_in_flags(flags: &RunArgs) -> Vec<Problem> {
+/// Sink URLs given as command-line flags that carry `user:password@` or a query (`?token=…`): a
+/// flag is readable by every user of the host in /proc/<pid>/cmdline, so either is refused (one
+/// problem per flag, the URL redacted). The same URL is accepted from the environment or the
+/// `--config` file, whose readers the operator controls; for a password there is also
+/// `--alert-basic-auth-password-file`.
+pub fn secrets_in_flags(flags: &RunArgs) -> Vec<Problem> {
     let sinks = [("alertmanager_url", &flags.alertmanager_url), ("alert_webhook", &flags.alert_webhook)];
     sinks
         .into_iter()
         .flat_map(|(field, urls)| urls.iter().flatten().map(move |url| (field, url)))
-        .filter(|(_, url)| HttpUrl::parse(url).is_ok_and(|u| u.userinfo.is_some()))
+        .filter(|(_, url)| HttpUrl::parse(url).is_ok_and(|u| u.userinfo.is_some() || u.path.contains('?')))
         .map(|(field, url)| {
             Problem::new(
                 field,
                 format!(
-                    "'{}': a password in a flag is readable by every user in /proc/<pid>/cmdline; give it with \
-                     --alert-basic-auth-password-file, or the URL in RUNQLAT_{} or the --config file",
+                    "'{}': credentials or a query in a flag are readable by every user in /proc/<pid>/cmdline; \
+                     give the URL in RUNQLAT_{} or the --config file (a password also with \
+                     --alert-basic-auth-password-file)",
                     redact(url),
                     field.to_uppercase()
                 ),

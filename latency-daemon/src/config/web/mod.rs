@@ -107,7 +107,7 @@ impl WebConfig {
         if text.trim().is_empty() {
             return Err(invalid("is empty; a web configuration must name what it configures".to_owned()));
         }
-        let file: File = serde_yaml::from_str(&text).map_err(|e| invalid(one_line(&e.to_string())))?;
+        let file: File = serde_yaml::from_str(&text).map_err(|e| invalid(parse_error(&e)))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let (tls, client_auth) = match &file.tls_server_config {
             Some(t) => {
@@ -185,8 +185,29 @@ fn tls_settings(t: &TlsFile, dir: &Path) -> Result<tls::Settings, WebError> {
     })
 }
 
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+/// The file's keys, which error messages may name (anything else quoted in them is hidden).
+const KEYS: [&str; 14] = [
+    "tls_server_config",
+    "http_server_config",
+    "basic_auth_users",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "curve_preferences",
+    "prefer_server_cipher_suites",
+    "http2",
+    "headers",
+];
+
+/// serde_yaml's message (its path of keys, then "at line L column C") in one line, with every
+/// quoted value hidden: the file holds bcrypt hashes, and a path symlinked by mistake may be
+/// another file whose text must not reach the log.
+fn parse_error(e: &serde_yaml::Error) -> String {
+    super::redact::hide_values(&e.to_string(), |s| KEYS.contains(&s))
 }
 
 #[cfg(test)]

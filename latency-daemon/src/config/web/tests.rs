@@ -44,7 +44,7 @@ fn every_mistake_is_one_line_naming_it() {
         (tls("  client_ca_file: ca.pem\n"), "client_ca_file is set but client_auth_type is NoClientCert"),
         (tls("  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n"), "TLS_RSA_WITH_AES_128_CBC_SHA is not available"),
         (tls("  curve_preferences: [CurveP521]\n"), "CurveP521 is not one of"),
-        (tls("  bogus: 1\n"), "unknown field `bogus`"),
+        (tls("  bogus: 1\n"), "tls_server_config: unknown field `…`, expected one of `cert_file`"),
         ("tls_server_config:\n  cert_file: server.pem\n".into(), "cert_file and key_file are both required"),
         ("tls_server_config:\n  cert_file: server.pem\n  key_file: other.key\n".into(), "do not go together"),
         ("tls_server_config:\n  cert_file: expired.pem\n  key_file: expired.key\n".into(), "the certificate expired"),
@@ -71,5 +71,23 @@ fn an_empty_file_is_refused_rather_than_taken_for_no_tls_and_no_auth() {
     for yaml in ["", "\n  \n"] {
         let err = load(&certs, yaml).unwrap_err();
         assert!(err.contains("web.yml") && err.contains("is empty"), "{err}");
+    }
+}
+
+#[test]
+fn a_mistake_never_echoes_a_value() {
+    let certs = Certs::new().unwrap();
+    let cases = [
+        "basic_auth_users: '$2y$10$SECRETHASH'\n",
+        "basic_auth_users:\n  alice: [ '$2y$10$SECRETHASH' ]\n  bob: {SECRETHASH: 1}\n",
+        "root:SECRETHASH:19000:0:99999:7:::\n",
+        "http_server_config:\n  headers: SECRETHASH\n",
+        "http_server_config:\n  http2: SECRETHASH\n",
+        "basic_auth_users:\n  alice: '$2y$10$SECRETHASH'\n  - x\n",
+    ];
+    for yaml in cases {
+        let e = load(&certs, yaml).unwrap_err();
+        assert!(e.contains("web.yml"), "{yaml}: {e}");
+        assert!(!e.contains("SECRETHASH") && !e.contains('\n'), "{yaml}: {e}");
     }
 }
