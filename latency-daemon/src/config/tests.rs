@@ -298,8 +298,8 @@ alert_severity = "bad\u0007"
 
     // Unparseable values stop at the file, naming the line (and so the key).
     for (text, want) in [
-        ("alert_max_delay = \"0s\"\n", "line 1, column 19, key `alert_max_delay`: '…': must be greater than zero"),
-        ("alert_cooldown = \"-1s\"\n", "line 1, column 18, key `alert_cooldown`: '…'"),
+        ("alert_max_delay = \"0s\"\n", "line 1, column 19, key `alert_max_delay`: '0s': must be greater than zero"),
+        ("alert_cooldown = \"-1s\"\n", "line 1, column 18, key `alert_cooldown`: '-1s'"),
         ("alert_reason_max_delay = { wakeup = 5 }\n", "key `alert_reason_max_delay`"),
         ("alertmanager_url = 9093\n", "line 1, column 20, key `alertmanager_url`: a URL string or an array of them"),
     ] {
