@@ -14,7 +14,6 @@ use latency_lab::{
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 
 /// A busy loop for busybox sh.
-const SPIN: &str = "while :; do :; done";
 
 /// The labels of `container`'s cgroup series, as the daemon should print them: cgroup, then
 /// `extra`, then the container's names.
@@ -153,32 +152,9 @@ fn podman_containers_are_named_by_their_annotations() {
 fn pods_are_named_everywhere_and_leave_with_their_containers() {
     let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
     let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
-    let pin = ["--cpuset-cpus", "0"];
-    let pod = |ns: &'static str, pod: &'static str, container: &'static str| {
-        [
-            ("io.kubernetes.pod.namespace", ns),
-            ("io.kubernetes.pod.name", pod),
-            ("io.kubernetes.container.name", container),
-        ]
-    };
-    let hog = podman
-        .run(
-            "pod-hog",
-            &pod("batch", "hog-pod", "spin"),
-            &pin,
-            &["sh", "-c", &format!("{SPIN} & {SPIN} & {SPIN} & {SPIN}")],
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
     // Nice 19 behind four nice-0 spinners: each 1 ms sleep ends in a wait of several ms, always
     // behind the hog.
-    let victim = podman
-        .run(
-            "pod-victim",
-            &pod("web", "victim-pod", "sleeper"),
-            &pin,
-            &["sh", "-c", "renice -n 19 -p $$ && while :; do usleep 1000; done"],
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    let (hog, victim) = podman.hog_and_victim_pods("pod").unwrap_or_else(|e| panic!("{e:#}"));
     let (window, interval) = (Duration::from_secs(1), Duration::from_millis(500));
     let daemon = Daemon::start(
         DAEMON,

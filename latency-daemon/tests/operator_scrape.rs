@@ -151,31 +151,8 @@ fn alert(name: &str) -> String {
 #[test]
 fn the_operators_scrape_of_the_shipped_servicemonitor_keeps_labels_and_alerts() {
     let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
-    let pin = ["--cpuset-cpus", "0"];
-    let pod = |ns: &'static str, pod: &'static str, container: &'static str| {
-        [
-            ("io.kubernetes.pod.namespace", ns),
-            ("io.kubernetes.pod.name", pod),
-            ("io.kubernetes.container.name", container),
-        ]
-    };
-    let _hog = podman
-        .run(
-            "op-hog",
-            &pod("batch", "hog-pod", "spin"),
-            &pin,
-            &["sh", "-c", &format!("{SPIN} & {SPIN} & {SPIN} & {SPIN}")],
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
     // Nice 19 behind four spinners: every 1 ms sleep ends in a wait of several ms.
-    let _victim = podman
-        .run(
-            "op-victim",
-            &pod("web", "victim-pod", "sleeper"),
-            &pin,
-            &["sh", "-c", "renice -n 19 -p $$ && while :; do usleep 1000; done"],
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    let (_hog, _victim) = podman.hog_and_victim_pods("op").unwrap_or_else(|e| panic!("{e:#}"));
     let args = ["--interval", "1s", "--window", "2s", "--alert-max-delay", "5ms"];
     let node_a = Daemon::start(DAEMON, &args).expect("latency-daemon run (node-a)");
     let node_b = Daemon::start(DAEMON, &args).expect("latency-daemon run (node-b)");

@@ -79,6 +79,33 @@ impl Podman {
         cmd::stdout(&mut build).map(drop)
     }
 
+    /// The noisy-neighbour scene the Kubernetes tests share: a hog pod (`batch/hog-pod`, container
+    /// `spin`: four busy loops) and a victim pod (`web/victim-pod`, container `sleeper`: nice 19,
+    /// sleeping 1 ms at a time), both pinned to CPU 0 and annotated as Kubernetes' runtimes annotate
+    /// containers, so every sleep of the victim ends in a wait of several ms behind the hog. `prefix`
+    /// names the two containers. Out: (hog, victim).
+    pub fn hog_and_victim_pods(&mut self, prefix: &str) -> anyhow::Result<(Container, Container)> {
+        const SPIN: &str = "while :; do :; done";
+        let pin = ["--cpuset-cpus", "0"];
+        let pod = |ns: &'static str, pod: &'static str, container: &'static str| {
+            [
+                ("io.kubernetes.pod.namespace", ns),
+                ("io.kubernetes.pod.name", pod),
+                ("io.kubernetes.container.name", container),
+            ]
+        };
+        let spinners = format!("{SPIN} & {SPIN} & {SPIN} & {SPIN}");
+        let hog =
+            self.run(&format!("{prefix}-hog"), &pod("batch", "hog-pod", "spin"), &pin, &["sh", "-c", &spinners])?;
+        let victim = self.run(
+            &format!("{prefix}-victim"),
+            &pod("web", "victim-pod", "sleeper"),
+            &pin,
+            &["sh", "-c", "renice -n 19 -p $$ && while :; do usleep 1000; done"],
+        )?;
+        Ok((hog, victim))
+    }
+
     /// `podman run -d` of busybox `argv` with `annotations` (e.g. `io.kubernetes.pod.name`) and any
     /// `extra` options, without a network.
     pub fn run(
