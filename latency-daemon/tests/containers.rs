@@ -13,8 +13,6 @@ use latency_lab::{
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 
-/// A busy loop for busybox sh.
-
 /// The labels of `container`'s cgroup series, as the daemon should print them: cgroup, then
 /// `extra`, then the container's names.
 fn labels(c: &Container, names: Option<(&str, &str, &str)>, extra: &str) -> String {
