@@ -301,6 +301,11 @@ fn the_operators_scrape_of_the_shipped_servicemonitor_keeps_labels_and_alerts() 
             };
             match result {
                 Ok(series) if has_numbers(&series) => {}
+                // The daemon's alert names the worst wait of its window: the victim's or one of the
+                // hog's spinners (they wait behind each other too), whichever was longer, so the
+                // victim's pod may have no alert of its own during the load (seen in CI). The panel
+                // is checked with All, where some alert is active.
+                Ok(_) if set != "All" && q.panel == "Daemon alerts firing now" => {}
                 Ok(series) => failures.push(format!(
                     "{} / {} ({set}): no numbers ({} series): {expr}",
                     q.panel,
