@@ -34,8 +34,8 @@ pub mod names {
     /// Per-CPU bitmap of the slots ever claimed on that CPU (`PerCpuArray<u64>`, one word per 64
     /// slots), so user space reads only those.
     pub const CGROUP_USED: &str = "CGROUP_USED";
-    /// Per-CPU ring of the ids of removed cgroup v2 cgroups (`PerCpuArray<RemovedRing>`, one
-    /// entry), written by `cgroup_rmdir`, so the daemon retires them at its next drain.
+    /// Ring buffer of the ids of removed cgroup v2 cgroups (`RingBuf`, [`super::REMOVED_BYTES`]),
+    /// written by `cgroup_rmdir`, so the daemon retires each within milliseconds of its removal.
     pub const CGROUP_REMOVED: &str = "CGROUP_REMOVED";
     /// Per-CPU ring of the last runs on that CPU (`PerCpuArray<RunRing>`, one entry), kept when
     /// attribution is on.
@@ -119,11 +119,14 @@ pub enum Lost {
     /// chain of switches (a `prev` that is not the previous `next`). The delay and run time
     /// around each are unknown to every tracer; the kernel's own accounting still has them.
     Switches = 3,
+    /// Removed cgroups whose id found the removal ring buffer full: the daemon learns of them
+    /// only from its next walk of the cgroup tree, so their slots are freed late.
+    Removals = 4,
 }
 
 impl Lost {
-    pub const COUNT: usize = 4;
-    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks, Lost::Cgroups, Lost::Switches];
+    pub const COUNT: usize = 5;
+    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks, Lost::Cgroups, Lost::Switches, Lost::Removals];
 
     /// What was lost, as a label value: the map that had no room, or `switches`.
     pub const fn map(self) -> &'static str {
@@ -132,6 +135,7 @@ impl Lost {
             Lost::Tasks => "tasks",
             Lost::Cgroups => "cgroups",
             Lost::Switches => "switches",
+            Lost::Removals => "cgroup_removed",
         }
     }
 }
@@ -255,18 +259,10 @@ pub const fn cgroup_slot(id: u64, bits: u32) -> u32 {
     (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as u32
 }
 
-/// How many removed cgroups a CPU's ring holds between two drains (the daemon counts any it
-/// missed and then falls back to finding removed cgroups by their directories).
-pub const REMOVED_KEPT: usize = 256;
-
-/// The ids of cgroups removed on one CPU: entry `n` is at `ids[n % REMOVED_KEPT]`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RemovedRing {
-    /// Ids written so far.
-    pub head: u64,
-    pub ids: [u64; REMOVED_KEPT],
-}
+/// Bytes of the removal ring buffer: 8,192 removals of 16 bytes (the kernel's 8-byte record
+/// header + the id) before the daemon reads them — 8 s of removals at 1,000/s with the daemon
+/// stopped. A power of two and a multiple of every page size (4, 16 and 64 KiB).
+pub const REMOVED_BYTES: u32 = 128 * 1024;
 
 /// How many runs a CPU remembers, and so how many culprits an incident can name.
 pub const RUNS_KEPT: usize = 8;
@@ -487,7 +483,6 @@ const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (8 + Discard::COUN
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 168);
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 176);
-const _: () = assert!(core::mem::size_of::<RemovedRing>() == 8 + 8 * REMOVED_KEPT);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
 const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
 const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 16 + 40 * RUNS_KEPT);
@@ -508,7 +503,6 @@ mod pod {
     unsafe impl aya::Pod for super::TaskStats {}
     unsafe impl aya::Pod for super::CgroupHist {}
     unsafe impl aya::Pod for super::CgroupSlot {}
-    unsafe impl aya::Pod for super::RemovedRing {}
     unsafe impl aya::Pod for super::RunRing {}
     unsafe impl aya::Pod for super::Incident {}
 }

@@ -1,25 +1,18 @@
-//! `cgroup_rmdir` → the removed cgroup's id into this CPU's ring, so the daemon can retire its
-//! slot at the next drain instead of when it next walks the cgroup tree.
+//! `cgroup_rmdir` → the removed cgroup's id into the removal ring buffer, so the daemon retires
+//! its slot within milliseconds instead of at its next drain or walk of the cgroup tree.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use latency_common::maps::REMOVED_KEPT;
+use latency_common::Lost;
 
-use crate::{maps::CGROUP_REMOVED, task::Task};
+use crate::{maps::CGROUP_REMOVED, observe::count_lost, task::Task};
 
 // TP_PROTO(struct cgroup *cgrp, const char *path)       since 4.13
 #[btf_tracepoint(function = "cgroup_rmdir")]
 pub fn cgroup_rmdir(ctx: BtfTracePointContext) -> i32 {
     if let Some(id) = Task::arg(&ctx, 0).v2_cgroup_id() {
-        removed(id);
+        // Flags 0: the kernel wakes the reader only when it had caught up.
+        if CGROUP_REMOVED.output::<u64>(&id, 0).is_err() {
+            count_lost(Lost::Removals);
+        }
     }
     0
-}
-
-#[inline(always)]
-fn removed(id: u64) {
-    let Some(ring) = CGROUP_REMOVED.get_ptr_mut(0) else { return };
-    // SAFETY: this CPU's ring; rmdir runs in process context and this program does not nest
-    // with itself on one CPU.
-    let ring = unsafe { &mut *ring };
-    ring.ids[(ring.head % REMOVED_KEPT as u64) as usize] = id;
-    ring.head += 1;
 }

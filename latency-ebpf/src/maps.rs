@@ -3,10 +3,10 @@
 use crate::diag::DiagState;
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, CpuStats, Histogram, Incident, Reason, RemovedRing, RunRing, TaskStats,
+    CgroupHist, CgroupSlot, Control, CpuStats, Histogram, Incident, REMOVED_BYTES, Reason, RunRing, TaskStats,
     WINDOW_SLOTS, WindowMax,
 };
 
@@ -62,10 +62,11 @@ pub static CGROUP_RETIRED: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub static CGROUP_USED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Ids of removed v2 cgroups, per CPU, for the daemon to retire their slots (rare: one write per
-/// rmdir).
+/// Ids of removed v2 cgroups, for the daemon to retire their slots as they come (one record per
+/// rmdir; a full ring is counted in `Lost::Removals`). The daemon shrinks it to a page when
+/// per-cgroup histograms are off.
 #[map]
-pub static CGROUP_REMOVED: PerCpuArray<RemovedRing> = PerCpuArray::with_max_entries(1, 0);
+pub static CGROUP_REMOVED: RingBuf = RingBuf::with_byte_size(REMOVED_BYTES, 0);
 
 /// Per CPU: when each rare condition was last logged and how often it happened (off the hot
 /// cache lines: touched only on the rare branches).

@@ -41,7 +41,7 @@ pub fn keep(task: Task, tid: u32) -> bool {
 }
 
 #[inline(always)]
-fn count_lost(what: Lost) {
+pub fn count_lost(what: Lost) {
     if let Some(cpu) = CPU_STATS.get_ptr_mut(0) {
         // SAFETY: this CPU's slot; see switch.rs.
         unsafe { (*cpu).lost[what as usize] += 1 };

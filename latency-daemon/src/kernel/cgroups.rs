@@ -1,10 +1,14 @@
 //! The per-cgroup maps in, `(cgroup id, histogram)` pairs out: the slot table (claimed slots
-//! only, found from the per-CPU bitmap) plus its overflow hash map; and removed cgroups retired,
-//! so the kernel may reuse their slots (docs/design.md, "Per-cgroup slots").
+//! only, found from the per-CPU bitmap) plus its overflow hash map (`CgroupTable`, at each
+//! drain); and removed cgroups retired as they are reported, so the kernel may reuse their slots
+//! (`Retirer`, on the removal reader's thread, with handles of its own). The two share a
+//! `Ledger` (docs/design.md, "Per-cgroup slots").
 use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsFd as _;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use aya::maps::{Array, MapError, PerCpuArray, PerCpuHashMap};
-use latency_common::maps::{CgroupHist, CgroupSlot, REMOVED_KEPT, RemovedRing, cgroup_slot, names};
+use aya::maps::{Array, Map, MapData, MapError, PerCpuArray, PerCpuHashMap};
+use latency_common::maps::{CgroupHist, CgroupSlot, cgroup_slot, names};
 
 use super::probe::{Probe, ProbeError};
 use crate::model::snapshot::add_cgroup;
@@ -13,63 +17,87 @@ fn map_err(map: &'static str) -> impl Fn(MapError) -> ProbeError {
     move |source| ProbeError::Map { map, source }
 }
 
+/// A lookup or delete that found nothing is fine: the entry is gone either way.
+fn gone(result: Result<(), MapError>) -> Result<(), MapError> {
+    match result {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
 /// The number of slots (a power of two, at least 64 so the bitmap has whole words) for a
 /// per-cgroup capacity of `max_cgroups`, as log2.
 pub fn slot_bits(max_cgroups: u32) -> u32 {
     max_cgroups.max(64).next_power_of_two().trailing_zeros()
 }
 
-/// What the daemon knows about the slot table between drains.
+/// What the daemon knows about the slot table, shared by the drain and the retirer.
 #[derive(Debug, Default)]
-pub struct CgroupTable {
-    bits: u32,
-    /// Who held each claimed slot at the last read, on any CPU.
+struct Ledger {
+    /// Who held each claimed slot when last read, on any CPU.
     owners: HashMap<u32, Vec<u64>>,
     /// Our copy of `CGROUP_RETIRED`: per slot, the cgroup last retired there.
     retired: HashMap<u32, u64>,
     /// Removed cgroups whose slot still waits for an earlier retiree to leave it.
     waiting: Vec<u64>,
-    /// Cgroups with an entry in the overflow map at the last read.
-    overflowed: std::collections::HashSet<u64>,
-    /// Final counts of retired cgroups, reported in place of the maps until the window closes.
+    /// Final counts of retired cgroups, reported in place of the maps until a window closes.
     finals: BTreeMap<u64, CgroupHist>,
-    /// How far each CPU's ring of removed cgroups has been read.
-    heads: Vec<u64>,
-    /// Removals a ring overwrote before we read them (the directory walk finds those later).
-    pub removals_missed: u64,
+    /// The retired cgroups the last `read` reported: a closing window has their final counts.
+    reported: Vec<u64>,
     /// Removed cgroups retired so far.
-    pub retired_total: u64,
+    retired_total: u64,
+    /// Retirements that failed on a map error (the cgroup's slot stays held).
+    errors: u64,
+}
+
+type Shared = Arc<Mutex<Ledger>>;
+
+fn lock(ledger: &Shared) -> MutexGuard<'_, Ledger> {
+    ledger.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The drain's side: reads every cgroup's counts.
+#[derive(Debug)]
+pub struct CgroupTable {
+    bits: u32,
+    ledger: Shared,
 }
 
 impl CgroupTable {
     pub fn new(max_cgroups: u32) -> CgroupTable {
-        CgroupTable { bits: slot_bits(max_cgroups), ..CgroupTable::default() }
+        CgroupTable { bits: slot_bits(max_cgroups), ledger: Shared::default() }
     }
 
-    /// The v2 cgroups removed since the last call (from `cgroup_rmdir`'s per-CPU rings).
-    pub fn removed(&mut self, probe: &Probe) -> Result<Vec<u64>, ProbeError> {
-        let map = names::CGROUP_REMOVED;
-        let rings: PerCpuArray<_, RemovedRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
-        let per_cpu = rings.get(&0, 0).map_err(map_err(map))?;
-        self.heads.resize(per_cpu.len(), 0);
-        let mut ids = Vec::new();
-        for (ring, seen) in per_cpu.iter().zip(self.heads.iter_mut()) {
-            let kept = REMOVED_KEPT as u64;
-            if ring.head - *seen > kept {
-                self.removals_missed += ring.head - *seen - kept;
-                *seen = ring.head - kept;
-            }
-            ids.extend((*seen..ring.head).map(|n| ring.ids[(n % kept) as usize]));
-            *seen = ring.head;
-        }
-        Ok(ids)
+    /// A retirer with handles of its own on the per-cgroup maps, for another thread.
+    pub fn retirer(&self, probe: &Probe) -> Result<Retirer, ProbeError> {
+        let own = |map: &'static str| -> Result<Map, ProbeError> {
+            let data = match probe.map(map)? {
+                Map::PerCpuArray(d) | Map::PerCpuHashMap(d) | Map::Array(d) => d,
+                _ => return Err(ProbeError::MissingMap { map }),
+            };
+            let fd = data.fd().as_fd().try_clone_to_owned().map_err(|e| ProbeError::Map {
+                map,
+                source: MapError::SyscallError(aya::sys::SyscallError { call: "dup", io_error: e }),
+            })?;
+            let data = MapData::from_fd(fd).map_err(map_err(map))?;
+            Map::from_map_data(data).map_err(map_err(map))
+        };
+        let (s, o, r) = (names::CGROUP_SLOTS, names::CGROUPS, names::CGROUP_RETIRED);
+        Ok(Retirer {
+            bits: self.bits,
+            slots: PerCpuArray::try_from(own(s)?).map_err(map_err(s))?,
+            overflow: PerCpuHashMap::try_from(own(o)?).map_err(map_err(o))?,
+            retired: Array::try_from(own(r)?).map_err(map_err(r))?,
+            ledger: Arc::clone(&self.ledger),
+        })
     }
 
     /// Every cgroup's histogram, summed over CPUs and over both maps, sorted by id; a retired
     /// cgroup's final counts instead of whatever its slots still hold.
     pub fn read(&mut self, probe: &Probe) -> Result<Vec<(u64, CgroupHist)>, ProbeError> {
         let mut sums: BTreeMap<u64, CgroupHist> = BTreeMap::new();
-        self.owners.clear();
+        let mut owners: HashMap<u32, Vec<u64>> = HashMap::new();
         let map = names::CGROUP_USED;
         let used: PerCpuArray<_, u64> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
         let slots_map = names::CGROUP_SLOTS;
@@ -82,7 +110,7 @@ impl CgroupTable {
                 let index = word * 64 + bits.trailing_zeros();
                 bits &= bits - 1;
                 let per_cpu = slots.get(&index, 0).map_err(map_err(slots_map))?;
-                let owners = self.owners.entry(index).or_default();
+                let owners = owners.entry(index).or_default();
                 for slot in per_cpu.iter().filter(|s| s.id != 0) {
                     add_cgroup(sums.entry(slot.id).or_insert(CgroupHist::ZERO), &slot.hist);
                     if !owners.contains(&slot.id) {
@@ -94,69 +122,134 @@ impl CgroupTable {
         let map = names::CGROUPS;
         let table: PerCpuHashMap<_, u64, CgroupHist> =
             PerCpuHashMap::try_from(probe.map(map)?).map_err(map_err(map))?;
-        self.overflowed.clear();
+        // Held while walking the hash map: a delete under a walk would restart it (the kernel
+        // goes back to the first key when the current one is gone) and count entries twice.
+        let mut ledger = lock(&self.ledger);
         for entry in table.iter() {
             let (id, per_cpu) = entry.map_err(map_err(map))?;
-            self.overflowed.insert(id);
             let sum = sums.entry(id).or_insert(CgroupHist::ZERO);
             for h in per_cpu.iter() {
                 add_cgroup(sum, h);
             }
         }
-        for (id, last) in &self.finals {
+        for (id, last) in &ledger.finals {
             sums.insert(*id, *last);
         }
+        ledger.reported = ledger.finals.keys().copied().collect();
+        // Older than what a retirement since may have read, but only ever in the safe direction:
+        // a removed cgroup that has left a slot never comes back to it.
+        ledger.owners = owners;
         Ok(sums.into_iter().collect())
     }
 
-    /// Retire `removed` cgroups, whose counts in `read` (taken after they were removed) are final:
-    /// keep those, drop their overflow entries, and tell the kernel their slots are free.
-    pub fn retire(
-        &mut self,
-        probe: &mut Probe,
-        removed: Vec<u64>,
-        read: &[(u64, CgroupHist)],
-    ) -> Result<(), ProbeError> {
-        let removed: Vec<u64> = removed.into_iter().filter(|id| !self.finals.contains_key(id)).collect();
-        self.retired_total += removed.len() as u64;
-        for id in &removed {
-            let last = read.binary_search_by_key(id, |(i, _)| *i).map_or(CgroupHist::ZERO, |at| read[at].1);
-            self.finals.entry(*id).or_insert(last);
-            if self.overflowed.contains(id) {
-                probe.delete_cgroup(*id)?;
-            }
+    /// Removed cgroups retired so far, and retirements that failed.
+    pub fn retired(&self) -> (u64, u64) {
+        let ledger = lock(&self.ledger);
+        (ledger.retired_total, ledger.errors)
+    }
+
+    /// Removed cgroups still waiting for their slot (retried at each `retire`).
+    pub fn waiting(&self) -> usize {
+        lock(&self.ledger).waiting.len()
+    }
+
+    /// A window closed: the retired cgroups its end reported are gone from the next window on (a
+    /// cgroup missing from a window's end adds nothing); those retired since stay for it.
+    pub fn window_closed(&mut self) {
+        let mut ledger = lock(&self.ledger);
+        for id in std::mem::take(&mut ledger.reported) {
+            ledger.finals.remove(&id);
         }
-        let mut queue = std::mem::take(&mut self.waiting);
-        queue.extend(removed);
+    }
+}
+
+/// The retiring side: frees removed cgroups' slots and overflow entries.
+pub struct Retirer {
+    bits: u32,
+    slots: PerCpuArray<MapData, CgroupSlot>,
+    overflow: PerCpuHashMap<MapData, u64, CgroupHist>,
+    retired: Array<MapData, u64>,
+    ledger: Shared,
+}
+
+impl std::fmt::Debug for Retirer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retirer").field("bits", &self.bits).finish_non_exhaustive()
+    }
+}
+
+impl Retirer {
+    /// Retire `removed` cgroups (reported removed, so no task is left to add to their counts):
+    /// read their slots and overflow entries once more and keep that as their final counts, drop
+    /// the overflow entries, and tell the kernel their slots are free. Cgroups waiting for their
+    /// slot (see below) are retried too. A failure is counted and logged once; the cgroup's slot
+    /// then stays held (new cgroups there use the overflow map).
+    pub fn retire(&mut self, removed: &[u64]) {
+        let shared = Arc::clone(&self.ledger);
+        let mut ledger = lock(&shared);
+        if let Err(e) = self.retire_locked(&mut ledger, removed) {
+            if ledger.errors == 0 {
+                log::error!("retiring removed cgroups failed (counted in runqlat_drain_errors_total): {e}");
+            }
+            ledger.errors += 1;
+        }
+    }
+
+    fn retire_locked(&mut self, ledger: &mut Ledger, removed: &[u64]) -> Result<(), ProbeError> {
+        let (slots_map, overflow_map) = (names::CGROUP_SLOTS, names::CGROUPS);
+        let mut queue = std::mem::take(&mut ledger.waiting);
+        for &id in removed {
+            if id == 0 || ledger.finals.contains_key(&id) {
+                continue;
+            }
+            let index = cgroup_slot(id, self.bits);
+            let mut last = CgroupHist::ZERO;
+            let per_cpu = self.slots.get(&index, 0).map_err(map_err(slots_map))?;
+            let owners = ledger.owners.entry(index).or_default();
+            owners.clear();
+            for slot in per_cpu.iter().filter(|s| s.id != 0) {
+                if slot.id == id {
+                    add_cgroup(&mut last, &slot.hist);
+                }
+                if !owners.contains(&slot.id) {
+                    owners.push(slot.id);
+                }
+            }
+            match self.overflow.get(&id, 0) {
+                Ok(per_cpu) => {
+                    for h in per_cpu.iter() {
+                        add_cgroup(&mut last, h);
+                    }
+                    gone(self.overflow.remove(&id)).map_err(map_err(overflow_map))?;
+                }
+                result => gone(result.map(|_| ())).map_err(map_err(overflow_map))?,
+            }
+            ledger.finals.insert(id, last);
+            ledger.retired_total += 1;
+            queue.push(id);
+        }
         let map = names::CGROUP_RETIRED;
-        let mut retired: Array<_, u64> = Array::try_from(probe.map_mut(map)?).map_err(map_err(map))?;
         for id in queue {
             let index = cgroup_slot(id, self.bits);
             // An earlier retiree still in its slot on some CPU would stay there for good if we
             // replaced it here: then this one waits (its slot, if any, is simply not reused yet).
-            let held = |other: u64| self.owners.get(&index).is_some_and(|o| o.contains(&other));
-            match self.retired.get(&index) {
+            let held = |other: u64| ledger.owners.get(&index).is_some_and(|o| o.contains(&other));
+            match ledger.retired.get(&index) {
                 // Bounded: past one per slot, the oldest waiters give up; their slots stay held
                 // (new cgroups there use the overflow map, whose entries are always reclaimed).
                 Some(&earlier) if earlier != id && held(earlier) => {
-                    if self.waiting.len() >= 1 << self.bits {
-                        self.waiting.remove(0);
+                    if ledger.waiting.len() >= 1 << self.bits {
+                        ledger.waiting.remove(0);
                     }
-                    self.waiting.push(id);
+                    ledger.waiting.push(id);
                 }
                 _ => {
-                    retired.set(index, id, 0).map_err(map_err(map))?;
-                    self.retired.insert(index, id);
+                    self.retired.set(index, id, 0).map_err(map_err(map))?;
+                    ledger.retired.insert(index, id);
                 }
             }
         }
         Ok(())
-    }
-
-    /// A window closed: retired cgroups' final counts are in its end snapshot, so from the next
-    /// window on they are gone (a cgroup missing from a window's end adds nothing).
-    pub fn window_closed(&mut self) {
-        self.finals.clear();
     }
 }
 

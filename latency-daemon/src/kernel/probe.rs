@@ -4,13 +4,13 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{Array, HashMap, Map, MapError, PerCpuHashMap},
+    maps::{Array, HashMap, Map, MapData, MapError, RingBuf},
     programs::{BtfTracePoint, ProgramError, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::{
     Knobs,
     knobs::{Clock, KNOBS_SYMBOL},
-    maps::{CgroupHist, Control, names},
+    maps::{Control, REMOVED_BYTES, names},
 };
 
 use super::btf::{Btf, BtfError, CgroupLayout, RqClockLayout, TaskLayout};
@@ -138,6 +138,7 @@ impl Probe {
             .map_max_entries(names::CGROUP_SLOTS, if options.cgroups { slots } else { 1 })
             .map_max_entries(names::CGROUP_RETIRED, if options.cgroups { slots } else { 1 })
             .map_max_entries(names::CGROUP_USED, if options.cgroups { slots / 64 } else { 1 })
+            .map_max_entries(names::CGROUP_REMOVED, if options.cgroups { REMOVED_BYTES } else { page_size() })
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
@@ -182,18 +183,6 @@ impl Probe {
         Ok(())
     }
 
-    /// Forget a removed cgroup's entry so the map keeps room for live ones.
-    pub fn delete_cgroup(&mut self, id: u64) -> Result<(), ProbeError> {
-        let map = names::CGROUPS;
-        let mut table: PerCpuHashMap<_, u64, CgroupHist> =
-            PerCpuHashMap::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
-        match table.remove(&id) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            Err(source) => Err(ProbeError::Map { map, source }),
-        }
-    }
-
     /// Forward what the kernel program logged (rare conditions, rate-limited there) to the log.
     pub fn flush_kernel_log(&mut self) {
         if let Some(KernelLog(logger)) = &mut self.kernel_log {
@@ -207,6 +196,13 @@ impl Probe {
         let mut control: Array<_, Control> =
             Array::try_from(self.map_mut(map)?).map_err(|source| ProbeError::Map { map, source })?;
         control.set(0, Control { epoch }, 0).map_err(|source| ProbeError::Map { map, source })
+    }
+
+    /// The removal ring buffer, out of the handle, for a reader of its own (`cgroups::Removals`).
+    pub fn take_removals(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = names::CGROUP_REMOVED;
+        let taken = self.ebpf.take_map(map).ok_or(ProbeError::MissingMap { map })?;
+        RingBuf::try_from(taken).map_err(|source| ProbeError::Map { map, source })
     }
 
     pub fn map(&self, map: &'static str) -> Result<&Map, ProbeError> {
@@ -226,6 +222,13 @@ impl Probe {
     pub fn load_times(&self) -> &[(&'static str, Duration)] {
         &self.loads
     }
+}
+
+/// The smallest ring buffer the kernel takes: one page.
+fn page_size() -> u32 {
+    // SAFETY: sysconf reads a constant of the running system.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096)
 }
 
 /// The global handed to the kernel program.

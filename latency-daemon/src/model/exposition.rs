@@ -57,8 +57,6 @@ pub struct Exposition {
     /// Removed cgroups whose kernel entries were retired (their final counts kept, their slots
     /// free for reuse).
     pub cgroups_pruned: u64,
-    /// Cgroup removals a kernel ring overwrote before the daemon read them.
-    pub cgroup_removals_missed: u64,
     /// Cgroup ids of a window that had no name (their delays went to "other"), by reason in
     /// `CGROUP_UNRESOLVED`'s order.
     pub cgroups_unresolved: [u64; CGROUP_UNRESOLVED.len()],

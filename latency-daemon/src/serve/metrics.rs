@@ -222,21 +222,21 @@ fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> R
         "runqlat_lost",
         "Things the monitor could not keep, by map: stamps (tid beyond the stamp array), tasks and \
          cgroups (map full), window_max (a maximum written after its window was read), \
-         cgroup_removed (removals the kernel's ring overwrote unread; found later by a walk).",
+         cgroup_removed (removals the kernel's ring had no room for; found later by a walk).",
         None,
         MetricType::Counter,
     )?;
-    for what in Lost::ALL.into_iter().filter(|w| *w != Lost::Switches) {
-        let n: u64 = s.cpus.iter().map(|c| c.lost[what as usize]).sum();
-        family.encode_family(&[("map", what.map())])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+    let kernel = |what: Lost| -> u64 { s.cpus.iter().map(|c| c.lost[what as usize]).sum() };
+    for what in [Lost::Stamps, Lost::Tasks, Lost::Cgroups] {
+        family.encode_family(&[("map", what.map())])?.encode_counter::<NoLabelSet, _, f64>(&kernel(what), None)?;
     }
     family
         .encode_family(&[("map", "window_max")])?
         .encode_counter::<NoLabelSet, _, f64>(&e.late_window_writes, None)?;
     family
-        .encode_family(&[("map", "cgroup_removed")])?
-        .encode_counter::<NoLabelSet, _, f64>(&e.cgroup_removals_missed, None)?;
-    let untraced: u64 = s.cpus.iter().map(|c| c.lost[Lost::Switches as usize]).sum();
+        .encode_family(&[("map", Lost::Removals.map())])?
+        .encode_counter::<NoLabelSet, _, f64>(&kernel(Lost::Removals), None)?;
+    let untraced = kernel(Lost::Switches);
     counter(
         enc,
         "runqlat_untraced_switches",

@@ -168,7 +168,15 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         .alert
         .enabled()
         .then(|| Notifier::spawn(sink_config(&config, sink_client(&config)), instruments.notify.clone()));
-    let drainer = Drainer::new(probe, names, config.clone(), published, instruments.drain.clone(), notifier.clone());
+    let drainer = Drainer::new(
+        probe,
+        names,
+        config.clone(),
+        published,
+        instruments.drain.clone(),
+        notifier.clone(),
+        commands.clone(),
+    );
     let drain_thread =
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
 

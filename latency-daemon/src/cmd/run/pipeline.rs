@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use latency_common::Reason;
+use latency_common::{Lost, Reason};
 use tokio::sync::watch;
 
 use crate::{
@@ -15,9 +15,10 @@ use crate::{
     config::Config,
     host::{cgroups::CgroupNames, clock, containers::ContainerNames, process_cgroups::ProcessCgroups, system},
     kernel::{
-        cgroups::CgroupTable,
+        cgroups::{CgroupTable, Retirer},
         drain::{self, Extras},
         probe::{Probe, ProbeError},
+        removals::Removals,
     },
     model::{
         attribution::{self, Attribution, attribution},
@@ -37,6 +38,8 @@ const EPOCH_GRACE: Duration = Duration::from_millis(2);
 /// Messages from the async side to the drain thread.
 pub(super) enum Command {
     Reload(Box<Config>),
+    /// From the removal reader: cgroups it retired (their series go when the window closes).
+    Removed(Vec<u64>),
     Stop,
 }
 
@@ -55,9 +58,18 @@ pub(super) struct Drainer {
     epoch: u64,
     window_start: Option<Snapshot>,
     drains_in_window: u32,
-    /// The per-cgroup maps' reader, and the removed cgroups it retires at the next drain.
+    /// The per-cgroup maps' reader; the reader of the kernel's removal ring, which retires
+    /// removed cgroups as they come (on its own thread) and tells us which; a retirer of ours for
+    /// removed cgroups the walk of the cgroup tree found (only when the ring lost some) and for
+    /// those waiting for their slot, at each drain.
     cgroups: CgroupTable,
+    removals: Option<Removals>,
+    retirer: Option<Retirer>,
     removed: Vec<u64>,
+    /// Removals the kernel could not put in its ring (full), at the last drain.
+    removals_lost: u64,
+    /// Failed retirements, as last added to the drain errors.
+    retire_errors: u64,
     /// Cgroups removed since the window opened: at its close their series go (their last deltas
     /// into "other") and their container names are forgotten.
     gone: Vec<u64>,
@@ -71,12 +83,13 @@ pub(super) struct Drainer {
 
 impl Drainer {
     pub(super) fn new(
-        probe: Probe,
+        mut probe: Probe,
         names: Option<CgroupNames>,
         config: Config,
         published: watch::Sender<Arc<Exposition>>,
         duration: prometheus_client::metrics::histogram::Histogram,
         notifier: Option<Notifier>,
+        commands: mpsc::Sender<Command>,
     ) -> Drainer {
         let exposition = (**published.borrow()).clone();
         let cgroups = CgroupTable::new(config.max_cgroups);
@@ -88,6 +101,20 @@ impl Drainer {
         };
         // The first window starts at attach, from maps that are all zero.
         let attached = Snapshot::empty(clock::monotonic_ns(), drain::possible_cpus());
+        // Without a reader the ring fills and the kernel counts what it drops (`Lost::Removals`);
+        // the walk of the cgroup tree then finds the removed cgroups, later.
+        let late = |e: &dyn std::fmt::Display| log::error!("removed cgroups will be retired late: {e}");
+        let retirer = names.as_ref().and_then(|_| cgroups.retirer(&probe).map_err(|e| late(&e)).ok());
+        let removals = names.as_ref().and_then(|_| {
+            let ring = probe.take_removals().map_err(|e| late(&e)).ok()?;
+            let mut retirer = cgroups.retirer(&probe).map_err(|e| late(&e)).ok()?;
+            Removals::spawn(ring, move |ids| {
+                retirer.retire(&ids);
+                commands.send(Command::Removed(ids)).is_ok()
+            })
+            .map_err(|e| late(&e))
+            .ok()
+        });
         Drainer {
             probe,
             names,
@@ -101,7 +128,11 @@ impl Drainer {
             window_start: Some(attached),
             drains_in_window: 0,
             cgroups,
+            removals,
+            retirer,
             removed: Vec::new(),
+            removals_lost: 0,
+            retire_errors: 0,
             gone: Vec::new(),
             series: CgroupSeries::default(),
             alerts: Engine::default(),
@@ -118,6 +149,10 @@ impl Drainer {
                 Ok(Command::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Ok(Command::Reload(config)) => {
                     self.apply(*config);
+                    continue;
+                }
+                Ok(Command::Removed(ids)) => {
+                    self.gone.extend(ids);
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -142,7 +177,9 @@ impl Drainer {
             }
             self.published.send_replace(Arc::new(self.exposition.clone()));
         }
-        // Dropping self drops the probe: every program detaches, every map closes.
+        // The removal reader first (it holds a sender to us), then the probe: every program
+        // detaches, every map closes.
+        drop(self.removals.take());
     }
 
     fn apply(&mut self, config: Config) {
@@ -156,16 +193,27 @@ impl Drainer {
         self.probe.flush_kernel_log();
         let mut now = drain::snapshot(&self.probe, Extras { tasks: self.config.per_task })?;
         if self.names.is_some() {
-            // Removed before the read that follows: their counts in it are final.
-            let removed = self.cgroups.removed(&self.probe)?;
-            self.gone.extend_from_slice(&removed);
-            self.removed.extend(removed);
             now.cgroups = self.cgroups.read(&self.probe)?;
-            if !self.removed.is_empty() {
-                self.cgroups.retire(&mut self.probe, std::mem::take(&mut self.removed), &now.cgroups)?;
+            // Those the walk found (the ring lost them), and those still waiting for their slot.
+            let removed = std::mem::take(&mut self.removed);
+            if let Some(retirer) = self.retirer.as_mut()
+                && (!removed.is_empty() || self.cgroups.waiting() > 0)
+            {
+                self.gone.extend_from_slice(&removed);
+                retirer.retire(&removed);
             }
-            self.exposition.cgroups_pruned = self.cgroups.retired_total;
-            self.exposition.cgroup_removals_missed = self.cgroups.removals_missed;
+            let (retired, failed) = self.cgroups.retired();
+            self.exposition.cgroups_pruned = retired;
+            self.exposition.drain_errors += failed.saturating_sub(self.retire_errors);
+            self.retire_errors = failed;
+            let lost: u64 = now.cpus.iter().map(|c| c.lost[Lost::Removals as usize]).sum();
+            if lost > 0 && self.removals_lost == 0 {
+                log::warn!(
+                    "the kernel's ring of removed cgroups was full: their slots are freed when the next walk of \
+                     the cgroup tree finds them (runqlat_lost_total{{map=\"cgroup_removed\"}})"
+                );
+            }
+            self.removals_lost = lost;
         }
         self.drains_in_window += 1;
         let start = self.window_start.get_or_insert_with(|| now.clone());
@@ -301,10 +349,10 @@ impl Drainer {
         }
         self.exposition.cgroups_unresolved = names.unresolved_total();
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
-        // The kernel's rings report every removal unless one overflowed; then the walk's finds are
-        // retired at the next drain, whose read is after their removal.
+        // The kernel's ring reports every removal unless it was full; then the walk's finds are
+        // retired at the next drain.
         let removed = names.prune();
-        if self.cgroups.removals_missed > 0 {
+        if self.removals_lost > 0 {
             self.removed.extend(removed);
         }
         top
