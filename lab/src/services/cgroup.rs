@@ -39,6 +39,12 @@ impl TestCgroup {
         Ok(TestCgroup { dir, top: None, path: format!("{}/{name}", self.path) })
     }
 
+    /// Moves process `pid` (all its threads) into this cgroup.
+    pub fn enter(&self, pid: u32) -> anyhow::Result<()> {
+        let procs = self.dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).with_context(|| format!("moving {pid} into {}", procs.display()))
+    }
+
     /// Starts `argv` inside this cgroup (a shell moves itself in, then execs it).
     pub fn spawn(&self, argv: &[&str]) -> anyhow::Result<Proc> {
         let procs = self.dir.join("cgroup.procs");
@@ -69,6 +75,49 @@ impl Drop for TestCgroup {
                 let _ = std::fs::remove_dir(p);
                 parent = p.parent();
             }
+        }
+    }
+}
+
+/// A process that wakes every `period` and goes back to sleep, forever: one wakeup delay per
+/// period wherever it is moved, for the price of a timer (a fork of the test, no exec). Killed
+/// and reaped on drop.
+#[derive(Debug)]
+pub struct Waker {
+    pid: libc::pid_t,
+}
+
+impl Waker {
+    pub fn spawn(period: Duration) -> anyhow::Result<Waker> {
+        let ts =
+            libc::timespec { tv_sec: period.as_secs() as libc::time_t, tv_nsec: period.subsec_nanos() as libc::c_long };
+        // SAFETY: the child makes only raw system calls (prctl, nanosleep), so forking a
+        // multi-threaded test is fine; it never returns from here.
+        match unsafe { libc::fork() } {
+            -1 => Err(std::io::Error::last_os_error()).context("fork"),
+            0 => {
+                // SAFETY: dies with the test even if the test is killed.
+                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+                loop {
+                    // SAFETY: a valid timespec on this stack; no remainder wanted.
+                    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                }
+            }
+            pid => Ok(Waker { pid }),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+}
+
+impl Drop for Waker {
+    fn drop(&mut self) {
+        // SAFETY: our own child, killed and reaped once.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
         }
     }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 pub use alertmanager::Alertmanager;
-pub use cgroup::TestCgroup;
+pub use cgroup::{TestCgroup, Waker};
 pub use containerd::Containerd;
 pub use kube::{KubePod, pod_from_daemonset};
 pub use podman::{Container, Podman};
