@@ -440,7 +440,7 @@ impl Collector for HttpCollector {
         let s = self.0.snapshot();
         let mut family = encoder.encode_descriptor(
             "runqlat_http_requests",
-            "HTTP requests by outcome, including those turned away (busy, throttled, too large, timeout, malformed).",
+            "HTTP requests by outcome, including those turned away (busy, throttled, too large, timeout, malformed, evicted).",
             None,
             MetricType::Counter,
         )?;
@@ -455,6 +455,7 @@ impl Collector for HttpCollector {
             ("timeout", s.rejected_timeout),
             ("busy", s.rejected_busy),
             ("throttled", s.rejected_throttled),
+            ("evicted", s.evicted),
             ("accept_error", s.accept_errors),
         ] {
             family.encode_family(&[("outcome", outcome)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;

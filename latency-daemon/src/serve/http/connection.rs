@@ -1,6 +1,7 @@
 //! One accepted socket in; a TLS handshake if the web config asks for one, then served by hyper
 //! (each request authenticated when users are configured) until the client leaves, a limit ends
-//! it, or shutdown — or, when every slot is taken, a fixed 503 and a close.
+//! it, a newer connection evicts it before its first head is in, or shutdown — or, when every slot
+//! is taken, a fixed 503 and a close.
 
 use std::convert::Infallible;
 use std::io;
@@ -22,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::auth::{Verdict, Verified};
-use super::peers::PeerPermit;
+use super::peers::{Eviction, PeerPermit, Promotion};
 use super::respond::{TEXT, frame, respond};
 use super::stats::{HttpStats, Outcome};
 use super::throttle::Refusal;
@@ -57,12 +58,13 @@ connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 /// The first byte of every TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
 
-pub(super) async fn serve(
-    stream: TcpStream,
-    shared: Arc<Shared>,
-    watcher: Watcher,
-    slot: (OwnedSemaphorePermit, PeerPermit),
-) {
+/// Its slot, and word of its eviction while it has not sent a complete head.
+pub(super) struct Slot {
+    pub permit: Arc<PeerPermit>,
+    pub eviction: Eviction,
+}
+
+pub(super) async fn serve(stream: TcpStream, shared: Arc<Shared>, watcher: Watcher, mut slot: Slot) {
     let _open = shared.stats.open_connection();
     // Each response is written in one piece; Nagle would only hold its tail back for an ACK.
     let _ = stream.set_nodelay(true);
@@ -87,7 +89,12 @@ pub(super) async fn serve(
         }
         tls.accept(stream).await.map(Some)
     };
-    match tokio::time::timeout_at(deadline, handshake).await {
+    let handshake = tokio::select! {
+        // Counted by whoever evicted it.
+        () = slot.eviction.wait() => return,
+        handshake = tokio::time::timeout_at(deadline, handshake) => handshake,
+    };
+    match handshake {
         Ok(Ok(Some(tls))) => serve_io(TokioIo::new(tls), shared, watcher, web, slot).await,
         Ok(Ok(None)) => {}
         // Not TLS, or a failed handshake (wrong CA, no client certificate, a protocol error):
@@ -97,17 +104,11 @@ pub(super) async fn serve(
     }
 }
 
-async fn serve_io<I>(
-    io: TokioIo<I>,
-    shared: Arc<Shared>,
-    watcher: Watcher,
-    web: Arc<WebState>,
-    slot: (OwnedSemaphorePermit, PeerPermit),
-) where
+async fn serve_io<I>(io: TokioIo<I>, shared: Arc<Shared>, watcher: Watcher, web: Arc<WebState>, slot: Slot)
+where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let peer = slot.1.ip();
-    let _slot = slot;
+    let Slot { permit, mut eviction } = slot;
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
 
@@ -115,8 +116,14 @@ async fn serve_io<I>(
         let (shared, progress) = (Arc::clone(&shared), Arc::clone(&progress));
         service_fn(move |req: hyper::Request<Incoming>| {
             let (shared, progress, web) = (Arc::clone(&shared), Arc::clone(&progress), Arc::clone(&web));
+            // A complete head: from now on the connection is served, not evictable.
+            let promotion = permit.promote();
+            let peer = permit.ip();
             async move {
-                let (mut response, outcome) = answer(&req, &shared, &web, peer).await;
+                let (mut response, outcome) = match promotion {
+                    Promotion::Served => answer(&req, &shared, &web, peer).await,
+                    Promotion::Full | Promotion::Evicted => busy_and_close(req.method() == hyper::Method::HEAD),
+                };
                 for (name, value) in &web.headers {
                     response.headers_mut().insert(name.clone(), value.clone());
                 }
@@ -146,6 +153,8 @@ async fn serve_io<I>(
         let since_start = Duration::from_millis(progress.last_reply_ms.load(Ordering::Relaxed));
         let deadline = started + since_start + limits.request_timeout;
         tokio::select! {
+            // Counted by whoever evicted it; dropping the connection closes the socket.
+            () = eviction.wait() => return,
             result = &mut connection => {
                 if let Err(e) = result {
                     record_failure(&shared.stats, &e, progress.replies.load(Ordering::Relaxed));
@@ -225,6 +234,15 @@ async fn answer(
 fn busy(head: bool) -> (hyper::Response<http_body_util::Full<bytes::Bytes>>, Outcome) {
     let reply = Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "too many requests at once\n")
         .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    (frame(reply, head), Outcome::Busy)
+}
+
+/// The client's address already holds its share of served connections (or this one was evicted
+/// as its head came in): 503, and hyper closes the connection after it.
+fn busy_and_close(head: bool) -> (hyper::Response<http_body_util::Full<bytes::Bytes>>, Outcome) {
+    let reply = Reply::new(StatusCode::SERVICE_UNAVAILABLE, TEXT, "too many connections from your address\n")
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
+        .with_header(header::CONNECTION, HeaderValue::from_static("close"));
     (frame(reply, head), Outcome::Busy)
 }
 

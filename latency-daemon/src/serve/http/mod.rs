@@ -82,9 +82,13 @@ pub trait Handler: Send + Sync + 'static {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections served at once; more are answered 503 and closed.
+    /// Connections open at once, half of them at most before their first request head is in. A
+    /// newcomer evicts the oldest of those when they fill their half; when every slot is held by a
+    /// connection past its first head, it is answered 503 and closed.
     pub max_connections: usize,
-    /// Connections one client address may hold at once; more of its own are answered 503.
+    /// Connections one client address may hold before their first head, and again after it. A
+    /// newcomer evicts its address's oldest incomplete connection; a connection whose address has
+    /// its share past the first head gets 503 for that head and is closed.
     pub max_connections_per_peer: usize,
     /// Requests handled at once (after authentication, which has its own budget); more are answered
     /// 503 at once. 0: no limit.
@@ -192,8 +196,7 @@ pub async fn serve_with(
     let requests = (limits.max_requests > 0).then(|| Arc::new(Semaphore::new(limits.max_requests)));
     let shared =
         Arc::new(connection::Shared { handler, stats, limits, web, requests, verified: auth::Verified::default() });
-    let peers = peers::Peers::new(limits.max_connections_per_peer);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let peers = peers::Peers::new(peers::Caps::new(limits.max_connections, limits.max_connections_per_peer));
     // Turned-away sockets linger up to a second each; bounding them keeps a flood from holding
     // descriptors the served connections need.
     let lingering = Arc::new(Semaphore::new(limits.max_connections));
@@ -222,10 +225,12 @@ pub async fn serve_with(
                 continue;
             }
         };
-        if let Ok(slot) = Arc::clone(&slots).try_acquire_owned()
-            && let Some(share) = peers.try_acquire(peer.ip())
-        {
-            tasks.spawn(connection::serve(stream, Arc::clone(&shared), graceful.watcher(), (slot, share)));
+        if let peers::Admission::Admitted { permit, eviction, evicted } = peers.admit(peer.ip()) {
+            if evicted {
+                shared.stats.record(stats::Outcome::Evicted);
+            }
+            let slot = connection::Slot { permit, eviction };
+            tasks.spawn(connection::serve(stream, Arc::clone(&shared), graceful.watcher(), slot));
             continue;
         }
         shared.stats.record(stats::Outcome::Busy);

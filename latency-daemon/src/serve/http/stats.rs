@@ -24,6 +24,8 @@ pub(super) enum Outcome {
     Timeout,
     /// No connection slot was free: 503.
     Busy,
+    /// Closed before it sent a complete request head, to make room for a newer connection.
+    Evicted,
     /// Too many failed logins from the client's address or from everyone: 429 without checking the password.
     Throttled,
 }
@@ -43,6 +45,7 @@ pub struct HttpStats {
     rejected_timeout: AtomicU64,
     rejected_busy: AtomicU64,
     rejected_throttled: AtomicU64,
+    evicted: AtomicU64,
     accept_errors: AtomicU64,
     connections: AtomicU64,
 }
@@ -60,6 +63,7 @@ pub struct HttpStatsSnapshot {
     pub rejected_timeout: u64,
     pub rejected_busy: u64,
     pub rejected_throttled: u64,
+    pub evicted: u64,
     pub accept_errors: u64,
     /// Connections being served right now (a gauge; turned-away connections are not included).
     pub connections: u64,
@@ -79,6 +83,7 @@ impl HttpStats {
             rejected_timeout: read(&self.rejected_timeout),
             rejected_busy: read(&self.rejected_busy),
             rejected_throttled: read(&self.rejected_throttled),
+            evicted: read(&self.evicted),
             accept_errors: read(&self.accept_errors),
             connections: read(&self.connections),
         }
@@ -96,6 +101,7 @@ impl HttpStats {
             Outcome::Timeout => &self.rejected_timeout,
             Outcome::Busy => &self.rejected_busy,
             Outcome::Throttled => &self.rejected_throttled,
+            Outcome::Evicted => &self.evicted,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -138,6 +144,7 @@ mod tests {
             Outcome::Timeout,
             Outcome::Busy,
             Outcome::Throttled,
+            Outcome::Evicted,
         ];
         for (i, outcome) in all.iter().enumerate() {
             for _ in 0..=i {
@@ -156,8 +163,9 @@ mod tests {
             s.rejected_timeout,
             s.rejected_busy,
             s.rejected_throttled,
+            s.evicted,
         ];
-        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     }
 
     #[test]

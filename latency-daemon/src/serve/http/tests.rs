@@ -353,7 +353,8 @@ async fn invalid_limits_are_refused() {
     assert_eq!(error.to_string(), "HTTP limit max_connections must be at least 1");
 }
 
-/// One address's share is full: its next connection gets 503, another address's is served.
+/// One address's share of served connections is full: its next connection's request gets 503 and
+/// a close; another address's is served.
 #[tokio::test]
 async fn one_peer_cannot_take_every_slot() {
     let limits = Limits { max_connections: 8, max_connections_per_peer: 2, ..Limits::default() };
@@ -365,7 +366,9 @@ async fn one_peer_cannot_take_every_slot() {
         held.push(stream);
     }
     let mut third = server.connect().await;
-    assert_eq!(exchange(&mut third, GET).await.status, 503);
+    let response = exchange(&mut third, GET).await;
+    assert_eq!((response.status, response.header("connection")), (503, Some("close")));
+    time_to_close(&mut third).await;
 
     let other = tokio::net::TcpSocket::new_v4().unwrap();
     other.bind(SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
@@ -391,5 +394,32 @@ async fn requests_over_max_requests_get_503_and_the_connection_goes_on() {
     assert!(asked.elapsed() < Duration::from_millis(250), "{:?}", asked.elapsed());
     assert_eq!(read_response(&mut slow, false).await.status, 200);
     assert_eq!(exchange(&mut other, GET).await.status, 200, "same connection, slot free again");
+    server.stop().await;
+}
+
+/// Connections that have not sent a head fill their address's share: a newcomer from the same
+/// address evicts the oldest of them and is served; a connection past its first head is kept.
+#[tokio::test]
+async fn a_newcomer_evicts_the_oldest_incomplete_connection_of_its_address() {
+    let limits = Limits { max_connections: 8, max_connections_per_peer: 2, ..Limits::default() };
+    let server = start(limits).await;
+    let mut kept = server.connect().await;
+    assert_eq!(exchange(&mut kept, GET).await.status, 200);
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut stream = server.connect().await;
+        stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        slow.push(stream);
+    }
+    server.wait_for("three open", |s| s.connections == 3).await;
+
+    let mut scraper = server.connect().await;
+    assert_eq!(exchange(&mut scraper, GET).await.status, 200);
+    time_to_close(&mut slow[0]).await;
+    server.wait_for("one evicted", |s| s.evicted == 1 && s.rejected_busy == 0).await;
+    let mut sink = [0_u8; 16];
+    let younger = tokio::time::timeout(Duration::from_millis(200), slow[1].read(&mut sink)).await;
+    assert!(younger.is_err(), "the younger slow connection is still open: {younger:?}");
+    assert_eq!(exchange(&mut kept, GET).await.status, 200, "the served connection is kept");
     server.stop().await;
 }
