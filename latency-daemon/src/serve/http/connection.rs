@@ -49,6 +49,9 @@ struct Progress {
     last_reply_ms: AtomicU64,
 }
 
+/// hyper's smallest allowed read buffer (it panics below).
+const MIN_BUF_BYTES: usize = 8 * 1024;
+
 /// How long a 429 for too many failed logins is held before it is sent.
 const THROTTLED_HOLD: Duration = Duration::from_millis(500);
 
@@ -142,6 +145,9 @@ where
         // Checked by hyper on every read of a partial head, so the buffer never grows far past it; hyper
         // answers 431 itself and closes.
         .max_header_size(limits.max_header_bytes)
+        // hyper's default lets a read buffer grow to ~400 KiB (a client pipelining requests faster than
+        // it reads the answers); a head and the start of the next are all a connection needs.
+        .max_buf_size(limits.max_header_bytes.saturating_mul(2).max(MIN_BUF_BYTES))
         .keep_alive(true)
         .serve_connection(io, service);
     let mut connection = pin!(watcher.watch(connection));

@@ -10,6 +10,7 @@ pub mod stats;
 #[cfg(test)]
 mod tests;
 mod throttle;
+mod trim;
 pub mod web;
 
 use std::future::Future;
@@ -202,15 +203,24 @@ pub async fn serve_with(
     let lingering = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut tasks = JoinSet::new();
+    let mut trim = trim::Trim::default();
     let mut shutdown = pin!(shutdown);
 
     loop {
-        // Reap finished tasks so the set does not grow with the server's lifetime.
+        // Reap finished tasks so the set does not grow with the server's lifetime: a finished
+        // task's memory is only freed when it is joined.
         while tasks.try_join_next().is_some() {}
+        trim.observe(tasks.len(), tokio::time::Instant::now());
+        let trim_at = trim.due();
         let accepted = tokio::select! {
             biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            () = sleep_until_some(trim_at) => {
+                trim.trim_if_due(tasks.len(), tokio::time::Instant::now());
+                continue;
+            }
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -247,6 +257,14 @@ pub async fn serve_with(
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
     tasks.shutdown().await;
     Ok(())
+}
+
+/// Resolves at `at`, or never.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Errors that concern only the connection being accepted; anything else is about the process.
