@@ -334,11 +334,13 @@ impl Drainer {
         );
         // Series are keyed by the bounded label, container names by the path.
         let gone = std::mem::take(&mut self.gone);
+        // Thousands a window under fast churn: looked up once per window cgroup below.
+        let gone_set: std::collections::HashSet<u64> = gone.iter().copied().collect();
         let gone_labels: Vec<String> = gone.iter().filter_map(|id| names.label(*id)).collect();
         let gone_paths: Vec<String> = gone.iter().filter_map(|id| names.path(*id).map(str::to_string)).collect();
         self.series.add_window(
             &window.cgroups,
-            |id| if gone.contains(&id) { None } else { names.label(id) },
+            |id| if gone_set.contains(&id) { None } else { names.label(id) },
             self.config.top_cgroups,
         );
         for label in &gone_labels {
