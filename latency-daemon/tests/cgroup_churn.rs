@@ -136,12 +136,13 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
         "cgroup churn: {created} cgroups created and removed in {elapsed:.1} s ({:.0}/s) beside {live} live \
          (--max-cgroups {max}): lost {lost}, removals missed {missed}, retired {retired}, {series} cgroup series, \
          {other} delays in other, {by_cgroup} in all cgroup series vs {machine} machine-wide, RSS {:.1} MiB before, \
-         {:.1} MiB at half time, {:.1} MiB at the end, daemon CPU {:.1} % of a core (debug build), {lines} log lines",
+         {:.1} MiB at half time, {:.1} MiB at the end, daemon CPU {:.1} % of a core ({} build), {lines} log lines",
         created as f64 / elapsed,
         rss_before / 1024.0,
         rss_mid / 1024.0,
         rss_end / 1024.0,
-        cpu * 100.0
+        cpu * 100.0,
+        if cfg!(debug_assertions) { "debug" } else { "release" }
     );
     assert!(
         created as f64 >= 0.9 * rate as f64 * seconds as f64,
