@@ -55,39 +55,28 @@ fn sum_of(text: &str, prefix: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn cgroups_coming_and_going_fast_lose_nothing() {
-    let seconds = env_or("LAB_CHURN_SECONDS", 60);
-    let rate = env_or("LAB_CHURN_RATE", 1000);
-    let live = env_or("LAB_CHURN_LIVE", 300);
-    let max = env_or("LAB_CHURN_MAX", 1024).to_string();
-    let daemon =
-        Daemon::start(DAEMON, &["--interval", "1s", "--window", "5s", "--max-cgroups", &max, "--top-cgroups", "1000"])
-            .expect("the daemon starts");
-    let parent = TestCgroup::new("churn").expect("a test cgroup");
-    let home = parent.child("home").expect("a home for the churners' wakers");
-
-    // The cgroups that stay, each with a process waking every 100 ms: slots and overflow
-    // entries the churn must not push out.
-    let stayers: Vec<(Waker, TestCgroup)> = (0..live)
+/// `live` cgroups that stay, each with a process waking every 100 ms.
+fn stayers(parent: &TestCgroup, live: u64) -> Vec<(Waker, TestCgroup)> {
+    (0..live)
         .map(|i| {
             let cg = parent.child(&format!("live{i}")).expect("a live cgroup");
             let waker = Waker::spawn(Duration::from_millis(100)).expect("a waker");
             cg.enter(waker.pid()).expect("the waker moves in");
             (waker, cg)
         })
-        .collect();
-    std::thread::sleep(Duration::from_secs(2));
-    let rss_before = rss_kib(daemon.pid());
+        .collect()
+}
 
+/// Cgroups created and removed under `parent` at `rate` a second for `seconds`, by `CHURNERS`
+/// threads each moving its waker into a new cgroup for `INSIDE`, back `home`, and removing it;
+/// `meanwhile` runs on this thread. Returns how many were created (and removed).
+fn churn(parent: &TestCgroup, home: &TestCgroup, rate: u64, seconds: u64, meanwhile: impl FnOnce()) -> u64 {
     let created = AtomicU64::new(0);
-    let cpu_before = cpu_seconds(daemon.pid());
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
-    let mut rss_mid = 0.0;
     std::thread::scope(|s| {
         for k in 0..CHURNERS {
-            let (parent, home, created) = (&parent, &home, &created);
+            let created = &created;
             s.spawn(move || {
                 let waker = Waker::spawn(Duration::from_millis(1)).expect("a waker");
                 home.enter(waker.pid()).expect("the waker moves home");
@@ -109,10 +98,36 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
                 }
             });
         }
+        meanwhile();
+    });
+    created.load(Ordering::Relaxed)
+}
+
+#[test]
+fn cgroups_coming_and_going_fast_lose_nothing() {
+    let seconds = env_or("LAB_CHURN_SECONDS", 60);
+    let rate = env_or("LAB_CHURN_RATE", 1000);
+    let live = env_or("LAB_CHURN_LIVE", 300);
+    let max = env_or("LAB_CHURN_MAX", 1024).to_string();
+    let daemon =
+        Daemon::start(DAEMON, &["--interval", "1s", "--window", "5s", "--max-cgroups", &max, "--top-cgroups", "1000"])
+            .expect("the daemon starts");
+    let parent = TestCgroup::new("churn").expect("a test cgroup");
+    let home = parent.child("home").expect("a home for the churners' wakers");
+
+    // The cgroups that stay, each with a process waking every 100 ms: slots and overflow
+    // entries the churn must not push out.
+    let stayers = stayers(&parent, live);
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_before = rss_kib(daemon.pid());
+
+    let cpu_before = cpu_seconds(daemon.pid());
+    let started = Instant::now();
+    let mut rss_mid = 0.0;
+    let created = churn(&parent, &home, rate, seconds, || {
         std::thread::sleep(Duration::from_secs(seconds / 2));
         rss_mid = rss_kib(daemon.pid());
     });
-    let created = created.load(Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = (cpu_seconds(daemon.pid()) - cpu_before) / elapsed;
     // A window closes after the last removal: the removed cgroups' last deltas are in `other`.
@@ -174,5 +189,62 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
         checked += 1;
     }
     assert!(checked > 1, "{checked} cgroup series checked");
+    daemon.stop().unwrap();
+}
+
+/// The daemon stopped (SIGSTOP) for 12 s while cgroups come and go at 1,000 a second: the kernel's
+/// ring of removals fills. What it could not hold is counted and logged once, never silent; once
+/// the daemon runs again, a sweep of the maps against a walk of the hierarchy retires the removed
+/// cgroups the ring lost, and the churn that follows loses no delay.
+#[test]
+fn removals_missed_while_stopped_are_counted_then_swept() {
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "5s", "--top-cgroups", "1000"])
+        .expect("the daemon starts");
+    let parent = TestCgroup::new("churn-stop").expect("a test cgroup");
+    let home = parent.child("home").expect("a home for the churners' wakers");
+    let stayers = stayers(&parent, 100);
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = daemon.pid() as libc::pid_t;
+    let (mut recovered, mut later) = (String::new(), String::new());
+    let created = churn(&parent, &home, 1000, 45, || {
+        std::thread::sleep(Duration::from_secs(5));
+        // SAFETY: signals to the daemon this test started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(12));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        // The ring drained at once; a window closes, its sweep finds the rest, a drain retires them.
+        std::thread::sleep(Duration::from_secs(10));
+        recovered = daemon.metrics().unwrap();
+        std::thread::sleep(Duration::from_secs(15));
+        later = daemon.metrics().unwrap();
+    });
+    std::thread::sleep(Duration::from_secs(7));
+    let text = daemon.metrics().unwrap();
+    drop(stayers);
+
+    let missed = metric(&text, "runqlat_lost_total{map=\"cgroup_removed\"}");
+    let retired = metric(&text, "runqlat_cgroups_pruned_total");
+    let lost = |t: &str| metric(t, "runqlat_lost_total{map=\"cgroups\"}");
+    let (lost_recovered, lost_later, lost_end) = (lost(&recovered), lost(&later), lost(&text));
+    let log = daemon.log();
+    let warned = log.iter().filter(|l| l.contains("ring of removed cgroups was full")).count();
+    println!(
+        "cgroup churn with the daemon stopped 12 s: {created} cgroups, removals missed {missed}, retired {retired} \
+         ({:.0} by the sweep), delays lost {lost_recovered} after recovery, {lost_later} 15 s later, {lost_end} at the end; {warned} \
+         warning, {} log lines",
+        retired - (created as f64 - missed),
+        log.len()
+    );
+    assert!(missed > 0.0, "the ring never filled: the daemon was not stopped long enough?");
+    assert_eq!(warned, 1, "one warning for a full ring, not {warned}:\n{log:#?}");
+    // Every removal the ring held is retired, plus those of the missed ones that still held an
+    // entry (the sweep); a missed one whose delays all found the maps full has nothing to retire.
+    let swept = retired - (created as f64 - missed);
+    assert!(swept > 0.0, "{retired} retired for {created} removed, {missed} missed: the sweep retired none");
+    assert!(retired <= created as f64 + 50.0, "{retired} retired for {created} removed: some counted twice");
+    assert_eq!(lost_later, lost_recovered, "delays lost after the daemon recovered");
+    assert_eq!(lost_end, lost_recovered, "delays lost after the daemon recovered");
+    assert!(log.len() < 20, "{} log lines: one per cgroup?\n{log:#?}", log.len());
     daemon.stop().unwrap();
 }

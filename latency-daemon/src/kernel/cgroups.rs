@@ -185,9 +185,19 @@ impl Retirer {
     /// slot (see below) are retried too. A failure is counted and logged once; the cgroup's slot
     /// then stays held (new cgroups there use the overflow map).
     pub fn retire(&mut self, removed: &[u64]) {
+        self.retire_some(removed, false);
+    }
+
+    /// As `retire`, for cgroups found gone by a walk rather than reported by the kernel: only
+    /// those that still hold a slot or an overflow entry (the others were retired before).
+    pub fn retire_found(&mut self, removed: &[u64]) {
+        self.retire_some(removed, true);
+    }
+
+    fn retire_some(&mut self, removed: &[u64], held_only: bool) {
         let shared = Arc::clone(&self.ledger);
         let mut ledger = lock(&shared);
-        if let Err(e) = self.retire_locked(&mut ledger, removed) {
+        if let Err(e) = self.retire_locked(&mut ledger, removed, held_only) {
             if ledger.errors == 0 {
                 log::error!("retiring removed cgroups failed (counted in runqlat_drain_errors_total): {e}");
             }
@@ -195,21 +205,25 @@ impl Retirer {
         }
     }
 
-    fn retire_locked(&mut self, ledger: &mut Ledger, removed: &[u64]) -> Result<(), ProbeError> {
+    fn retire_locked(&mut self, ledger: &mut Ledger, removed: &[u64], held_only: bool) -> Result<(), ProbeError> {
         let (slots_map, overflow_map) = (names::CGROUP_SLOTS, names::CGROUPS);
         let mut queue = std::mem::take(&mut ledger.waiting);
         for &id in removed {
-            if id == 0 || ledger.finals.contains_key(&id) {
+            let index = cgroup_slot(id, self.bits);
+            // Retired before (a sweep of the maps after the ring lost removals finds those too).
+            let done = ledger.retired.get(&index) == Some(&id) || queue.contains(&id);
+            if id == 0 || done || ledger.finals.contains_key(&id) {
                 continue;
             }
-            let index = cgroup_slot(id, self.bits);
             let mut last = CgroupHist::ZERO;
             let per_cpu = self.slots.get(&index, 0).map_err(map_err(slots_map))?;
             let owners = ledger.owners.entry(index).or_default();
             owners.clear();
+            let mut held = false;
             for slot in per_cpu.iter().filter(|s| s.id != 0) {
                 if slot.id == id {
                     add_cgroup(&mut last, &slot.hist);
+                    held = true;
                 }
                 if !owners.contains(&slot.id) {
                     owners.push(slot.id);
@@ -221,8 +235,12 @@ impl Retirer {
                         add_cgroup(&mut last, h);
                     }
                     gone(self.overflow.remove(&id)).map_err(map_err(overflow_map))?;
+                    held = true;
                 }
                 result => gone(result.map(|_| ())).map_err(map_err(overflow_map))?,
+            }
+            if held_only && !held {
+                continue;
             }
             ledger.finals.insert(id, last);
             ledger.retired_total += 1;

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use latency_common::{Lost, Reason};
+use latency_common::{Lost, Reason, maps::CgroupHist};
 use tokio::sync::watch;
 
 use crate::{
@@ -66,8 +66,10 @@ pub(super) struct Drainer {
     removals: Option<Removals>,
     retirer: Option<Retirer>,
     removed: Vec<u64>,
-    /// Removals the kernel could not put in its ring (full), at the last drain.
+    /// Removals the kernel could not put in its ring (full), at the last drain, and at the last
+    /// sweep of the maps for cgroups that are gone.
     removals_lost: u64,
+    removals_swept: u64,
     /// Failed retirements, as last added to the drain errors.
     retire_errors: u64,
     /// Cgroups removed since the window opened: at its close their series go (their last deltas
@@ -132,6 +134,7 @@ impl Drainer {
             retirer,
             removed: Vec::new(),
             removals_lost: 0,
+            removals_swept: 0,
             retire_errors: 0,
             gone: Vec::new(),
             series: CgroupSeries::default(),
@@ -200,7 +203,7 @@ impl Drainer {
                 && (!removed.is_empty() || self.cgroups.waiting() > 0)
             {
                 self.gone.extend_from_slice(&removed);
-                retirer.retire(&removed);
+                retirer.retire_found(&removed);
             }
             let (retired, failed) = self.cgroups.retired();
             self.exposition.cgroups_pruned = retired;
@@ -223,7 +226,7 @@ impl Drainer {
             let maxima = self.close_epoch()?;
             let mut window = Window::close(&start, &now, &maxima, &self.meta);
             self.attribute(&mut window, closed)?;
-            let top = self.fold_cgroups(&mut window);
+            let top = self.fold_cgroups(&mut window, &now.cgroups);
             self.label_containers();
             Arc::make_mut(&mut self.exposition.timeline).push(WindowSummary::of_report(&window.report, true, top));
             self.exposition.window = Some(Arc::new(window));
@@ -318,7 +321,7 @@ impl Drainer {
     /// Folds the window's cgroups into the exported series and names them in its report; returns
     /// the window's top cgroups for the live view. Cgroups removed during the window leave the
     /// series here (their last deltas go to "other") and their containers' names are forgotten.
-    fn fold_cgroups(&mut self, window: &mut Window) -> Vec<CgroupSummary> {
+    fn fold_cgroups(&mut self, window: &mut Window, in_maps: &[(u64, CgroupHist)]) -> Vec<CgroupSummary> {
         let Some(names) = self.names.as_mut() else { return Vec::new() };
         let now = Instant::now();
         let containers = &mut self.containers;
@@ -351,11 +354,19 @@ impl Drainer {
         }
         self.exposition.cgroups_unresolved = names.unresolved_total();
         self.exposition.cgroups = self.series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect();
-        // The kernel's ring reports every removal unless it was full; then the walk's finds are
-        // retired at the next drain.
-        let removed = names.prune();
+        // The kernel's ring reports every removal unless it was full. Then what the walk finds
+        // gone is retired at the next drain: the cgroups it had named, and every cgroup in the
+        // maps that a fresh walk of the whole hierarchy no longer finds (most of a fast churn
+        // was never named).
+        let mut removed = names.prune();
+        if self.removals_lost > self.removals_swept {
+            removed.extend(names.sweep(in_maps.iter().map(|(id, _)| *id)).unwrap_or_default());
+            self.removals_swept = self.removals_lost;
+        }
         if self.removals_lost > 0 {
-            self.removed.extend(removed);
+            // Only what still holds a slot or an overflow entry: the rest was retired long ago.
+            let held: std::collections::HashSet<u64> = in_maps.iter().map(|(id, _)| *id).collect();
+            self.removed.extend(removed.into_iter().filter(|id| held.contains(id)));
         }
         top
     }

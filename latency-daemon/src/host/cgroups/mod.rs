@@ -39,6 +39,9 @@ pub struct Walk {
     pub dirs: usize,
     /// Directories that vanished or could not be read mid-walk (normal while containers come and go).
     pub skipped: usize,
+    /// Of those, the ones that could not be read for another reason than being gone: cgroups
+    /// below them may exist unseen.
+    pub unreadable: usize,
     /// The walk stopped at `max_dirs`; deeper or later cgroups stay unknown.
     pub truncated: bool,
     pub took: Duration,
@@ -200,6 +203,24 @@ impl CgroupNames {
         gone
     }
 
+    /// Of `ids` (seen in the kernel's maps before this call), those a fresh walk of the whole
+    /// hierarchy does not find: removed. `None` when that proves nothing — the mount is not the
+    /// hierarchy's root (a cgroup namespace or a subtree: cgroups outside it are not gone), or
+    /// the walk failed, stopped at its bound or could not read a directory. After `prune`, so
+    /// what is known is what exists.
+    pub fn sweep(&mut self, ids: impl Iterator<Item = u64>) -> Option<Vec<u64>> {
+        /// The root of a cgroup2 hierarchy is kernfs node 1.
+        const HIERARCHY_ROOT: u64 = 1;
+        if id_at(&self.mount).ok()? != HIERARCHY_ROOT {
+            return None;
+        }
+        let walk = self.rescan().ok()?;
+        if walk.truncated || walk.unreadable > 0 {
+            return None;
+        }
+        Some(ids.filter(|id| !self.known.contains_key(id)).collect())
+    }
+
     pub fn len(&self) -> usize {
         self.known.len()
     }
@@ -226,7 +247,7 @@ fn walk(mount: &Path, max_dirs: usize, known: &mut HashMap<u64, Known>) -> Resul
     let root_entries = dir::open(mount).and_then(dir::entries).map_err(io_err)?;
     known.entry(root_id).or_insert_with(|| Known { path: "/".to_string(), dir: mount.to_path_buf() });
 
-    let mut walk = Walk { dirs: 1, skipped: 0, truncated: false, took: Duration::ZERO };
+    let mut walk = Walk { dirs: 1, skipped: 0, unreadable: 0, truncated: false, took: Duration::ZERO };
     // Directories still to read, opened one at a time: a stack of open handles could run out of file
     // descriptors on a wide tree. The path strings are whole here; `Known` keeps the bounded label.
     let mut pending: Vec<(PathBuf, String)> = Vec::new();
@@ -234,10 +255,14 @@ fn walk(mount: &Path, max_dirs: usize, known: &mut HashMap<u64, Known>) -> Resul
     let mut next = Some((root_entries, mount.to_path_buf(), String::new()));
     'walk: while let Some((entries, parent_dir, parent)) = next.take() {
         for entry in entries {
-            let Ok(entry) = entry else {
+            let entry = match entry {
+                Ok(entry) => entry,
                 // The directory went away under us; the listing ends after an error.
-                walk.skipped += 1;
-                break;
+                Err(e) => {
+                    walk.skipped += 1;
+                    walk.unreadable += usize::from(e.kind() != io::ErrorKind::NotFound);
+                    break;
+                }
             };
             if !entry.is_dir {
                 continue;
@@ -265,7 +290,10 @@ fn walk(mount: &Path, max_dirs: usize, known: &mut HashMap<u64, Known>) -> Resul
                     break;
                 }
                 // Removed since we listed it; `prune` will drop it.
-                Err(_) => walk.skipped += 1,
+                Err(e) => {
+                    walk.skipped += 1;
+                    walk.unreadable += usize::from(e.kind() != io::ErrorKind::NotFound);
+                }
             }
         }
     }
