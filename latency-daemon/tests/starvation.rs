@@ -2,7 +2,7 @@
 //! clients looping on /api/v1/snapshot (with --per-task, the largest body), a 1 Hz scraper still
 //! gets ≥ 99 % of its /metrics within 50 ms at the 99th percentile. Prints the figures.
 //!
-//! `RUNQLAT_STARVATION_DAEMON=/path/to/latency-daemon` measures another build (e.g. an older main)
+//! `STARVATION_DAEMON=/path/to/latency-daemon` measures another build (e.g. an older main)
 //! with the same load; the assertions still apply.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -63,7 +63,7 @@ fn get(addr: &str, path: &str, limit: Duration) -> Option<(u16, Vec<u8>)> {
 
 #[test]
 fn slow_clients_and_snapshot_loopers_cannot_starve_scrapes() {
-    let daemon_bin = std::env::var("RUNQLAT_STARVATION_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
+    let daemon_bin = std::env::var("STARVATION_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
     let daemon = Daemon::start(&daemon_bin, &["--per-task"]).unwrap();
     // The first window must have closed for the snapshot to be served.
     let deadline = Instant::now() + Duration::from_secs(30);
