@@ -162,8 +162,19 @@ fn bind_reason(cause: &io::Error) -> String {
     }
 }
 
+/// The listen queue: a burst of connections beyond it has its SYNs dropped, and a scraper among
+/// them retries only after a second. The kernel caps it at `net.core.somaxconn` (4096 since 5.4).
+const LISTEN_BACKLOG: u32 = 4096;
+
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
-    TcpListener::bind(addr).await.map_err(|cause| HttpError::Bind { addr, cause })
+    let listen = || -> io::Result<TcpListener> {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        // As std's bind does: a restart may bind while the last run's connections are in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|cause| HttpError::Bind { addr, cause })
 }
 
 /// In-flight requests get this long after shutdown is asked for; then their connections are dropped.
