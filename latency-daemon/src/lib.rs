@@ -10,7 +10,8 @@
 //!   `logger`: the process's logfmt/JSON logger behind the `log` facade.
 //! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),
-//!   `drain` (map reads), `cgroups` (per-cgroup slots: read, retire removed cgroups), `caps` (the
+//!   `drain` (map reads), `cgroups` (per-cgroup slots: read, retire removed cgroups), `removals` (the
+//!   kernel's ring of removed cgroups, read on a thread of its own), `caps` (the
 //!   gate), `privileges` (every capability dropped once attached), `btf` (struct layouts).
 //! - `host`    — facts from /proc and /sys, no aya: clocks, kernel release, pid_max, this
 //!   process's cost, cgroup v2 id → path (any depth; bounded labels), container →
