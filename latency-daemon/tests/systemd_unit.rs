@@ -1,7 +1,7 @@
 //! deploy/systemd/latency-daemon.service checked offline by systemd's own tools (PID 1 here is not
 //! systemd, so the unit is never started): `systemd-analyze verify` in a scratch root that holds
 //! the unit, the daemon at its ExecStart path and the distribution's units; `systemd-analyze
-//! security --offline=yes`, whose overall exposure level must not exceed the figure README states.
+//! security --offline=yes`, whose overall exposure level must not exceed the figure docs/deployment.md states.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -62,18 +62,18 @@ fn exposure_level_is_at_most_readmes_figure() {
         .unwrap_or_else(|| panic!("no overall exposure level in:\n{text}"))
         .parse()
         .unwrap();
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
-    // README: "… overall exposure level **1.7** …"
+    let readme = std::fs::read_to_string(workspace().join("docs/deployment.md")).unwrap();
+    // docs/deployment.md: "… overall exposure level **1.7** …"
     let stated: f64 = readme
         .split_once("overall exposure level **")
         .and_then(|(_, rest)| rest.split_once("**"))
-        .unwrap_or_else(|| panic!("README states no \"overall exposure level **N**\""))
+        .unwrap_or_else(|| panic!("docs/deployment.md states no \"overall exposure level **N**\""))
         .0
         .parse()
         .unwrap();
-    eprintln!("exposure level {level} (README states {stated})");
-    assert!(stated <= 2.0, "README's figure {stated} is over the 2.0 aimed at");
-    assert!(level <= stated, "the unit's exposure level {level} exceeds README's {stated}:\n{text}");
+    eprintln!("exposure level {level} (docs/deployment.md states {stated})");
+    assert!(stated <= 2.0, "docs/deployment.md's figure {stated} is over the 2.0 aimed at");
+    assert!(level <= stated, "the unit's exposure level {level} exceeds docs/deployment.md's {stated}:\n{text}");
 }
 
 /// Every system call the daemon makes — attach, drain, serve, reload, drop its capabilities,

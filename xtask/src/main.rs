@@ -55,7 +55,7 @@ enum Command {
     /// kernel's run_delay at once; writes demo-report/ (report.md, report.json, delays.svg).
     Demo(latency_lab::demo::Args),
     /// Setup, release build, then boot Debian's kernels 5.10 → 6.12 (generic, cloud, PREEMPT_RT)
-    /// under QEMU and run every configuration in each; writes vmtest-report/ and README's table.
+    /// under QEMU and run every configuration in each; writes vmtest-report/ and docs/kernels.md's table.
     Vmtest(latency_lab::vmtest::Args),
 }
 

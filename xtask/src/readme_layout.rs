@@ -1,4 +1,4 @@
-//! README's "Layout" section against the tree: every top-level folder of the workspace and every
+//! docs/design.md's "Layout" section against the tree: every top-level folder of the workspace and every
 //! folder of the daemon's and the lab's sources is named there, so the map cannot silently go stale.
 use std::path::Path;
 
@@ -26,9 +26,9 @@ fn folders(dir: &Path) -> Vec<String> {
 #[test]
 fn readme_layout_names_every_folder() {
     let root = workspace_root();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap_or_else(|e| panic!("README.md: {e}"));
+    let readme = std::fs::read_to_string(root.join("docs/design.md")).unwrap_or_else(|e| panic!("docs/design.md: {e}"));
     let block = layout_block(&readme);
-    assert!(!block.is_empty(), "README.md has no fenced block under ## Layout");
+    assert!(!block.is_empty(), "docs/design.md has no fenced block under ## Layout");
     let mut missing = Vec::new();
     for dir in ["", "latency-daemon/src", "lab/src", "xtask/src"] {
         for name in folders(&root.join(dir)) {
@@ -37,5 +37,5 @@ fn readme_layout_names_every_folder() {
             }
         }
     }
-    assert!(missing.is_empty(), "README.md's Layout does not name {missing:?}");
+    assert!(missing.is_empty(), "docs/design.md's Layout does not name {missing:?}");
 }

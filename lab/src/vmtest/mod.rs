@@ -1,7 +1,7 @@
 //! `cargo xtask vmtest`: the daemon on the kernels fleets run. In: kernel ids, vCPUs, the
 //! daemon and xtask binaries; out: each kernel booted under QEMU with every configuration
 //! attached and judged (`guest`), `vmtest-report/` (report.md, report.json, each guest's console
-//! and data port) and README's kernel table, or the first thing that kept a guest from passing.
+//! and data port) and docs/kernels.md's table, or the first thing that kept a guest from passing.
 //!
 //! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `initramfs`
 //! packs the guest (its /init is `init.sh`), `qemu` boots one guest under a deadline, `checks`
@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=60))]
     pub secs: u32,
     /// Where the report goes. The default, vmtest-report/ at the workspace root, also rewrites
-    /// README's kernel table from it; any other folder leaves README alone.
+    /// docs/kernels.md's table from it; any other folder leaves docs/kernels.md alone.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -122,7 +122,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     };
     report::write(&report, &out)?;
     if args.out.is_none() {
-        report::update_readme(&report, &crate::workspace_root().join("README.md"))?;
+        report::update_readme(&report, &crate::workspace_root().join("docs/kernels.md"))?;
     }
     println!(
         "vmtest: matrix {:.0} s ({} guests), {:.0} s in all; report in {}",

@@ -1,5 +1,5 @@
 //! The matrix written down: in, every guest's result; out, report.json (the whole record),
-//! report.md (the kernel table, then each failed check with its figures) and README's kernel
+//! report.md (the kernel table, then each failed check with its figures) and docs/kernels.md's kernel
 //! table between its markers, rendered from report.json so the two cannot disagree.
 use std::fmt::Write as _;
 use std::path::Path;
@@ -55,7 +55,7 @@ pub fn one_line(g: &GuestResult) -> String {
     )
 }
 
-/// The kernel table (README's and report.md's).
+/// The kernel table (docs/kernels.md's and report.md's).
 pub fn table(report: &Report) -> String {
     let mut out = String::from("| kernel | flavour | prev_state from |");
     for c in CONFIGS {
@@ -139,10 +139,10 @@ pub fn write(report: &Report, out: &Path) -> anyhow::Result<()> {
     std::fs::write(out.join("report.md"), markdown(report)).with_context(|| format!("writing {}", out.display()))
 }
 
-/// README with the block between the markers replaced by `table`.
+/// The kernels page (docs/kernels.md) with the block between the markers replaced by `table`.
 pub fn with_table(readme: &str, table: &str) -> anyhow::Result<String> {
-    let (head, rest) = readme.split_once(BEGIN).context("README.md has no vmtest-table marker")?;
-    let (_, tail) = rest.split_once(END).context("README.md's vmtest table has no end marker")?;
+    let (head, rest) = readme.split_once(BEGIN).context("docs/kernels.md has no vmtest-table marker")?;
+    let (_, tail) = rest.split_once(END).context("docs/kernels.md's vmtest table has no end marker")?;
     Ok(format!("{head}{BEGIN}\n{table}{END}{tail}"))
 }
 
@@ -155,18 +155,19 @@ pub fn update_readme(report: &Report, path: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// README's kernel table is the one the committed report renders to.
+    /// docs/kernels.md's table is the one the committed report renders to.
     #[test]
     fn readme_table_matches_the_committed_report() {
         let root = crate::workspace_root();
         let json = std::fs::read_to_string(root.join("vmtest-report/report.json"))
             .unwrap_or_else(|e| panic!("vmtest-report/report.json: {e} (run `cargo xtask vmtest`)"));
         let report: Report = serde_json::from_str(&json).unwrap_or_else(|e| panic!("report.json: {e}"));
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap_or_else(|e| panic!("README.md: {e}"));
+        let readme =
+            std::fs::read_to_string(root.join("docs/kernels.md")).unwrap_or_else(|e| panic!("docs/kernels.md: {e}"));
         let expected = with_table(&readme, &table(&report)).unwrap_or_else(|e| panic!("{e:#}"));
         assert!(
             readme == expected,
-            "README's kernel table differs from vmtest-report/report.json: run `cargo xtask vmtest`"
+            "docs/kernels.md's table differs from vmtest-report/report.json: run `cargo xtask vmtest`"
         );
         assert!(report.guests.iter().all(|g| g.ok), "the committed report has failures");
     }
