@@ -74,7 +74,7 @@ fn config(pods: &[DiscoveredPod], rules: &str) -> String {
 /// so that the alerts' conditions show within the test (the shipped ones wait minutes).
 fn rules_file(dir: &Scratch) -> String {
     let text = shipped("deploy/kubernetes/components/prometheus-operator/prometheusrule.yaml");
-    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut doc: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     assert_eq!(doc["kind"], "PrometheusRule");
     let mut shortened = 0;
     for group in doc["spec"]["groups"].as_sequence_mut().unwrap() {
@@ -89,7 +89,7 @@ fn rules_file(dir: &Scratch) -> String {
     }
     assert!(shortened >= 4, "only {shortened} rules with for:");
     let path = dir.join("rules.yml");
-    std::fs::write(&path, serde_yaml::to_string(&doc["spec"]).unwrap()).unwrap();
+    std::fs::write(&path, serde_norway::to_string(&doc["spec"]).unwrap()).unwrap();
     path.display().to_string()
 }
 
@@ -344,7 +344,7 @@ fn the_operators_scrape_of_the_shipped_servicemonitor_keeps_labels_and_alerts() 
 /// The customary `kubernetes-pods` job (Prometheus's example configuration, pods found by their
 /// prometheus.io/* annotations), with the additions docs/labels.md gives for latency-daemon's pods
 /// when `with_additions`.
-fn kubernetes_pods_job(name: &str, pod: &DiscoveredPod, with_additions: bool) -> serde_yaml::Value {
+fn kubernetes_pods_job(name: &str, pod: &DiscoveredPod, with_additions: bool) -> serde_norway::Value {
     let port = pod.address.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
     let mut labels = operator::meta_labels(pod, false);
     let address = labels.remove("__address__").unwrap_or_default();
@@ -384,9 +384,9 @@ fn kubernetes_pods_job(name: &str, pod: &DiscoveredPod, with_additions: bool) ->
         "scrape_interval": "1s",
         "scrape_timeout": "900ms",
         "static_configs": [{"targets": [address], "labels": labels}],
-        "relabel_configs": serde_yaml::from_str::<serde_yaml::Value>(&relabel).unwrap(),
+        "relabel_configs": serde_norway::from_str::<serde_norway::Value>(&relabel).unwrap(),
     });
-    serde_yaml::to_value(job).unwrap()
+    serde_norway::to_value(job).unwrap()
 }
 
 /// The relabelings docs/labels.md tells users to add to their `kubernetes-pods` job: the YAML

@@ -32,7 +32,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, bail};
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 
 /// One pod Kubernetes would discover behind the monitor: what service discovery knows of it.
 #[derive(Debug, Clone)]
@@ -137,7 +137,7 @@ pub fn meta_labels(pod: &DiscoveredPod, service_role: bool) -> BTreeMap<String, 
 }
 
 fn jobs(yaml: &str, pods: &[DiscoveredPod], kind: Kind) -> anyhow::Result<Vec<Value>> {
-    let doc: Value = serde_yaml::from_str(yaml).context("the monitor's YAML")?;
+    let doc: Value = serde_norway::from_str(yaml).context("the monitor's YAML")?;
     let want = match kind {
         Kind::Service => "ServiceMonitor",
         Kind::Pod => "PodMonitor",
@@ -315,7 +315,7 @@ pub fn prometheus_config(interval: &str, rule_files: &[&str], jobs: &[Value]) ->
     top.insert("global".into(), Value::Mapping(global));
     top.insert("rule_files".into(), seq(rule_files));
     top.insert("scrape_configs".into(), Value::Sequence(jobs.to_vec()));
-    serde_yaml::to_string(&Value::Mapping(top)).context("rendering prometheus.yml")
+    serde_norway::to_string(&Value::Mapping(top)).context("rendering prometheus.yml")
 }
 
 fn relabel(items: &[(&str, Value)]) -> Value {
@@ -617,7 +617,7 @@ mod tests {
         let yaml = shipped("deploy/kubernetes/components/prometheus-operator/servicemonitor.yaml");
         let jobs = service_monitor_jobs(&yaml, &[pod("node-a", "p", "10.0.0.1:9954")]).unwrap();
         let text = prometheus_config("1s", &["/x/rules.yml"], &jobs).unwrap();
-        let back: Value = serde_yaml::from_str(&text).unwrap();
+        let back: Value = serde_norway::from_str(&text).unwrap();
         assert_eq!(
             back["scrape_configs"][0]["static_configs"][0]["labels"]["__meta_kubernetes_pod_node_name"],
             "node-a"

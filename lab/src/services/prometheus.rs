@@ -188,7 +188,7 @@ impl Prometheus {
         std::fs::write(&config, yaml).with_context(|| format!("writing {}", config.display()))?;
         self._proc.signal(libc::SIGHUP);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let want: Value = serde_yaml::from_str(yaml).context("the new configuration")?;
+        let want: Value = serde_norway::from_str(yaml).context("the new configuration")?;
         let jobs = |v: &Value| -> Vec<String> {
             v["scrape_configs"].as_array().into_iter().flatten().map(|j| j["job_name"].to_string()).collect()
         };
@@ -196,7 +196,7 @@ impl Prometheus {
             let r = web::get(&self.addr, "/api/v1/status/config", &[])?;
             let v: Value = serde_json::from_slice(&r.body).unwrap_or_default();
             let loaded: Value =
-                serde_yaml::from_str(v["data"]["yaml"].as_str().unwrap_or_default()).unwrap_or_default();
+                serde_norway::from_str(v["data"]["yaml"].as_str().unwrap_or_default()).unwrap_or_default();
             if jobs(&loaded) == jobs(&want)
                 && loaded["scrape_configs"].to_string().matches("targets").count()
                     == want["scrape_configs"].to_string().matches("targets").count()

@@ -107,7 +107,7 @@ impl WebConfig {
         if text.trim().is_empty() {
             return Err(invalid("is empty; a web configuration must name what it configures".to_owned()));
         }
-        let file: File = serde_yaml::from_str(&text).map_err(|e| invalid(parse_error(&e)))?;
+        let file: File = serde_norway::from_str(&text).map_err(|e| invalid(parse_error(&e)))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let (tls, client_auth) = match &file.tls_server_config {
             Some(t) => {
@@ -203,10 +203,10 @@ const KEYS: [&str; 14] = [
     "headers",
 ];
 
-/// serde_yaml's message (its path of keys, then "at line L column C") in one line, with every
+/// The YAML parser's message (its path of keys, then "at line L column C") in one line, with every
 /// quoted value hidden: the file holds bcrypt hashes, and a path symlinked by mistake may be
 /// another file whose text must not reach the log.
-fn parse_error(e: &serde_yaml::Error) -> String {
+fn parse_error(e: &serde_norway::Error) -> String {
     super::redact::hide_values(&e.to_string(), |s| KEYS.contains(&s))
 }
 
