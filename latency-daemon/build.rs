@@ -1,21 +1,37 @@
 //! Builds the kernel program (latency-ebpf, nightly, bpfel-unknown-none) and leaves the object
-//! in OUT_DIR for `include_bytes_aligned!`.
+//! in OUT_DIR for `include_bytes_aligned!`; then stamps what `--version` prints beside the
+//! crate's version: the git commit of the sources (`LATENCY_DAEMON_COMMIT`) and a SHA-256 prefix
+//! of the kernel object (`LATENCY_DAEMON_BPF_ID`).
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context as _, anyhow};
 use aya_build::{Package, Toolchain};
 
+#[path = "build/commit.rs"]
+mod commit;
+#[path = "build/sha256.rs"]
+mod sha256;
+
 fn main() -> anyhow::Result<()> {
-    let metadata = cargo_metadata_root()?;
-    let ebpf = Package { name: "latency-ebpf", root_dir: &metadata, ..Default::default() };
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?);
+    let workspace = manifest.parent().ok_or_else(|| anyhow!("no parent of {}", manifest.display()))?;
+    let ebpf_dir = workspace.join("latency-ebpf").display().to_string();
+    let ebpf = Package { name: "latency-ebpf", root_dir: &ebpf_dir, ..Default::default() };
     aya_build::build_ebpf([ebpf], Toolchain::default())
-        .context("building the kernel program failed (is `cargo xtask setup` done?)")
+        .context("building the kernel program failed (is `cargo xtask setup` done?)")?;
+
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").context("OUT_DIR not set")?);
+    println!("cargo:rustc-env=LATENCY_DAEMON_BPF_ID={}", bpf_id(&out_dir.join("latency-ebpf")));
+    println!("cargo:rustc-env=LATENCY_DAEMON_COMMIT={}", commit::describe(workspace));
+    Ok(())
 }
 
-/// The kernel crate's directory, a sibling of ours in the workspace.
-fn cargo_metadata_root() -> anyhow::Result<String> {
-    let manifest = std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?;
-    let dir = std::path::Path::new(&manifest)
-        .parent()
-        .ok_or_else(|| anyhow!("no parent of {manifest}"))?
-        .join("latency-ebpf");
-    Ok(dir.display().to_string())
+/// The first 12 hex digits of the object's SHA-256 (`sha256sum` of the file gives the same), or
+/// `unknown` when aya-build was told to skip it (AYA_BUILD_SKIP); `include_bytes_aligned!` then
+/// names the missing file itself.
+fn bpf_id(object: &Path) -> String {
+    match std::fs::read(object) {
+        Ok(bytes) => sha256::hex(&sha256::digest(&bytes))[..12].to_owned(),
+        Err(_) => "unknown".to_owned(),
+    }
 }

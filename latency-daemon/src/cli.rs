@@ -8,9 +8,21 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::args::parse_duration;
 pub use crate::config::args::{ClockArg, RunArgs};
 
+/// What `--version` and `-V` print after the name: the crate's version, the git commit it was
+/// built from (`+dirty` with uncommitted changes, `unknown` outside a checkout) and the first 12
+/// hex digits of the embedded kernel object's SHA-256 (both from build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LATENCY_DAEMON_COMMIT"),
+    ", bpf ",
+    env!("LATENCY_DAEMON_BPF_ID"),
+    ")"
+);
+
 /// Run-queue latency monitor: how long runnable tasks wait for a CPU (wakeup-to-run delay).
 #[derive(Debug, Parser)]
-#[command(name = "latency-daemon", version, about, long_about = None)]
+#[command(name = "latency-daemon", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
