@@ -4,8 +4,12 @@
 //! Root-free. A difference means a metric name, label, help text, bucket or
 //! value changed: if that is intended, regenerate with
 //! `UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden` and review the diff.
-//! `cargo xtask test` also runs `promtool check metrics` on the text fixture.
+//! `cargo xtask test` also runs `promtool check metrics` on the text fixture. The reference table
+//! in docs/metrics.md is rendered from the same text encoding (`reference`) and regenerated the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "metrics_golden/reference.rs"]
+mod reference;
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -255,4 +259,63 @@ fn every_family_is_present() {
     ] {
         assert!(text.lines().any(|l| l.starts_with(&format!("# TYPE {family} "))), "{family} missing:\n{text}");
     }
+}
+
+/// A file of the workspace, which holds this crate.
+fn workspace_file(path: &str) -> PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().expect("the crate sits in the workspace").join(path)
+}
+
+/// docs/metrics.md's generated block is the table the daemon's own text encoding renders to.
+#[test]
+fn docs_reference_matches_the_encoding() {
+    let path = workspace_file("docs/metrics.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let table = reference::table(&encode(Format::Text));
+    let expected = reference::with_table(&doc, &table)
+        .unwrap_or_else(|| panic!("{} has no `{}` … `{}` block", path.display(), reference::BEGIN, reference::END));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &expected).unwrap();
+        return;
+    }
+    if doc != expected {
+        let line = doc.lines().zip(expected.lines()).position(|(d, e)| d != e);
+        let line = line.unwrap_or_else(|| doc.lines().count().min(expected.lines().count()));
+        panic!(
+            "{}'s metrics reference is stale at line {}:\n  doc:     {:?}\n  encoded: {:?}\n\
+             (regenerate: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)",
+            path.display(),
+            line + 1,
+            doc.lines().nth(line).unwrap_or("<end>"),
+            expected.lines().nth(line).unwrap_or("<end>"),
+        );
+    }
+}
+
+/// The reference is complete: every family named in serve/metrics.rs is in the fixture's encoding
+/// (a family the fixture leaves empty would be missing from the table, or lose its labels).
+#[test]
+fn every_family_defined_is_in_the_reference() {
+    let path = workspace_file("latency-daemon/src/serve/metrics.rs");
+    let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let families = reference::families(&encode(Format::Text));
+    let defined = reference::defined_names(&source);
+    assert!(defined.len() >= 30, "found only {defined:?} in {}", path.display());
+    for name in defined {
+        let total = format!("{name}_total");
+        let Some(f) = families.iter().find(|f| f.name == name || (f.kind == "counter" && f.name == total)) else {
+            panic!("{name} is defined in {} but the golden fixture does not encode it", path.display())
+        };
+        assert!(f.samples > 0, "{} has no sample in the golden fixture, so its labels are unknown", f.name);
+    }
+}
+
+/// The hand-written notes in docs/metrics.md name only metrics that exist.
+#[test]
+fn docs_name_only_encoded_metrics() {
+    let path = workspace_file("docs/metrics.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let unknown = reference::unknown_names(&doc, &reference::families(&encode(Format::Text)));
+    assert!(unknown.is_empty(), "{} names metrics the daemon does not serve: {unknown:?}", path.display());
 }
