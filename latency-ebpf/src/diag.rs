@@ -1,9 +1,9 @@
 //! Rare conditions → a line in the daemon's log through aya-log: the first of each kind on each
 //! CPU at once, then at most one per kind and CPU every 10 s, with how many there were. Called
 //! only on the rare branches, so the common path carries none of it.
-use aya_ebpf::programs::BtfTracePointContext;
+use aya_ebpf::{macros::map, maps::PerCpuArray, programs::BtfTracePointContext};
 #[cfg(not(feature = "no-diag"))]
-use {crate::maps::DIAG, aya_ebpf::helpers::generated::bpf_ktime_get_ns, aya_log_ebpf::warn};
+use {aya_ebpf::helpers::generated::bpf_ktime_get_ns, aya_log_ebpf::warn};
 
 /// What happened; the index of its slot in `DiagState`.
 #[derive(Clone, Copy)]
@@ -30,6 +30,12 @@ pub struct DiagState {
     pub last_ns: [u64; KINDS],
     pub seen: [u64; KINDS],
 }
+
+/// Per CPU: when each rare condition was last logged and how often it happened (off the hot
+/// cache lines: touched only on the rare branches). Here rather than in maps.rs, which would
+/// otherwise import `DiagState` from this file while this file imports the map from it.
+#[map]
+pub static DIAG: PerCpuArray<DiagState> = PerCpuArray::with_max_entries(1, 0);
 
 /// With the `no-diag` feature: nothing, so a build without diagnostics shows what they add.
 #[cfg(feature = "no-diag")]

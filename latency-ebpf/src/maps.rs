@@ -1,6 +1,6 @@
-//! Every map the program writes, each with the reason for its size. Names come from
-//! latency-common's `maps::names` (the symbol name is the map name).
-use crate::diag::DiagState;
+//! Every map the program writes, each with the reason for its size, except `DIAG`, which only
+//! diag.rs touches and so is defined there. Names come from latency-common's `maps::names` (the
+//! symbol name is the map name).
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -67,11 +67,6 @@ pub static CGROUP_USED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// per-cgroup histograms are off.
 #[map]
 pub static CGROUP_REMOVED: RingBuf = RingBuf::with_byte_size(REMOVED_BYTES, 0);
-
-/// Per CPU: when each rare condition was last logged and how often it happened (off the hot
-/// cache lines: touched only on the rare branches).
-#[map]
-pub static DIAG: PerCpuArray<DiagState> = PerCpuArray::with_max_entries(1, 0);
 
 /// The last runs on each CPU, so an incident can name who ran while its victim waited.
 #[map]
