@@ -259,6 +259,13 @@ pub const fn cgroup_slot(id: u64, bits: u32) -> u32 {
     (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as u32
 }
 
+/// The table's size for a per-cgroup capacity of `max_cgroups`, as the `bits` of [`cgroup_slot`]:
+/// a power of two, at least 64 slots so the bitmap has whole words. Chosen by the daemon, which
+/// loads it as the `cgroup_slot_bits` knob and hashes with it too.
+pub fn cgroup_slot_bits(max_cgroups: u32) -> u32 {
+    max_cgroups.max(64).next_power_of_two().trailing_zeros()
+}
+
 /// Bytes of the removal ring buffer: 8,192 removals of 16 bytes (the kernel's 8-byte record
 /// header + the id) before the daemon reads them — 8 s of removals at 1,000/s with the daemon
 /// stopped. A power of two and a multiple of every page size (4, 16 and 64 KiB).
@@ -534,6 +541,14 @@ mod tests {
         assert_eq!(cgroup_bucket(0), 0);
         assert_eq!(cgroup_bucket(BUCKETS - 1), CGROUP_BUCKETS - 1);
         assert_eq!(cgroup_bucket(bucket_of(UPPER_NS[BUCKETS - 2])), CGROUP_BUCKETS - 1);
+    }
+
+    #[test]
+    fn cgroup_slots_are_a_power_of_two_of_whole_words() {
+        assert_eq!(cgroup_slot_bits(16), 6);
+        assert_eq!(cgroup_slot_bits(1024), 10);
+        assert_eq!(cgroup_slot_bits(1025), 11);
+        assert_eq!(cgroup_slot_bits(65536), 16);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::os::fd::AsFd as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use aya::maps::{Array, Map, MapData, MapError, PerCpuArray, PerCpuHashMap};
-use latency_common::maps::{CgroupHist, CgroupSlot, cgroup_slot, names};
+use latency_common::maps::{CgroupHist, CgroupSlot, cgroup_slot, cgroup_slot_bits, names};
 
 use super::probe::{Probe, ProbeError};
 use crate::model::snapshot::add_cgroup;
@@ -24,12 +24,6 @@ fn gone(result: Result<(), MapError>) -> Result<(), MapError> {
         Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         other => other,
     }
-}
-
-/// The number of slots (a power of two, at least 64 so the bitmap has whole words) for a
-/// per-cgroup capacity of `max_cgroups`, as log2.
-pub fn slot_bits(max_cgroups: u32) -> u32 {
-    max_cgroups.max(64).next_power_of_two().trailing_zeros()
 }
 
 /// What the daemon knows about the slot table, shared by the drain and the retirer.
@@ -66,7 +60,7 @@ pub struct CgroupTable {
 
 impl CgroupTable {
     pub fn new(max_cgroups: u32) -> CgroupTable {
-        CgroupTable { bits: slot_bits(max_cgroups), ledger: Shared::default() }
+        CgroupTable { bits: cgroup_slot_bits(max_cgroups), ledger: Shared::default() }
     }
 
     /// A retirer with handles of its own on the per-cgroup maps, for another thread.
@@ -268,18 +262,5 @@ impl Retirer {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_are_a_power_of_two_of_whole_words() {
-        assert_eq!(slot_bits(16), 6);
-        assert_eq!(slot_bits(1024), 10);
-        assert_eq!(slot_bits(1025), 11);
-        assert_eq!(slot_bits(65536), 16);
     }
 }

@@ -10,7 +10,7 @@ use aya::{
 use latency_common::{
     Knobs,
     knobs::{Clock, KNOBS_SYMBOL},
-    maps::{Control, REMOVED_BYTES, names},
+    maps::{Control, REMOVED_BYTES, cgroup_slot_bits, names},
 };
 
 use super::btf::{Btf, BtfError, CgroupLayout, RqClockLayout, TaskLayout};
@@ -257,7 +257,7 @@ fn knobs(
         css_set_dfl_cgrp: cgroup.map_or(0, |c| c.css_set_dfl_cgrp.offset),
         cgroup_kn: cgroup.map_or(0, |c| c.cgroup_kn.offset),
         kernfs_node_id: cgroup.map_or(0, |c| c.kernfs_node_id.offset),
-        cgroup_slot_bits: if cgroup.is_some() { super::cgroups::slot_bits(options.max_cgroups) } else { 6 },
+        cgroup_slot_bits: if cgroup.is_some() { cgroup_slot_bits(options.max_cgroups) } else { 6 },
         attribute_ns: options.attribute_ns,
         depth_known: 0,
         rq_nr_running: 0,
