@@ -4,9 +4,11 @@
 pub mod attribution;
 pub mod cgroup_series;
 pub mod container;
+pub mod credentials;
 pub mod distribution;
 pub mod exposition;
 pub mod report;
+pub mod sink_url;
 pub mod snapshot;
 pub mod timeline;
 pub mod units;

@@ -9,27 +9,10 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
 
-use super::url::HttpUrl;
+use crate::model::{credentials::Auth, sink_url::HttpUrl};
 
 /// Debian's (and most distributions') bundle of trusted CAs, used when no CA file is given.
 const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
-/// A secret read from a file; never printed.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(pub String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<hidden>)")
-    }
-}
-
-/// Credentials every sink sends (a URL's own `user:password@` wins for that URL).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Auth {
-    Basic { user: String, password: Secret },
-    Bearer(Secret),
-}
 
 /// What sinks need to connect and authenticate; built once per configuration.
 #[derive(Clone)]
@@ -130,6 +113,7 @@ pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::credentials::Secret;
 
     #[test]
     fn authorization_from_url_or_settings_never_in_debug() {

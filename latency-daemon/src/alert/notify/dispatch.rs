@@ -9,9 +9,9 @@ use tokio::task::AbortHandle;
 
 use super::payload::Origin;
 use super::stats::{NotifyStats, Sink};
-use super::url::HttpUrl;
 use super::{ClientSlot, SinkConfig, Targets, Timing, alertmanager, log, webhook};
 use crate::alert::{Alert, AlertKey, Transition};
+use crate::model::sink_url::HttpUrl;
 
 /// A running per-URL task and what it shares with the dispatcher.
 #[derive(Debug)]

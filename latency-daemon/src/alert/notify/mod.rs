@@ -13,7 +13,6 @@ mod stats;
 #[cfg(test)]
 mod tests;
 mod text;
-mod url;
 mod webhook;
 
 use std::sync::Arc;
@@ -22,11 +21,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-pub use self::client::{Auth, Client, Secret, install_ring, parse_certs};
+pub use self::client::{Client, install_ring, parse_certs};
 pub use self::stats::NotifyStats;
 use self::stats::Sink;
-pub use self::url::{HttpUrl, redact};
 use crate::alert::Transition;
+use crate::model::sink_url::HttpUrl;
 
 /// Transitions between `send` and the dispatcher. Transitions come a few per window close; this
 /// only fills if the runtime stops scheduling the dispatcher.

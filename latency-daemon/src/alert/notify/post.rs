@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use super::client::Client;
-use super::url::HttpUrl;
+use crate::model::sink_url::HttpUrl;
 
 /// A status line longer than this is not HTTP; stop reading rather than buffer what a broken
 /// server sends.
@@ -235,7 +235,7 @@ mod tls_tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::alert::notify::client::{Auth, Secret};
+    use crate::model::credentials::{Auth, Secret};
 
     async fn tls_receiver(certs: &Certs) -> (HttpUrl, tokio::task::JoinHandle<Vec<u8>>) {
         super::super::client::install_ring();

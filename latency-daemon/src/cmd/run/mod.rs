@@ -10,7 +10,7 @@ use tokio::{signal::unix::SignalKind, sync::watch};
 use self::pipeline::{Command, Drainer};
 use super::logger;
 use crate::{
-    alert::notify::{Client, HttpUrl, Notifier, SinkConfig},
+    alert::notify::{Client, Notifier, SinkConfig},
     config::{Config, ConfigError, Reload, args::RunArgs},
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
@@ -19,7 +19,7 @@ use crate::{
         privileges,
         probe::{ProbeError, ProbeOptions},
     },
-    model::exposition::Exposition,
+    model::{exposition::Exposition, sink_url::HttpUrl},
     serve::{Instruments, encode::Metrics, http, routes::Routes},
 };
 

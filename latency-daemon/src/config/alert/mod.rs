@@ -7,14 +7,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use latency_common::maps::Reason;
+use rustls::RootCertStore;
+use rustls_pki_types::{CertificateDer, pem::PemObject as _};
 use serde::Serialize;
 
 use super::Problem;
 use super::args::{self, RunArgs};
 use super::format;
-use crate::alert::{
-    Rules,
-    notify::{Auth, Client, HttpUrl, Secret, redact},
+use crate::alert::Rules;
+use crate::model::{
+    credentials::{Auth, Secret},
+    sink_url::{HttpUrl, redact},
 };
 
 const FOR_WINDOWS: RangeInclusive<u32> = 1..=100;
@@ -285,7 +288,7 @@ pub(super) fn check(a: &AlertConfig, ceiling: Duration) -> Vec<Problem> {
         }
     }
     if let Some(pem) = &a.ca_pem
-        && let Err(why) = Client::new(Some(pem), None)
+        && let Err(why) = check_ca(pem)
     {
         problems.push(Problem::new("alert_ca_file", why));
     }
@@ -351,6 +354,20 @@ pub fn secrets_in_flags(flags: &RunArgs) -> Vec<Problem> {
 /// `http://host[:port][/path]`, as notify's client takes it: its own parser decides.
 fn check_url(url: &str) -> Result<(), String> {
     HttpUrl::parse(url).map(|_| ()).map_err(|e| e.why)
+}
+
+/// The CA file as notify's `Client::new` takes it: every PEM block parses, and at least one is
+/// usable as a trust anchor. The same rustls calls and messages as there (`config` may not import
+/// `alert::notify`; the client builds its roots from the same text when the sinks start).
+fn check_ca(pem: &str) -> Result<(), String> {
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("bad PEM: {e}"))?;
+    let (added, _) = RootCertStore::empty().add_parsable_certificates(certs);
+    if added == 0 {
+        return Err("the CA file holds no usable certificate".into());
+    }
+    Ok(())
 }
 
 /// A cgroup v2 path as the daemon names cgroups: from the cgroup2 mount, "/" for the root, no

@@ -201,3 +201,17 @@ fn reload_keeps_thresholds_the_kernel_cannot_serve() {
         assert_eq!((reloaded.for_windows, reloaded.alertmanagers.len()), (5, 1), "always adopted");
     }
 }
+
+#[test]
+fn the_ca_file_must_hold_a_usable_certificate() {
+    // The same verdicts as alert::notify's `Client::new`, which loads the text when sinks start.
+    let certs = latency_lab::tls::Certs::new().unwrap();
+    let ca = std::fs::read_to_string(certs.path("ca.pem")).unwrap();
+    assert_eq!(check_ca(&ca), Ok(()));
+    assert!(check_ca("not a certificate\n").unwrap_err().contains("no usable certificate"));
+    let broken = "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n";
+    assert!(check_ca(broken).unwrap_err().starts_with("bad PEM: "));
+    let with = |pem: &str| AlertConfig { ca_pem: Some(pem.into()), ..AlertConfig::default() };
+    assert!(problems(&with(&ca)).is_empty());
+    assert_eq!(problems(&with("x\n")), ["alert_ca_file: the CA file holds no usable certificate"]);
+}

@@ -1,7 +1,8 @@
 //! A sink's address: `http[s]://[user:password@]host[:port][/path][?query]` text in, [`HttpUrl`]
 //! out (or a one-line reason). Shown anywhere (log, landing page, errors) only through
 //! [`HttpUrl`]'s `Display` or [`redact`], which hide the user information and the query: both
-//! commonly carry credentials (`?token=…`).
+//! commonly carry credentials (`?token=…`). In `model` because both sides need the one parser:
+//! `config` checks the URLs it is given, `alert::notify` sends to them.
 use std::fmt;
 
 /// Stands in for what is hidden.
@@ -23,13 +24,20 @@ pub struct HttpUrl {
 }
 
 /// Why a URL cannot be a sink's address: the URL as given (redacted) and one line of reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("alert URL '{}': {why}", url.escape_debug())]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadUrl {
     /// Redacted by [`redact`].
     pub url: String,
     pub why: String,
 }
+
+impl fmt::Display for BadUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "alert URL '{}': {}", self.url.escape_debug(), self.why)
+    }
+}
+
+impl std::error::Error for BadUrl {}
 
 impl HttpUrl {
     /// `"http://127.0.0.1:9093"` → host `127.0.0.1`, port 9093, path `/`. The port defaults to 80
