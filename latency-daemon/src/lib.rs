@@ -19,7 +19,8 @@
 //!   (`process_cgroups`); `paths`: where the host's procfs, sysfs, cgroupfs and root are (`--path.*`).
 //! - `model`   — plain data and pure functions, no I/O: `Snapshot`, `Window`, `Report` (the JSON
 //!   schema), `Attribution`, cgroup series, what a cgroup path's form says of a container, `Exposition`, the live view's `Timeline`, bucket math
-//!   (`distribution`).
+//!   (`distribution`); alert sinks' URLs (`sink_url`) and credentials (`credentials`), which
+//!   `config` checks and `alert::notify` uses.
 //! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
 //!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened
 //!   transport: TLS, basic auth, per-peer shares, the request cap).
@@ -30,11 +31,15 @@
 //!
 //! # Layering
 //!
-//! Each layer imports only those named here (check with `grep -rn 'use crate::' src`):
-//! `model` → latency-common, std, serde, hdrhistogram; `host` → `model`;
-//! `kernel` → `model`, `host`; `alert` → `model`; `config` → `model`, `alert` (its `Rules`);
-//! `serve` → `model`, `config`, the stats types of `alert::notify`; `cli` → `config`;
-//! `cmd` → anything; nothing imports `cmd`. Instruments (histograms, counters) are created by
+//! Each layer imports only those named here: `model` → latency-common, std, serde, hdrhistogram;
+//! `host` → `model`; `kernel` → `model`, `host`; `alert` → `model`; `config` → `model`,
+//! `alert::Rules`; `serve` → `model`, `config`, `alert::notify::NotifyStats` (the sinks' counters
+//! it exports); `cli` → `config`; `cmd` → anything; nothing imports `cmd`. Nor do two files import
+//! each other, directly or around a loop (a parent module and its children count as one).
+//! `tests/layering.rs` enforces both, the rule written there as a table: it reads every
+//! `crate::`, `super::` and `self::` path in src (in `use` trees and inline) and names each
+//! offending file:line; the crates a layer uses are not checked. A file's arrows by hand:
+//! `grep -rnE '(crate|super)::' src/<layer>`. Instruments (histograms, counters) are created by
 //! `cmd::run` and passed in. Every layer may log through the `log` crate's macros (a facade, not
 //! a layer); only `cmd` installs the logger and sets its level and format. Nothing but the
 //! reports of `check` and `record` and the usage errors prints directly.
