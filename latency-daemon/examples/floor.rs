@@ -36,6 +36,7 @@ fn default_options() -> ProbeOptions {
         clock: Clock::Monotonic,
         cgroups: true,
         max_cgroups: 1024,
+        cgroup_removals: true,
         attribute_ns: 0,
     }
 }

@@ -105,6 +105,7 @@ fn load_and_dump(object: Option<&[u8]>) -> Vec<(String, Xlated)> {
         clock: latency_common::knobs::Clock::Monotonic,
         cgroups: true,
         max_cgroups: 1024,
+        cgroup_removals: true,
         attribute_ns: 0,
     };
     let mut probe = match object {

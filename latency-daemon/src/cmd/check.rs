@@ -77,6 +77,7 @@ fn check() -> bool {
             clock: Clock::RunQueue,
             cgroups: true,
             max_cgroups: 16,
+            cgroup_removals: true,
             attribute_ns: 1,
         };
         match features::load(&options) {

@@ -150,6 +150,7 @@ mod tests {
             clock: Clock::RunQueue,
             cgroups: true,
             max_cgroups: 8,
+            cgroup_removals: true,
             attribute_ns: 5,
         }
     }

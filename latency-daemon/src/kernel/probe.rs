@@ -37,6 +37,10 @@ pub struct ProbeOptions {
     /// Capacity of the per-cgroup maps: the slot table has the power of two at or above it, its
     /// overflow hash map this many entries.
     pub max_cgroups: u32,
+    /// With `cgroups`, report removed cgroups through the removal ring (`cgroup_rmdir`), for a
+    /// caller that reads it (`run`'s `kernel::removals`). Without a reader the ring would fill and
+    /// count removals as lost, so a one-shot `record` leaves it off.
+    pub cgroup_removals: bool,
     /// Attribute delays at or above this (runs meanwhile, queue depth); 0: off.
     pub attribute_ns: u64,
 }
@@ -138,7 +142,10 @@ impl Probe {
             .map_max_entries(names::CGROUP_SLOTS, if options.cgroups { slots } else { 1 })
             .map_max_entries(names::CGROUP_RETIRED, if options.cgroups { slots } else { 1 })
             .map_max_entries(names::CGROUP_USED, if options.cgroups { slots / 64 } else { 1 })
-            .map_max_entries(names::CGROUP_REMOVED, if options.cgroups { REMOVED_BYTES } else { page_size() })
+            .map_max_entries(
+                names::CGROUP_REMOVED,
+                if options.cgroups && options.cgroup_removals { REMOVED_BYTES } else { page_size() },
+            )
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
@@ -148,7 +155,7 @@ impl Probe {
         probe.kernel_log = aya_log::EbpfLogger::init(&mut probe.ebpf).ok().map(KernelLog);
         probe.fill_filter(&options.filter)?;
         let mut attached = attach(&mut probe.ebpf)?;
-        if options.cgroups {
+        if options.cgroups && options.cgroup_removals {
             attached.push(attach_one(&mut probe.ebpf, names::CGROUP_RMDIR)?);
         }
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();

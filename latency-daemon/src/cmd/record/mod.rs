@@ -67,6 +67,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         // On so attributed delays carry the victim's cgroup (record's cost matters less).
         cgroups: true,
         max_cgroups: 1024,
+        cgroup_removals: false,
         // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
         attribute_ns: 1,
     };

@@ -127,6 +127,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         clock: config.clock,
         cgroups: names.is_some(),
         max_cgroups: config.max_cgroups,
+        cgroup_removals: true,
         attribute_ns: config.alert.attribute_ns(),
     };
     let (probe, degraded) = features::load(&options)?;
