@@ -194,18 +194,23 @@ fn check(file: &str, actual: &str) {
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    if expected != actual {
-        let first = expected.lines().zip(actual.lines()).position(|(e, a)| e != a);
-        let line = first.unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
+    if let Some((line, fixture, encoded)) = first_difference(&expected, actual) {
         panic!(
-            "{} differs from the encoding at line {}:\n  fixture: {:?}\n  encoded: {:?}\n\
+            "{} differs from the encoding at line {line}:\n  fixture: {fixture:?}\n  encoded: {encoded:?}\n\
              (if the change is intended: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)",
             path.display(),
-            line + 1,
-            expected.lines().nth(line).unwrap_or("<end>"),
-            actual.lines().nth(line).unwrap_or("<end>"),
         );
     }
+}
+
+/// The first line (1-based) where two texts differ, and that line of each (`<end>` past the end).
+fn first_difference<'a>(a: &'a str, b: &'a str) -> Option<(usize, &'a str, &'a str)> {
+    if a == b {
+        return None;
+    }
+    let at = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+    let at = at.unwrap_or_else(|| a.lines().count().min(b.lines().count()));
+    Some((at + 1, a.lines().nth(at).unwrap_or("<end>"), b.lines().nth(at).unwrap_or("<end>")))
 }
 
 #[test]
@@ -279,16 +284,11 @@ fn docs_reference_matches_the_encoding() {
         std::fs::write(&path, &expected).unwrap();
         return;
     }
-    if doc != expected {
-        let line = doc.lines().zip(expected.lines()).position(|(d, e)| d != e);
-        let line = line.unwrap_or_else(|| doc.lines().count().min(expected.lines().count()));
+    if let Some((line, in_doc, encoded)) = first_difference(&doc, &expected) {
         panic!(
-            "{}'s metrics reference is stale at line {}:\n  doc:     {:?}\n  encoded: {:?}\n\
+            "{}'s metrics reference is stale at line {line}:\n  doc:     {in_doc:?}\n  encoded: {encoded:?}\n\
              (regenerate: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)",
             path.display(),
-            line + 1,
-            doc.lines().nth(line).unwrap_or("<end>"),
-            expected.lines().nth(line).unwrap_or("<end>"),
         );
     }
 }

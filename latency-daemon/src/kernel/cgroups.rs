@@ -184,22 +184,31 @@ impl Retirer {
 
     /// As `retire`, for cgroups found gone by a walk rather than reported by the kernel: only
     /// those that still hold a slot or an overflow entry (the others were retired before).
-    pub fn retire_found(&mut self, removed: &[u64]) {
-        self.retire_some(removed, true);
+    /// Returns those it retired.
+    pub fn retire_found(&mut self, removed: &[u64]) -> Vec<u64> {
+        self.retire_some(removed, true)
     }
 
-    fn retire_some(&mut self, removed: &[u64], held_only: bool) {
+    fn retire_some(&mut self, removed: &[u64], held_only: bool) -> Vec<u64> {
         let shared = Arc::clone(&self.ledger);
         let mut ledger = lock(&shared);
-        if let Err(e) = self.retire_locked(&mut ledger, removed, held_only) {
+        let mut retired = Vec::new();
+        if let Err(e) = self.retire_locked(&mut ledger, removed, held_only, &mut retired) {
             if ledger.errors == 0 {
                 log::error!("retiring removed cgroups failed (counted in runqlat_drain_errors_total): {e}");
             }
             ledger.errors += 1;
         }
+        retired
     }
 
-    fn retire_locked(&mut self, ledger: &mut Ledger, removed: &[u64], held_only: bool) -> Result<(), ProbeError> {
+    fn retire_locked(
+        &mut self,
+        ledger: &mut Ledger,
+        removed: &[u64],
+        held_only: bool,
+        retired: &mut Vec<u64>,
+    ) -> Result<(), ProbeError> {
         let (slots_map, overflow_map) = (names::CGROUP_SLOTS, names::CGROUPS);
         let mut queue = std::mem::take(&mut ledger.waiting);
         for &id in removed {
@@ -238,6 +247,7 @@ impl Retirer {
             }
             ledger.finals.insert(id, last);
             ledger.retired_total += 1;
+            retired.push(id);
             queue.push(id);
         }
         let map = names::CGROUP_RETIRED;

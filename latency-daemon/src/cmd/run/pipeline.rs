@@ -202,8 +202,7 @@ impl Drainer {
             if let Some(retirer) = self.retirer.as_mut()
                 && (!removed.is_empty() || self.cgroups.waiting() > 0)
             {
-                self.gone.extend_from_slice(&removed);
-                retirer.retire_found(&removed);
+                self.gone.extend(retirer.retire_found(&removed));
             }
             let (retired, failed) = self.cgroups.retired();
             self.exposition.cgroups_pruned = retired;
@@ -364,9 +363,8 @@ impl Drainer {
             self.removals_swept = self.removals_lost;
         }
         if self.removals_lost > 0 {
-            // Only what still holds a slot or an overflow entry: the rest was retired long ago.
-            let held: std::collections::HashSet<u64> = in_maps.iter().map(|(id, _)| *id).collect();
-            self.removed.extend(removed.into_iter().filter(|id| held.contains(id)));
+            // Retired at the next drain, those that still hold a slot or an overflow entry.
+            self.removed.extend(removed);
         }
         top
     }
