@@ -72,10 +72,13 @@ fn an_unknown_user_answers_as_slowly_as_a_known_users_wrong_password() {
         }
     }
     let (k, u) = (median(known.clone()), median(unknown.clone()));
-    let ratio = u / k;
+    // Judged round by round: this shared VM's speed shifts between two levels for seconds at a
+    // time, which can put the two medians in different levels (1.28 once with the same code
+    // both ways); the two answers of one round meet the same level.
+    let ratio = median(unknown.iter().zip(&known).map(|(u, k)| u / k).collect());
     eprintln!("known user, wrong password: median {k:.4} s {known:.4?}");
     eprintln!("unknown user: median {u:.4} s {unknown:.4?}");
-    eprintln!("unknown/known = {ratio:.3}");
+    eprintln!("unknown/known, median of the rounds = {ratio:.3}");
     assert!(
         ratio.max(1.0 / ratio) <= WITHIN,
         "an unknown user's 401 takes {u:.4} s, a known user's wrong password {k:.4} s (ratio {ratio:.2}, \
