@@ -1,6 +1,8 @@
-//! The settings of `run` as every source writes them: [`RunArgs`] is at once the `run` flags, the
-//! `RUNQLAT_*` variables and the `--config` file's schema, with the parsers each value goes through
-//! (so a value means the same in all three). Plain clap/serde types; `config` merges and checks.
+//! The settings of `run` as every source writes them, declared once in the `settings!` table:
+//! [`RunArgs`] is at once the `run` flags, the `RUNQLAT_*` variables and the `--config` file's
+//! schema, with the parsers each value goes through (so a value means the same in all three), and
+//! [`SETTINGS`] what the reference says of each. Plain clap/serde types; `config` merges and checks.
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,187 +11,335 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use serde::Deserialize;
 
-/// Settings of `run` from one source. The same struct is the schema of the `--config` file
-/// (key = field name) and of the `RUNQLAT_<FIELD>` variables (see `config`), so a flag, its key
-/// and its variable cannot drift apart. No field has a clap default: "not given" must stay visible
-/// so that the environment, the file or the built-in default can fill it, in that order.
-#[derive(Clone, Debug, Default, Args, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[command(after_help = "Every setting except --config can also be given in the environment as \
-    RUNQLAT_<NAME> (e.g. RUNQLAT_TOP_CGROUPS=50) or in the --config file as <name> (e.g. top_cgroups = 50). \
-    A flag wins over the environment, which wins over the file.")]
-pub struct RunArgs {
-    /// TOML file with any of the settings below (env RUNQLAT_CONFIG)
-    #[arg(long, value_name = "PATH")]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
+settings! {
+    /// Settings of `run` from one source. The same struct is the schema of the `--config` file
+    /// (key = field name) and of the `RUNQLAT_<FIELD>` variables (see `config`), so a flag, its key
+    /// and its variable cannot drift apart. No field has a clap default: "not given" must stay
+    /// visible so that the environment, the file or the built-in default can fill it, in that order.
+    #[derive(Clone, Debug, Default, Args, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    #[command(after_help = "Every setting except --config can also be given in the environment as \
+        RUNQLAT_<NAME> (e.g. RUNQLAT_TOP_CGROUPS=50) or in the --config file as <name> (e.g. top_cgroups = 50). \
+        A flag wins over the environment, which wins over the file.")]
+    pub struct RunArgs {
+        #[arg(long, value_name = "PATH")]
+        #[serde(skip)]
+        config: PathBuf {
+            section: "Sources" => "A flag wins over its RUNQLAT_* variable, which wins over the --config file, which \
+                wins over the built-in default. Bad input stops the start with one line per problem, all at once.",
+            help: "TOML file with any of the settings below (env RUNQLAT_CONFIG)",
+            more: "Re-read on SIGHUP. Only a regular file of at most 1 MiB is read; replace it by rename: a file \
+                   that changes while it is read, or is empty, is refused on SIGHUP and the running settings stay.",
+            default: "off",
+            apply: Start,
+        },
 
-    /// Where to serve /metrics; `:PORT` means every IPv4 interface [default: 0.0.0.0:9954]
-    #[arg(long, visible_alias = "web.listen-address", value_name = "ADDR:PORT", value_parser = parse_listen)]
-    #[serde(deserialize_with = "super::format::de_listen")]
-    pub listen: Option<SocketAddr>,
+        #[arg(long, visible_alias = "web.listen-address", value_name = "ADDR:PORT", value_parser = parse_listen)]
+        #[serde(deserialize_with = "super::format::de_listen")]
+        listen: SocketAddr {
+            section: "Serving" => "Where and how /metrics and the other endpoints are served.",
+            help: "Where to serve /metrics; `:PORT` means every IPv4 interface",
+            more: "\"[::]:9954\" adds IPv6.",
+            default: "0.0.0.0:9954",
+            apply: Restart,
+        },
 
-    /// exporter-toolkit web configuration (YAML: tls_server_config, basic_auth_users,
-    /// http_server_config.headers) for every endpoint; re-read on SIGHUP; without it, plain HTTP and no auth [default: off]
-    #[arg(long, visible_alias = "web.config.file", value_name = "PATH")]
-    pub web_config_file: Option<PathBuf>,
+        #[arg(long, visible_alias = "web.config.file", value_name = "PATH")]
+        web_config_file: PathBuf {
+            help: "exporter-toolkit web configuration (YAML: tls_server_config, basic_auth_users, \
+                   http_server_config.headers) for every endpoint; re-read on SIGHUP; without it, plain HTTP and no auth",
+            more: "See deploy/web-config.yml and the security guide.",
+            default: "off",
+            example: "\"/etc/latency-daemon/web-config.yml\"",
+            apply: Reload,
+        },
 
-    /// Requests handled at once, all endpoints together; more are answered 503 at once [default: 40]
-    #[arg(long, visible_alias = "web.max-requests", value_name = "N")]
-    pub web_max_requests: Option<usize>,
+        #[arg(long, visible_alias = "web.max-requests", value_name = "N")]
+        web_max_requests: usize {
+            help: "Requests handled at once, all endpoints together (0: no limit); more are answered 503 at once",
+            default: "40",
+            apply: Restart,
+        },
 
-    /// Connections open at once (idle, slow or busy); more are answered 503 [default: 1024]
-    #[arg(long, visible_alias = "web.max-connections", value_name = "N")]
-    pub web_max_connections: Option<usize>,
+        #[arg(long, visible_alias = "web.max-connections", value_name = "N")]
+        web_max_connections: usize {
+            help: "Connections open at once (idle, slow or busy), a quarter of them at most from one address; \
+                   more are answered 503",
+            default: "1024",
+            apply: Restart,
+        },
 
-    /// How often to read the kernel's counters [default: 1s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "super::format::de_duration")]
-    pub interval: Option<Duration>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        interval: Duration {
+            section: "Measuring" => "What the kernel program keeps and how the daemon reads it.",
+            help: "How often to read the kernel's counters, 100ms to 1m",
+            default: "1s",
+            apply: Restart,
+        },
 
-    /// Span of the window maximum and quantiles; a whole multiple of --interval [default: 15s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "super::format::de_duration")]
-    pub window: Option<Duration>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        window: Duration {
+            help: "Span of the window maximum and quantiles; a whole multiple of --interval, at most 1h",
+            default: "15s",
+            apply: Reload,
+        },
 
-    /// Cgroups exported individually, the slowest first [default: 20]
-    #[arg(long, value_name = "N")]
-    pub top_cgroups: Option<usize>,
+        #[arg(long, value_name = "N")]
+        top_cgroups: usize {
+            help: "Cgroups exported individually, the slowest first, 1 to 1000; the rest add up in cgroup=\"other\"",
+            default: "20",
+            apply: Reload,
+        },
 
-    /// Capacity of the kernel's per-cgroup histogram maps (slots and overflow) [default: 1024]
-    #[arg(long, value_name = "N")]
-    pub max_cgroups: Option<u32>,
+        #[arg(long, value_name = "N")]
+        max_cgroups: u32 {
+            help: "Capacity of the kernel's per-cgroup histogram maps (slots and overflow), 16 to 65536",
+            more: "Slots are the power of two at or above it, plus an overflow map of this many; a delay that \
+                   finds neither is counted as lost.",
+            default: "1024",
+            apply: Restart,
+        },
 
-    /// Upper bounds (seconds) of the classic histogram, each a bucket boundary 2^(i/8)
-    /// [default: 2^-20, 2^-19, …, 2^6]
-    #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
-    pub classic_buckets: Option<Vec<f64>>,
+        #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
+        classic_buckets: Vec<f64> {
+            help: "Upper bounds (seconds) of the classic histogram, each a bucket boundary 2^(i/8)",
+            more: "A bound that is not a boundary is refused, naming the nearest two.",
+            default: "2^-20, 2^-19, …, 2^6",
+            described: true,
+            apply: Reload,
+        },
 
-    /// Upper bounds (seconds) of the per-cgroup histograms, from 2^-20, 2^-18, …, 2^6
-    /// [default: all 14]
-    #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
-    pub cgroup_buckets: Option<Vec<f64>>,
+        #[arg(long, value_name = "SECONDS,…", value_delimiter = ',')]
+        cgroup_buckets: Vec<f64> {
+            help: "Upper bounds (seconds) of the per-cgroup histograms, from 2^-20, 2^-18, …, 2^6",
+            default: "all 14",
+            described: true,
+            apply: Reload,
+        },
 
-    /// Keep a histogram per cgroup v2 of the task that waited (an array store per delay)
-    /// [default: true]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          value_parser = BoolishValueParser::new())]
-    pub per_cgroup: Option<bool>,
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              value_parser = BoolishValueParser::new())]
+        per_cgroup: bool {
+            help: "Keep a histogram per cgroup v2 of the task that waited (an array store per delay)",
+            default: "true",
+            apply: Restart,
+        },
 
-    /// Keep per-task statistics in the kernel (a hash update per context switch) [default: false]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          value_parser = BoolishValueParser::new())]
-    pub per_task: Option<bool>,
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              value_parser = BoolishValueParser::new())]
+        per_task: bool {
+            help: "Keep per-task statistics in the kernel (a hash update per context switch)",
+            default: "false",
+            apply: Restart,
+        },
 
-    /// Capacity of the kernel's per-task map, used with --per-task [default: 32768]
-    #[arg(long, value_name = "N")]
-    pub max_tasks: Option<u32>,
+        #[arg(long, value_name = "N")]
+        max_tasks: u32 {
+            help: "Capacity of the kernel's per-task map, used with --per-task, 1 to 1048576",
+            default: "32768",
+            apply: Restart,
+        },
 
-    /// Delays above this are discarded and counted instead of recorded [default: 10m]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "super::format::de_duration")]
-    pub ceiling: Option<Duration>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        ceiling: Duration {
+            help: "Delays above this are discarded and counted instead of recorded",
+            more: "At most the top bucket, about 57 minutes.",
+            default: "10m",
+            apply: Restart,
+        },
 
-    /// Clock for stamps, as for `record` (see `record --help`) [default: monotonic]
-    #[arg(long, value_enum, value_name = "CLOCK")]
-    #[serde(deserialize_with = "super::format::de_clock")]
-    pub clock: Option<ClockArg>,
+        #[arg(long, value_enum, value_name = "CLOCK")]
+        #[serde(deserialize_with = "super::format::de_clock")]
+        clock: ClockArg {
+            help: "Clock for stamps, as for `record` (see `record --help`)",
+            more: "\"monotonic\" (as perf sched and runqlat) or \"run-queue\" (as the kernel's run_delay).",
+            default: "monotonic",
+            apply: Restart,
+        },
 
-    /// Alert when a run-queue delay exceeds this (e.g. 20ms); the file can also set it per reason
-    /// (alert_reason_max_delay) and per cgroup (alert_cgroup_max_delay) [default: off]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "super::format::de_duration")]
-    pub alert_max_delay: Option<Duration>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        alert_max_delay: Duration {
+            section: "Alerts" => "Off until a threshold is set: alert_max_delay, or an entry of either table. A \
+                threshold must be below ceiling. The kernel attributes delays (who ran instead, queue depth) at or \
+                above the lowest threshold set at start: a reload may raise thresholds or turn alerting off, but \
+                lowering them below that, or turning alerting on, waits for a restart.",
+            help: "Alert when a run-queue delay exceeds this (e.g. 20ms); the file can also set it per reason \
+                   (alert_reason_max_delay) and per cgroup (alert_cgroup_max_delay)",
+            default: "off",
+            example: "\"20ms\"",
+            apply: Raise,
+        },
 
-    /// File only: thresholds per reason, over alert_max_delay, e.g. { wakeup = "20ms", preempt = "5ms" }
-    #[arg(skip)]
-    pub alert_reason_max_delay: Option<std::collections::BTreeMap<String, String>>,
+        #[arg(skip)]
+        alert_reason_max_delay: BTreeMap<String, String> {
+            help: "Thresholds per reason (\"wakeup\": after a sleep, \"preempt\": after losing the CPU while \
+                   runnable), over alert_max_delay",
+            more: "Either key may be left out.",
+            default: "off",
+            example: "{ wakeup = \"20ms\", preempt = \"5ms\" }",
+            file_only: true,
+            apply: Raise,
+        },
 
-    /// File only: thresholds per cgroup v2 path, over the others, e.g. { "/system.slice" = "50ms" }
-    #[arg(skip)]
-    pub alert_cgroup_max_delay: Option<std::collections::BTreeMap<String, String>>,
+        #[arg(skip)]
+        alert_cgroup_max_delay: BTreeMap<String, String> {
+            help: "Thresholds per cgroup v2 path, over the others, for tasks in that cgroup",
+            more: "Paths from the cgroup2 mount, \"/\" is the root; exact match, no trailing '/'.",
+            default: "off",
+            example: "{ \"/kubepods/besteffort\" = \"100ms\", \"/system.slice\" = \"50ms\" }",
+            file_only: true,
+            apply: Raise,
+        },
 
-    /// Consecutive windows (each --window long) with a delay over the threshold before an alert
-    /// fires, 1 to 100 [default: 1]
-    #[arg(long, value_name = "N")]
-    pub alert_for: Option<u32>,
+        #[arg(long, value_name = "N")]
+        alert_for: u32 {
+            help: "Consecutive windows (each --window long) with a delay over the threshold before an alert \
+                   fires, 1 to 100",
+            default: "1",
+            apply: Reload,
+        },
 
-    /// Consecutive windows without one before a firing alert resolves, 1 to 100 [default: 2]
-    #[arg(long, value_name = "N")]
-    pub alert_resolve_after: Option<u32>,
+        #[arg(long, value_name = "N")]
+        alert_resolve_after: u32 {
+            help: "Consecutive windows without one before a firing alert resolves, 1 to 100",
+            default: "2",
+            apply: Reload,
+        },
 
-    /// After an alert resolves, it cannot fire again for this long; 0s turns this off [default: 1m]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero)]
-    #[serde(deserialize_with = "super::format::de_duration_or_zero")]
-    pub alert_cooldown: Option<Duration>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero)]
+        #[serde(deserialize_with = "super::format::de_duration_or_zero")]
+        alert_cooldown: Duration {
+            help: "After an alert resolves, it cannot fire again for this long; 0s turns this off",
+            default: "1m",
+            apply: Reload,
+        },
 
-    /// Alertmanager to send alerts to, as http[s]://HOST:PORT; repeatable or comma-separated.
-    /// Shown with user information and query hidden
-    #[arg(long, value_name = "URL", value_delimiter = ',')]
-    #[serde(deserialize_with = "super::format::de_urls")]
-    pub alertmanager_url: Option<Vec<String>>,
+        #[arg(long, value_name = "URL", value_delimiter = ',')]
+        #[serde(deserialize_with = "super::format::de_urls")]
+        alertmanager_url: Vec<String> {
+            help: "Alertmanager to send alerts to, as http[s]://HOST:PORT; repeatable or comma-separated. \
+                   Shown with user information and query hidden",
+            more: "A URL with credentials or a query is refused as a flag (every user reads /proc/<pid>/cmdline): \
+                   give it in the variable or the file. Firing alerts are also logged on stderr.",
+            default: "off",
+            example: "[\"http://127.0.0.1:9093\"]",
+            apply: Reload,
+        },
 
-    /// URL to POST each alert's firing and resolution to as JSON, http[s]://; repeatable or
-    /// comma-separated. Shown with user information and query hidden
-    #[arg(long, value_name = "URL", value_delimiter = ',')]
-    #[serde(deserialize_with = "super::format::de_urls")]
-    pub alert_webhook: Option<Vec<String>>,
+        #[arg(long, value_name = "URL", value_delimiter = ',')]
+        #[serde(deserialize_with = "super::format::de_urls")]
+        alert_webhook: Vec<String> {
+            help: "URL to POST each alert's firing and resolution to as JSON, http[s]://; repeatable or \
+                   comma-separated. Shown with user information and query hidden",
+            default: "off",
+            example: "[\"https://hooks.example/latency\"]",
+            apply: Reload,
+        },
 
-    /// How often active alerts are sent to Alertmanager again, at least 100ms [default: 30s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "super::format::de_duration")]
-    pub alert_resend: Option<Duration>,
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        alert_resend: Duration {
+            help: "How often active alerts are sent to Alertmanager again, at least 100ms",
+            default: "30s",
+            apply: Reload,
+        },
 
-    /// The alerts' `severity` label [default: warning]
-    #[arg(long, value_name = "TEXT")]
-    pub alert_severity: Option<String>,
+        #[arg(long, value_name = "TEXT")]
+        alert_severity: String {
+            help: "The alerts' `severity` label: at most 64 bytes, no control characters",
+            default: "warning",
+            apply: Reload,
+        },
 
-    /// Least severe log events written: debug, info, warn or error [default: info]
-    #[arg(long, visible_alias = "log.level", value_enum, value_name = "LEVEL")]
-    #[serde(deserialize_with = "super::format::de_choice")]
-    pub log_level: Option<LogLevel>,
+        #[arg(long, value_name = "PATH")]
+        alert_ca_file: PathBuf {
+            help: "PEM file of the CAs that sign https:// sinks' certificates; without it, the system bundle",
+            default: "off",
+            example: "\"/etc/latency-daemon/alert-ca.pem\"",
+            apply: Reload,
+        },
 
-    /// How log events are written to stderr, one per line: logfmt or json [default: logfmt]
-    #[arg(long, visible_alias = "log.format", value_enum, value_name = "FORMAT")]
-    #[serde(deserialize_with = "super::format::de_choice")]
-    pub log_format: Option<LogFormat>,
+        #[arg(long, value_name = "NAME")]
+        alert_basic_auth_user: String {
+            help: "User name of HTTP basic auth for every sink (with --alert-basic-auth-password-file)",
+            default: "off",
+            example: "\"latency-daemon\"",
+            apply: Reload,
+        },
 
-    /// PEM file of the CAs that sign https:// sinks' certificates; without it, the system bundle
-    /// [default: off]
-    #[arg(long, value_name = "PATH")]
-    pub alert_ca_file: Option<PathBuf>,
+        #[arg(long, value_name = "PATH")]
+        alert_basic_auth_password_file: PathBuf {
+            help: "File holding the basic auth password (its first line); never a flag's value",
+            default: "off",
+            example: "\"/etc/latency-daemon/alert-password\"",
+            apply: Reload,
+        },
 
-    /// User name of HTTP basic auth for every sink (with --alert-basic-auth-password-file)
-    /// [default: off]
-    #[arg(long, value_name = "NAME")]
-    pub alert_basic_auth_user: Option<String>,
+        #[arg(long, value_name = "PATH")]
+        alert_bearer_token_file: PathBuf {
+            help: "File holding a bearer token sent to every sink (its first line)",
+            default: "off",
+            example: "\"/etc/latency-daemon/alert-token\"",
+            apply: Reload,
+        },
 
-    /// File holding the basic auth password (its first line); never a flag's value [default: off]
-    #[arg(long, value_name = "PATH")]
-    pub alert_basic_auth_password_file: Option<PathBuf>,
+        #[arg(long, visible_alias = "log.level", value_enum, value_name = "LEVEL")]
+        #[serde(deserialize_with = "super::format::de_choice")]
+        log_level: LogLevel {
+            section: "Logs" => "One event per line on stderr; alert lines are JSON either way.",
+            help: "Least severe log events written: debug, info, warn or error",
+            default: "info",
+            apply: Reload,
+        },
 
-    /// File holding a bearer token sent to every sink (its first line) [default: off]
-    #[arg(long, value_name = "PATH")]
-    pub alert_bearer_token_file: Option<PathBuf>,
+        #[arg(long, visible_alias = "log.format", value_enum, value_name = "FORMAT")]
+        #[serde(deserialize_with = "super::format::de_choice")]
+        log_format: LogFormat {
+            help: "How log events are written to stderr, one per line: logfmt or json",
+            more: "logfmt is key=value, as Prometheus and its exporters write; json is one object per line with \
+                   time, level, target and msg.",
+            default: "logfmt",
+            apply: Reload,
+        },
 
-    /// procfs of the host's PID namespace (hostPID in a container): pid_max, kernel release, host
-    /// name, this process's mount table [default: /proc]
-    #[arg(long, visible_alias = "path.procfs", value_name = "PATH")]
-    pub path_procfs: Option<PathBuf>,
+        #[arg(long, visible_alias = "path.procfs", value_name = "PATH")]
+        path_procfs: PathBuf {
+            section: "Host file systems" => "Where the host's file systems are (node_exporter's --path.* flags), \
+                for running in a container with them mounted elsewhere; each must be a directory.",
+            help: "procfs of the host's PID namespace (hostPID in a container): pid_max, kernel release, host \
+                   name, this process's mount table",
+            more: "It must be the host PID namespace's: pid_max sizes the stamp array.",
+            default: "/proc",
+            apply: Restart,
+        },
 
-    /// sysfs mount point: the kernel's BTF (kernel/btf/vmlinux) [default: /sys]
-    #[arg(long, visible_alias = "path.sysfs", value_name = "PATH")]
-    pub path_sysfs: Option<PathBuf>,
+        #[arg(long, visible_alias = "path.sysfs", value_name = "PATH")]
+        path_sysfs: PathBuf {
+            help: "sysfs mount point: the kernel's BTF (kernel/btf/vmlinux)",
+            default: "/sys",
+            apply: Restart,
+        },
 
-    /// cgroupfs mount point: the cgroup2 mount at or below it in this process's mount table names
-    /// the cgroups [default: /sys/fs/cgroup]
-    #[arg(long, visible_alias = "path.cgroupfs", value_name = "PATH")]
-    pub path_cgroupfs: Option<PathBuf>,
+        #[arg(long, visible_alias = "path.cgroupfs", value_name = "PATH")]
+        path_cgroupfs: PathBuf {
+            help: "cgroupfs mount point: the cgroup2 mount at or below it in this process's mount table names \
+                   the cgroups",
+            default: "/sys/fs/cgroup",
+            apply: Restart,
+        },
 
-    /// The host's root: container runtimes' state (run/containerd, var/lib/containers, …) is read
-    /// below it [default: /]
-    #[arg(long, visible_alias = "path.rootfs", value_name = "PATH")]
-    pub path_rootfs: Option<PathBuf>,
+        #[arg(long, visible_alias = "path.rootfs", value_name = "PATH")]
+        path_rootfs: PathBuf {
+            help: "The host's root: container runtimes' state (run/containerd, var/lib/containers, …) is read \
+                   below it",
+            default: "/",
+            apply: Restart,
+        },
+    }
 }
 
 /// `--log.level`: events below it are not written.

@@ -2,6 +2,8 @@
 //! [`Config`] out (or every problem at once, on one line). On SIGHUP, [`Config::reload`] re-reads
 //! them and says which changes wait for a restart. Adding a setting: docs/design.md.
 
+#[macro_use]
+pub mod settings;
 mod alert;
 pub mod args;
 mod buckets;
@@ -9,6 +11,7 @@ mod check;
 pub mod file;
 mod format;
 mod redact;
+pub mod reference;
 mod sources;
 pub mod web;
 
@@ -200,24 +203,33 @@ impl Config {
         let mut config = Self::assemble(args, env, sources::Occasion::Reload)?;
         let mut needs_restart = Vec::new();
         let r = &mut needs_restart;
-        // Each of these sizes a socket, a kernel map or the kernel program's constants, or (the
-        // interval) the shape of every window already kept.
-        keep("listen", &mut config.listen, self.listen, r);
-        keep("web_max_requests", &mut config.web_max_requests, self.web_max_requests, r);
-        keep("web_max_connections", &mut config.web_max_connections, self.web_max_connections, r);
-        keep("interval", &mut config.interval, self.interval, r);
-        keep("max_cgroups", &mut config.max_cgroups, self.max_cgroups, r);
-        keep("per_cgroup", &mut config.per_cgroup, self.per_cgroup, r);
-        keep("per_task", &mut config.per_task, self.per_task, r);
-        keep("max_tasks", &mut config.max_tasks, self.max_tasks, r);
-        keep("ceiling", &mut config.ceiling, self.ceiling, r);
-        keep("clock", &mut config.clock, self.clock, r);
-        // Set once at start (the process-wide `host::paths`).
-        keep("path_procfs", &mut config.path_procfs, self.path_procfs.clone(), r);
-        keep("path_sysfs", &mut config.path_sysfs, self.path_sysfs.clone(), r);
-        keep("path_cgroupfs", &mut config.path_cgroupfs, self.path_cgroupfs.clone(), r);
-        keep("path_rootfs", &mut config.path_rootfs, self.path_rootfs.clone(), r);
-        // The kernel's attribution threshold: lower alert thresholds wait for a restart.
+        // What the table marks as waiting for a restart keeps its running value here.
+        for setting in args::SETTINGS.iter().filter(|s| s.apply == settings::Apply::Restart) {
+            let key = setting.key;
+            match key {
+                "listen" => keep(key, &mut config.listen, self.listen, r),
+                "web_max_requests" => keep(key, &mut config.web_max_requests, self.web_max_requests, r),
+                "web_max_connections" => keep(key, &mut config.web_max_connections, self.web_max_connections, r),
+                "interval" => keep(key, &mut config.interval, self.interval, r),
+                "max_cgroups" => keep(key, &mut config.max_cgroups, self.max_cgroups, r),
+                "per_cgroup" => keep(key, &mut config.per_cgroup, self.per_cgroup, r),
+                "per_task" => keep(key, &mut config.per_task, self.per_task, r),
+                "max_tasks" => keep(key, &mut config.max_tasks, self.max_tasks, r),
+                "ceiling" => keep(key, &mut config.ceiling, self.ceiling, r),
+                "clock" => keep(key, &mut config.clock, self.clock, r),
+                "path_procfs" => keep(key, &mut config.path_procfs, self.path_procfs.clone(), r),
+                "path_sysfs" => keep(key, &mut config.path_sysfs, self.path_sysfs.clone(), r),
+                "path_cgroupfs" => keep(key, &mut config.path_cgroupfs, self.path_cgroupfs.clone(), r),
+                "path_rootfs" => keep(key, &mut config.path_rootfs, self.path_rootfs.clone(), r),
+                // A setting marked so in the table with no line here: refuse the reload rather than
+                // adopt what the running daemon cannot (a unit test reloads every setting).
+                _ => {
+                    let why = "marked restart-only but not kept on reload (config::Config::reload_with)";
+                    return Err(ConfigError::Invalid { problems: vec![Problem::new(key, why)] });
+                }
+            }
+        }
+        // Thresholds below the kernel's attribution threshold (`Apply::Raise`) wait for a restart.
         alert::reload(&mut config.alert, &self.alert, r);
 
         // The new file was valid on its own, but a kept value (the running interval) may not fit

@@ -204,52 +204,6 @@ fn bare_key(line: &str) -> Option<&str> {
     bare.then_some(key)
 }
 
-impl RunArgs {
-    /// Each field from `self` if set there, else from `lower`.
-    fn or(self, lower: RunArgs) -> RunArgs {
-        RunArgs {
-            config: self.config.or(lower.config),
-            listen: self.listen.or(lower.listen),
-            web_config_file: self.web_config_file.or(lower.web_config_file),
-            web_max_requests: self.web_max_requests.or(lower.web_max_requests),
-            web_max_connections: self.web_max_connections.or(lower.web_max_connections),
-            interval: self.interval.or(lower.interval),
-            window: self.window.or(lower.window),
-            top_cgroups: self.top_cgroups.or(lower.top_cgroups),
-            max_cgroups: self.max_cgroups.or(lower.max_cgroups),
-            classic_buckets: self.classic_buckets.or(lower.classic_buckets),
-            cgroup_buckets: self.cgroup_buckets.or(lower.cgroup_buckets),
-            per_cgroup: self.per_cgroup.or(lower.per_cgroup),
-            per_task: self.per_task.or(lower.per_task),
-            max_tasks: self.max_tasks.or(lower.max_tasks),
-            ceiling: self.ceiling.or(lower.ceiling),
-            clock: self.clock.or(lower.clock),
-            alert_max_delay: self.alert_max_delay.or(lower.alert_max_delay),
-            alert_reason_max_delay: self.alert_reason_max_delay.or(lower.alert_reason_max_delay),
-            alert_cgroup_max_delay: self.alert_cgroup_max_delay.or(lower.alert_cgroup_max_delay),
-            alert_for: self.alert_for.or(lower.alert_for),
-            alert_resolve_after: self.alert_resolve_after.or(lower.alert_resolve_after),
-            alert_cooldown: self.alert_cooldown.or(lower.alert_cooldown),
-            alertmanager_url: self.alertmanager_url.or(lower.alertmanager_url),
-            alert_webhook: self.alert_webhook.or(lower.alert_webhook),
-            alert_resend: self.alert_resend.or(lower.alert_resend),
-            alert_severity: self.alert_severity.or(lower.alert_severity),
-            log_level: self.log_level.or(lower.log_level),
-            log_format: self.log_format.or(lower.log_format),
-            alert_ca_file: self.alert_ca_file.or(lower.alert_ca_file),
-            alert_basic_auth_user: self.alert_basic_auth_user.or(lower.alert_basic_auth_user),
-            alert_basic_auth_password_file: self
-                .alert_basic_auth_password_file
-                .or(lower.alert_basic_auth_password_file),
-            alert_bearer_token_file: self.alert_bearer_token_file.or(lower.alert_bearer_token_file),
-            path_procfs: self.path_procfs.or(lower.path_procfs),
-            path_sysfs: self.path_sysfs.or(lower.path_sysfs),
-            path_cgroupfs: self.path_cgroupfs.or(lower.path_cgroupfs),
-            path_rootfs: self.path_rootfs.or(lower.path_rootfs),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::args::{LogFormat, LogLevel};

@@ -580,3 +580,74 @@ fn help_shows_the_real_defaults() {
 fn run_command() -> clap::Command {
     RunArgs::augment_args(clap::Command::new("run"))
 }
+
+/// Every setting, changed alone in the file and reloaded, is adopted or kept as the table says
+/// (`settings::Apply`), so the reference's "on SIGHUP" column is what a reload does.
+#[test]
+fn every_setting_reloads_as_the_table_says() {
+    let secret = TempFile::new("reload-secret", "s3cret\n");
+    let secret_path = secret.0.display().to_string();
+    // A value other than the default, for each setting; a new setting needs one here.
+    let other = |key: &str| -> Option<String> {
+        Some(match key {
+            "listen" => "\"127.0.0.1:9955\"".into(),
+            "web_max_requests" => "41".into(),
+            "web_max_connections" => "1000".into(),
+            "interval" => "\"500ms\"".into(),
+            "window" => "\"30s\"".into(),
+            "top_cgroups" => "5".into(),
+            "max_cgroups" => "2048".into(),
+            "classic_buckets" => "[0.5, 1.0]".into(),
+            "cgroup_buckets" => "[1.0]".into(),
+            "per_cgroup" => "false".into(),
+            "per_task" => "true".into(),
+            "max_tasks" => "100".into(),
+            "ceiling" => "\"1m\"".into(),
+            "clock" => "\"run-queue\"".into(),
+            "alert_for" => "3".into(),
+            "alert_resolve_after" => "3".into(),
+            "alert_cooldown" => "\"0s\"".into(),
+            "alert_resend" => "\"1m\"".into(),
+            "alert_severity" => "\"critical\"".into(),
+            "alert_bearer_token_file" => format!("{secret_path:?}"),
+            "log_level" => "\"warn\"".into(),
+            "log_format" => "\"json\"".into(),
+            "path_procfs" | "path_sysfs" | "path_cgroupfs" | "path_rootfs" => "\"/tmp\"".into(),
+            _ => return None,
+        })
+    };
+    let file = TempFile::new("reload-each", "");
+    let args = flags(&[&file.flag()]);
+    let running = Config::load_with(&args, &no_env).unwrap();
+    let shown = |c: &Config| serde_json::to_value(c).unwrap();
+    let mut tried = 0;
+    for setting in args::SETTINGS {
+        // Thresholds (`Raise`) have their own tests above; the others need a file of their kind.
+        let value = match (setting.apply, setting.example) {
+            (settings::Apply::Start | settings::Apply::Raise, _) => continue,
+            _ if ["web_config_file", "alert_ca_file", "alert_basic_auth_user", "alert_basic_auth_password_file"]
+                .contains(&setting.key) =>
+            {
+                continue;
+            }
+            (_, example) => other(setting.key)
+                .or(example.map(str::to_owned))
+                .unwrap_or_else(|| panic!("no other value for {} in this test", setting.key)),
+        };
+        file.rewrite(&format!("{} = {value}\n", setting.key));
+        let reload = running.reload_with(&args, &no_env).unwrap_or_else(|e| panic!("{}: {e}", setting.key));
+        let changed = shown(&reload.config)[setting.key] != shown(&running)[setting.key];
+        match setting.apply {
+            settings::Apply::Restart => {
+                assert_eq!(reload.needs_restart, [setting.key], "{} is restart-only", setting.key);
+                assert!(!changed, "{}: the running value is kept", setting.key);
+            }
+            _ => {
+                assert!(reload.needs_restart.is_empty(), "{}: {:?}", setting.key, reload.needs_restart);
+                assert!(changed, "{} = {value} is adopted on reload", setting.key);
+            }
+        }
+        tried += 1;
+    }
+    assert!(tried >= 25, "{tried}");
+}
