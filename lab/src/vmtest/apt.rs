@@ -1,6 +1,7 @@
 //! Private apt configurations in our cache (never /etc/apt): in, the suites wanted and the host's
-//! own Debian sources (for the mirror's address); out, `apt-get`/`apt-cache` commands that see
-//! those suites, index refreshes at most once a day, and package versions by suite.
+//! own Debian sources (for the mirror's address) and, for a foreign architecture's packages,
+//! its name; out, `apt-get`/`apt-cache` commands that see those suites, index refreshes at most
+//! once a day, and package versions by suite.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -95,6 +96,16 @@ pub fn source_line(uri: &str, suite: &str) -> String {
 impl Apt {
     /// Writes (or rewrites) the configuration under `dir` for these `deb` lines.
     pub fn new(dir: &Path, lines: &[String]) -> anyhow::Result<Apt> {
+        Apt::configure(dir, lines, None)
+    }
+
+    /// The same for another architecture's packages (Debian's name, `arm64`): its indexes and
+    /// downloads only, never installed, and the host's dpkg is not told about it.
+    pub fn for_arch(dir: &Path, lines: &[String], arch: &str) -> anyhow::Result<Apt> {
+        Apt::configure(dir, lines, Some(arch))
+    }
+
+    fn configure(dir: &Path, lines: &[String], arch: Option<&str>) -> anyhow::Result<Apt> {
         for sub in ["lists/partial", "cache/archives/partial", "sources.list.d"] {
             std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("creating {}", dir.join(sub).display()))?;
         }
@@ -106,11 +117,14 @@ impl Apt {
             let _ = std::fs::remove_file(dir.join("lists/updated"));
         }
         let d = dir.display();
-        let conf = format!(
+        let mut conf = format!(
             "Dir::Etc::SourceList \"{d}/sources.list\";\nDir::Etc::SourceParts \"{d}/sources.list.d\";\n\
              Dir::State::Lists \"{d}/lists\";\nDir::Cache \"{d}/cache\";\nAcquire::Languages \"none\";\n\
              APT::Sandbox::User \"root\";\n"
         );
+        if let Some(arch) = arch {
+            conf.push_str(&format!("APT::Architecture \"{arch}\";\nAPT::Architectures {{ \"{arch}\"; }};\n"));
+        }
         let path = dir.join("apt.conf");
         std::fs::write(&path, conf).with_context(|| format!("writing {}", path.display()))?;
         Ok(Apt { dir: dir.to_owned() })

@@ -1,7 +1,8 @@
 //! One kernel's guest, end to end: in, a booted guest's console and data port; out, a
 //! `GuestResult` — timings, what `check` said, and every configuration judged (`checks`), with
-//! each `run` scrape linted by the host's `promtool`. A guest that panicked or never reached
-//! init is booted once more (TCG now and then trips a guest kernel).
+//! each `run` scrape linted by the host's `promtool`; a smoke boot only by whether init ran and
+//! its data port came back. A guest that panicked or never reached init is booted once more
+//! (TCG now and then trips a guest kernel).
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -85,7 +86,7 @@ pub struct GuestResult {
 }
 
 /// Boots `guest` (twice at most) and judges what it produced.
-pub fn run(guest: &Guest<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<GuestResult> {
+pub fn run(guest: &Guest<'_>, smoke: bool, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<GuestResult> {
     let mut boot = qemu::boot(guest, progress)?;
     let mut attempts = 1;
     let mut retried = None;
@@ -98,7 +99,64 @@ pub fn run(guest: &Guest<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Re
         boot = qemu::boot(guest, progress)?;
     }
     std::fs::write(guest.dir.join("console.txt"), console_text(&boot))?;
-    Ok(judge(guest, &boot, attempts, retried))
+    Ok(if smoke { judge_smoke(guest, &boot, attempts, retried) } else { judge(guest, &boot, attempts, retried) })
+}
+
+/// A smoke boot: init ran, and the data port brought back this kernel's release, its machine
+/// and its vCPUs.
+fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>) -> GuestResult {
+    let data = Sections::parse(&boot.data);
+    let meta = data.text("meta");
+    let value = |key: &str| meta.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')).unwrap_or("");
+    let machine = match guest.kernel.arch {
+        super::arch::Arch::X86_64 => "x86_64",
+        super::arch::Arch::Arm64 => "aarch64",
+    };
+    let ok = value("release") == guest.kernel.release
+        && value("machine") == machine
+        && value("cpus") == guest.cpus.to_string()
+        && value("btf").parse::<u64>().is_ok_and(|n| n > 0);
+    let detail = format!(
+        "release `{}`, machine `{}`, cpus `{}`, /sys/kernel/btf/vmlinux `{}` bytes",
+        value("release"),
+        value("machine"),
+        value("cpus"),
+        value("btf")
+    );
+    let mut list = vec![
+        Check::new("reached init", boot.at("@@ init").is_some(), format!("{} console lines", boot.console.len())),
+        Check::new("data port", ok, detail),
+    ];
+    if !boot.finished {
+        let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
+        list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
+    }
+    let ok = list.iter().all(|c| c.ok);
+    GuestResult {
+        kernel: guest.kernel.clone(),
+        cpus: guest.cpus,
+        accel: guest.accel.to_owned(),
+        attempts,
+        retried,
+        boot_s: boot.at("@@ init"),
+        check_s: None,
+        load_attach_ms: None,
+        verifier_ms: None,
+        prev_state: None,
+        btf: None,
+        attach_all_s: None,
+        load_s: None,
+        guest_s: boot.wall_s,
+        configs: Vec::new(),
+        checks: list,
+        ok,
+        console_tail: if ok { Vec::new() } else { tail(boot) },
+    }
+}
+
+/// The console's last lines.
+fn tail(boot: &Boot) -> Vec<String> {
+    boot.console.iter().rev().take(15).rev().map(|(_, l)| l.clone()).collect()
 }
 
 fn console_text(boot: &Boot) -> String {
@@ -236,11 +294,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
         list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
     }
     let ok = list.iter().all(|c| c.ok) && configs.iter().all(|c| c.ok);
-    let tail = if boot.finished {
-        Vec::new()
-    } else {
-        boot.console.iter().rev().take(15).rev().map(|(_, l)| l.clone()).collect()
-    };
+    let tail = if boot.finished { Vec::new() } else { tail(boot) };
     GuestResult {
         kernel: guest.kernel.clone(),
         cpus: guest.cpus,

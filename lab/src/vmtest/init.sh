@@ -1,7 +1,8 @@
 #!/bin/sh
 # The vmtest guest's /init (busybox sh). In: the initramfs (latency-daemon, xtask, busybox) and
-# `vmt.secs=S` on the kernel command line; out: `@@ PHASE uptime=…` markers on the console
-# (ttyS0) and every result as `@@begin NAME` … `@@end NAME RC` sections on ttyS1, then power off.
+# `vmt.secs=S vmt.port=TTY [vmt.smoke=1]` on the kernel command line; out: `@@ PHASE uptime=…`
+# markers on the console and every result as `@@begin NAME` … `@@end NAME RC` sections on the
+# data port (x86_64: ttyS1, arm64: ttyAMA1), then power off. A smoke boot writes `meta` only.
 # Order matters under TCG: `check` alone, then every configuration attached at once, and only
 # then the load (spinners would starve the verifier), stopped before anything is printed.
 /bin/busybox mkdir -p /proc /sys /dev /tmp
@@ -21,11 +22,17 @@ ip link set lo up
 # run_delay is kept only with delay accounting on (5.14+ has the switch; 5.10 keeps it anyway).
 [ -e /proc/sys/kernel/task_delayacct ] && echo 1 > /proc/sys/kernel/task_delayacct
 SECS=3
+PORT=ttyS1
+SMOKE=0
 for word in $(cat /proc/cmdline); do
-  case $word in vmt.secs=*) SECS=${word#vmt.secs=} ;; esac
+  case $word in
+    vmt.secs=*) SECS=${word#vmt.secs=} ;;
+    vmt.port=*) PORT=${word#vmt.port=} ;;
+    vmt.smoke=*) SMOKE=${word#vmt.smoke=} ;;
+  esac
 done
 CPUS=$(nproc)
-exec 3> /dev/ttyS1
+exec 3> /dev/$PORT
 put() { echo "@@begin $1" >&3; cat "$2" >&3 2>/dev/null; echo "@@end $1 $3" >&3; }
 now() { read -r up _ < /proc/uptime; echo "$up"; }
 # Our programs in the kernel's symbol table (JIT'ed BPF programs are listed there by name).
@@ -37,7 +44,18 @@ progs() { grep -c ' bpf_prog_[0-9a-f]*_sched_' /proc/kallsyms; }
   echo "secs $SECS"
   echo "delayacct $(cat /proc/sys/kernel/task_delayacct 2>/dev/null || echo absent)"
   echo "jit_kallsyms $(cat /proc/sys/net/core/bpf_jit_kallsyms 2>/dev/null || echo absent)"
+  echo "machine $(uname -m)"
+  echo "btf $(wc -c < /sys/kernel/btf/vmlinux 2>/dev/null || echo absent)"
+  echo "binaries $(cd /bin && ls latency-daemon xtask 2>/dev/null | tr '\n' ' ')"
 } > /tmp/meta
+
+if [ "$SMOKE" = 1 ]; then
+  put meta /tmp/meta
+  echo "@@done" >&3
+  mark done
+  exec 3>&-
+  poweroff -f
+fi
 
 mark check
 latency-daemon check > /tmp/check.out 2>&1
@@ -97,6 +115,8 @@ echo go >&5
 i=0
 until grep -q '"finished"' /tmp/io.json && grep -q '"finished"' /tmp/spin.json; do
   i=$((i + 1)); [ $i -gt 600 ] && break
+  # A crew that is gone (no load binary for this architecture) never finishes.
+  { kill -0 $IO && kill -0 $SPIN; } 2>/dev/null || break
   sleep 0.1
 done
 mark loaded

@@ -1,22 +1,27 @@
-//! The guest's whole filesystem: in, busybox-static, the daemon and xtask binaries (the load is
-//! `xtask workload`) and the guest's init script; out, an uncompressed newc cpio archive holding
-//! them (debug info stripped), the shared libraries `ldd` lists, and its own `dev/console`, so
-//! the kernel needs no disk and no modules and no device node has to be made on the host.
+//! The guest's whole filesystem: in, its architecture, a static busybox, the daemon and xtask
+//! binaries (the load is `xtask workload`) and the guest's init script; out, an uncompressed
+//! newc cpio archive holding them, and its own `dev/console`, so the kernel needs no disk and no
+//! modules and no device node has to be made on the host. The host's own binaries go in with
+//! their debug info stripped and the shared libraries `ldd` lists; another architecture's must be
+//! static (there is no loader or libc of theirs to add) and go in as they are.
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
+use super::arch::{Arch, elf_kind};
 use crate::cmd;
 
-const BUSYBOX: &str = "/bin/busybox";
-
-/// What goes into the archive besides busybox and the libraries.
+/// What goes into the archive besides the libraries.
 #[derive(Debug)]
 pub struct Contents<'a> {
-    pub daemon: &'a Path,
-    pub xtask: &'a Path,
+    pub arch: Arch,
+    /// Static, for `arch` (`busybox::for_arch`).
+    pub busybox: &'a Path,
+    /// Installed as /bin/NAME: the daemon and xtask, where there are some (a smoke boot packs
+    /// none).
+    pub binaries: Vec<(&'static str, &'a Path)>,
     pub init: &'a str,
 }
 
@@ -30,15 +35,16 @@ pub fn build(contents: &Contents<'_>, out: &Path) -> anyhow::Result<u64> {
     }
     cpio.device("dev/console", 5, 1);
     cpio.file("init", 0o755, contents.init.as_bytes());
-    let busybox = std::fs::read(BUSYBOX).with_context(|| format!("reading {BUSYBOX} (package busybox-static)"))?;
-    if !is_static(BUSYBOX)? {
-        bail!("{BUSYBOX} is dynamically linked: install busybox-static (cargo xtask setup does)");
-    }
+    let busybox = std::fs::read(contents.busybox).with_context(|| format!("reading {}", contents.busybox.display()))?;
     cpio.file("bin/busybox", 0o755, &busybox);
     // The interpreter of /init; init.sh installs the other applets itself.
     cpio.symlink("bin/sh", "busybox");
     let mut libraries = Vec::new();
-    for (name, binary) in [("latency-daemon", contents.daemon), ("xtask", contents.xtask)] {
+    for &(name, binary) in &contents.binaries {
+        if !contents.arch.is_host() {
+            cpio.file(&format!("bin/{name}"), 0o755, &foreign(binary, contents.arch)?);
+            continue;
+        }
         let stripped = work.join(name);
         let mut strip = Command::new("objcopy");
         strip.arg("--strip-debug").arg(binary).arg(&stripped);
@@ -67,10 +73,16 @@ pub fn build(contents: &Contents<'_>, out: &Path) -> anyhow::Result<u64> {
     Ok(bytes.len() as u64)
 }
 
-fn is_static(path: &str) -> anyhow::Result<bool> {
-    let out = Command::new("ldd").arg(path).output().context("could not run ldd")?;
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    Ok(text.contains("not a dynamic executable") || text.contains("statically linked"))
+/// Another architecture's binary, if it is one for `arch` and static.
+fn foreign(binary: &Path, arch: Arch) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    match elf_kind(&bytes) {
+        Some((machine, false)) if machine == arch.elf_machine() => Ok(bytes),
+        Some((machine, true)) if machine == arch.elf_machine() => {
+            bail!("{} is dynamically linked; a {arch} guest needs a static (musl) build", binary.display())
+        }
+        _ => bail!("{} is no {arch} ELF binary", binary.display()),
+    }
 }
 
 /// The absolute paths `ldd` lists for `binary` (the loader included).
@@ -174,11 +186,11 @@ mod tests {
         assert!(bytes.len().is_multiple_of(512));
         let scratch = crate::guard::Scratch::new("runqlat-cpio-test").unwrap_or_else(|e| panic!("{e:#}"));
         std::fs::write(scratch.join("a.cpio"), &bytes).unwrap_or_else(|e| panic!("{e}"));
-        let out = Command::new(BUSYBOX)
+        let out = Command::new(super::super::busybox::HOST)
             .args(["cpio", "-t", "-v", "-F"])
             .arg(scratch.join("a.cpio"))
             .output()
-            .unwrap_or_else(|e| panic!("{BUSYBOX} (busybox-static, installed by cargo xtask setup): {e}"));
+            .unwrap_or_else(|e| panic!("/bin/busybox (busybox-static, installed by cargo xtask setup): {e}"));
         let listing = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{listing}");
         let lines: Vec<&str> = listing.lines().collect();

@@ -1,7 +1,8 @@
-//! The kernels the matrix boots: in, a list of ids (`5.10`, `6.1-rt`, …) and the cache folder;
-//! out, for each an ELF `vmlinux` and its `config`, fetched once from Debian's archive through a
-//! private apt configuration (the newest package of its suite, resolved at run time, with the
-//! probe's package as fallback) and kept extracted in the cache (the .deb is deleted).
+//! The kernels the matrix boots: in, a list of ids (`5.10`, `6.1-rt`, `6.12-arm64`, …) and the
+//! cache folder; out, for each its boot image (x86_64: the ELF `vmlinux`; arm64: the uncompressed
+//! `Image`) and its `config`, fetched once from Debian's archive through a private apt
+//! configuration per architecture (the newest package of its suite, resolved at run time, with
+//! the probe's package as fallback) and kept extracted in the cache (the .deb is deleted).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -9,6 +10,7 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
 use super::apt::{Apt, Mirrors, source_line};
+use super::arch::Arch::{self, Arm64, X86_64};
 use super::vmlinux;
 use crate::cmd;
 
@@ -18,6 +20,7 @@ pub struct Spec {
     pub id: &'static str,
     /// generic, cloud or rt.
     pub flavour: &'static str,
+    pub arch: Arch,
     /// Where it may come from, preferred first.
     pub suites: &'static [&'static str],
     /// Its packages' names after `linux-image-`: this prefix, digits, this suffix.
@@ -28,36 +31,51 @@ pub struct Spec {
 
 const PACKAGE: &str = "linux-image-";
 
-/// One kernel: id, flavour, suites (preferred first), package name after `linux-image-`
-/// (prefix, digits, suffix), and the probe's package (after `linux-image-`) and version as
-/// fallback.
+/// One kernel: id, flavour, architecture, suites (preferred first), package name after
+/// `linux-image-` (prefix, digits, suffix), and the probe's package (after `linux-image-`) and
+/// version as fallback.
 const fn entry(
     id: &'static str,
     flavour: &'static str,
+    arch: Arch,
     suites: &'static [&'static str],
     name: (&'static str, &'static str),
     fallback: (&'static str, &'static str),
 ) -> Spec {
-    Spec { id, flavour, suites, name, fallback }
+    Spec { id, flavour, arch, suites, name, fallback }
 }
 
 // bullseye-security lists rt images it does not serve (404): the download falls back to the
-// next suite, bullseye's own.
+// next suite, bullseye's own. The arm64 kernels are booted only when named (`--kernels`): under
+// TCG on an x86_64 host each guest costs about twice an x86_64 one.
 #[rustfmt::skip]
-pub const SPECS: [Spec; 8] = [
-    entry("5.10", "generic", &["bullseye-security", "bullseye"], ("5.10.0-", "-amd64-unsigned"), ("5.10.0-46-amd64-unsigned", "5.10.262-1")),
-    entry("5.10-rt", "rt", &["bullseye-security", "bullseye"], ("5.10.0-", "-rt-amd64-unsigned"), ("5.10.0-32-rt-amd64-unsigned", "5.10.223-1")),
-    entry("6.1", "generic", &["bookworm-security", "bookworm"], ("6.1.0-", "-amd64-unsigned"), ("6.1.0-57-amd64-unsigned", "6.1.192-3")),
-    entry("6.1-rt", "rt", &["bookworm-security", "bookworm"], ("6.1.0-", "-rt-amd64-unsigned"), ("6.1.0-57-rt-amd64-unsigned", "6.1.192-3")),
-    entry("6.1-cloud", "cloud", &["bookworm-security", "bookworm"], ("6.1.0-", "-cloud-amd64-unsigned"), ("6.1.0-57-cloud-amd64-unsigned", "6.1.192-3")),
-    entry("6.12", "generic", &["bookworm-security"], ("6.12.", "+deb12-amd64-unsigned"), ("6.12.118+deb12-amd64-unsigned", "6.12.118-1~deb12u1")),
-    entry("6.12-trixie", "generic", &["trixie-security", "trixie"], ("6.12.", "+deb13-amd64-unsigned"), ("6.12.118+deb13-amd64-unsigned", "6.12.118-1")),
-    entry("6.12-bpo", "generic", &["bookworm-backports"], ("6.12.", "+deb12-amd64-unsigned"), ("6.12.95+deb12-amd64-unsigned", "6.12.95-1~bpo12+1")),
+pub const SPECS: [Spec; 10] = [
+    entry("5.10", "generic", X86_64, &["bullseye-security", "bullseye"], ("5.10.0-", "-amd64-unsigned"), ("5.10.0-46-amd64-unsigned", "5.10.262-1")),
+    entry("5.10-rt", "rt", X86_64, &["bullseye-security", "bullseye"], ("5.10.0-", "-rt-amd64-unsigned"), ("5.10.0-32-rt-amd64-unsigned", "5.10.223-1")),
+    entry("6.1", "generic", X86_64, &["bookworm-security", "bookworm"], ("6.1.0-", "-amd64-unsigned"), ("6.1.0-57-amd64-unsigned", "6.1.192-3")),
+    entry("6.1-rt", "rt", X86_64, &["bookworm-security", "bookworm"], ("6.1.0-", "-rt-amd64-unsigned"), ("6.1.0-57-rt-amd64-unsigned", "6.1.192-3")),
+    entry("6.1-cloud", "cloud", X86_64, &["bookworm-security", "bookworm"], ("6.1.0-", "-cloud-amd64-unsigned"), ("6.1.0-57-cloud-amd64-unsigned", "6.1.192-3")),
+    entry("6.12", "generic", X86_64, &["bookworm-security"], ("6.12.", "+deb12-amd64-unsigned"), ("6.12.118+deb12-amd64-unsigned", "6.12.118-1~deb12u1")),
+    entry("6.12-trixie", "generic", X86_64, &["trixie-security", "trixie"], ("6.12.", "+deb13-amd64-unsigned"), ("6.12.118+deb13-amd64-unsigned", "6.12.118-1")),
+    entry("6.12-bpo", "generic", X86_64, &["bookworm-backports"], ("6.12.", "+deb12-amd64-unsigned"), ("6.12.95+deb12-amd64-unsigned", "6.12.95-1~bpo12+1")),
+    entry("6.1-arm64", "generic", Arm64, &["bookworm-security", "bookworm"], ("6.1.0-", "-arm64-unsigned"), ("6.1.0-57-arm64-unsigned", "6.1.192-3")),
+    entry("6.12-arm64", "generic", Arm64, &["bookworm-security"], ("6.12.", "+deb12-arm64-unsigned"), ("6.12.118+deb12-arm64-unsigned", "6.12.118-1~deb12u1")),
 ];
 
-/// The suites the kernel lookups need, and the mirror of each.
-fn source_lines(mirrors: &Mirrors) -> Vec<String> {
-    let mut suites: Vec<&str> = SPECS.iter().flat_map(|s| s.suites.iter().copied()).collect();
+/// The ids a plain `cargo xtask vmtest` boots: every x86_64 kernel.
+pub fn default_ids() -> Vec<String> {
+    SPECS.iter().filter(|s| s.arch == X86_64).map(|s| s.id.to_owned()).collect()
+}
+
+/// The ids of one architecture.
+pub fn ids_of(arch: Arch) -> Vec<String> {
+    SPECS.iter().filter(|s| s.arch == arch).map(|s| s.id.to_owned()).collect()
+}
+
+/// The suites one architecture's kernel lookups need, and the mirror of each.
+fn source_lines(mirrors: &Mirrors, arch: Arch) -> Vec<String> {
+    let mut suites: Vec<&str> =
+        SPECS.iter().filter(|s| s.arch == arch).flat_map(|s| s.suites.iter().copied()).collect();
     suites.sort_unstable();
     suites.dedup();
     suites
@@ -77,12 +95,15 @@ pub fn spec(id: &str) -> anyhow::Result<Spec> {
 pub struct Kernel {
     pub id: String,
     pub flavour: String,
+    /// Reports written before arm64 was booted hold x86_64 kernels only.
+    #[serde(default)]
+    pub arch: Arch,
     pub package: String,
     pub version: String,
     pub suite: String,
     /// `uname -r` of the guest, from the file names in ./boot.
     pub release: String,
-    /// How vmlinuz was compressed.
+    /// How vmlinuz was compressed (`none`: arm64's plain Image).
     pub compression: String,
     /// CONFIG_PREEMPT_RT=y in its config.
     pub preempt_rt: bool,
@@ -91,8 +112,17 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    pub fn vmlinux(&self) -> PathBuf {
-        self.dir.join("vmlinux")
+    /// What QEMU's `-kernel` gets.
+    pub fn image(&self) -> PathBuf {
+        self.dir.join(image_name(self.arch))
+    }
+}
+
+/// x86_64: the ELF vmlinux (booted through its PVH note); arm64: the raw Image.
+fn image_name(arch: Arch) -> &'static str {
+    match arch {
+        X86_64 => "vmlinux",
+        Arm64 => "Image",
     }
 }
 
@@ -125,21 +155,39 @@ pub fn natural(version: &str) -> Vec<u64> {
     version.split(|c: char| !c.is_ascii_digit()).filter_map(|d| d.parse().ok()).collect()
 }
 
-/// Every kernel in `ids`, fetched if not cached. A kernel that cannot be had fails the call.
+/// The private apt configuration for one architecture's kernels (and its busybox): the suites
+/// its kernels come from (the x86_64 one keeps the folder it always had, so its indexes stay).
+pub fn apt(arch: Arch, cache: &Path) -> anyhow::Result<Apt> {
+    let lines = source_lines(&Mirrors::of_host()?, arch);
+    match arch {
+        X86_64 => Apt::new(&cache.join("apt-kernels"), &lines),
+        other => Apt::for_arch(&cache.join(format!("apt-kernels-{}", other.debian())), &lines, other.debian()),
+    }
+}
+
+/// Every kernel in `ids`, fetched if not cached, in the order given. A kernel that cannot be
+/// had fails the call.
 pub fn fetch(ids: &[String], cache: &Path) -> anyhow::Result<Vec<Kernel>> {
     let specs = ids.iter().map(|id| spec(id)).collect::<anyhow::Result<Vec<_>>>()?;
-    let apt = Apt::new(&cache.join("apt-kernels"), &source_lines(&Mirrors::of_host()?))?;
-    // Offline with everything cached is fine; the lookup below then finds what is cached.
-    let updated = apt.update(false);
-    if let Err(e) = &updated {
-        println!("vmtest: apt-get update failed ({e:#}); using cached kernels where there are some");
-    }
-    // One lookup for all: apt-cache rebuilds its cache of every index on each call.
-    let found = apt.versions("^linux-image-.*-amd64-unsigned$").unwrap_or_default();
     let mut kernels = Vec::new();
-    for spec in specs {
-        kernels.push(fetch_one(&spec, &apt, &found, cache).with_context(|| format!("kernel {}", spec.id))?);
+    for arch in [X86_64, Arm64] {
+        if !specs.iter().any(|s| s.arch == arch) {
+            continue;
+        }
+        let apt = apt(arch, cache)?;
+        // Offline with everything cached is fine; the lookup below then finds what is cached.
+        let updated = apt.update(false);
+        if let Err(e) = &updated {
+            println!("vmtest: apt-get update ({arch}) failed ({e:#}); using cached kernels where there are some");
+        }
+        // One lookup for all: apt-cache rebuilds its cache of every index on each call.
+        let found = apt.versions(&format!("^linux-image-.*-{}-unsigned$", arch.debian())).unwrap_or_default();
+        for spec in specs.iter().filter(|s| s.arch == arch) {
+            let kernel = fetch_one(spec, &apt, &found, cache).with_context(|| format!("kernel {}", spec.id))?;
+            kernels.push(kernel);
+        }
     }
+    kernels.sort_by_key(|k| ids.iter().position(|id| *id == k.id));
     Ok(kernels)
 }
 
@@ -194,7 +242,7 @@ fn cached(slot: &Path) -> Option<Kernel> {
     let text = std::fs::read_to_string(slot.join("kernel.json")).ok()?;
     let mut kernel: Kernel = serde_json::from_str(&text).ok()?;
     kernel.dir = slot.to_owned();
-    kernel.vmlinux().is_file().then_some(kernel)
+    kernel.image().is_file().then_some(kernel)
 }
 
 fn unpack(spec: &Spec, apt: &Apt, package: &str, version: &str, suite: &str, slot: &Path) -> anyhow::Result<Kernel> {
@@ -204,7 +252,7 @@ fn unpack(spec: &Spec, apt: &Apt, package: &str, version: &str, suite: &str, slo
     let deb = apt.download(package, version, &work)?;
     let size = std::fs::metadata(&deb).map_or(0, |m| m.len());
     println!(
-        "vmtest: kernel {}: {:.0} MB in {:.0} s; unpacking ./boot and the ELF vmlinux…",
+        "vmtest: kernel {}: {:.0} MB in {:.0} s; unpacking ./boot and the boot image…",
         spec.id,
         size as f64 / 1e6,
         started.elapsed().as_secs_f64()
@@ -223,12 +271,17 @@ fn unpack(spec: &Spec, apt: &Apt, package: &str, version: &str, suite: &str, slo
     if !config.lines().any(|l| l == "CONFIG_DEBUG_INFO_BTF=y") {
         bail!("{release} is built without CONFIG_DEBUG_INFO_BTF");
     }
-    let compression = vmlinux::extract(&vmlinuz, &slot.join("vmlinux"))?;
+    let image = slot.join(image_name(spec.arch));
+    let compression = match spec.arch {
+        X86_64 => vmlinux::extract(&vmlinuz, &image)?,
+        Arm64 => vmlinux::arm64_image(&vmlinuz, &image)?,
+    };
     std::fs::write(slot.join("config"), &config)?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     let kernel = Kernel {
         id: spec.id.to_owned(),
         flavour: spec.flavour.to_owned(),
+        arch: spec.arch,
         package: package.to_owned(),
         version: version.to_owned(),
         suite: suite.to_owned(),
@@ -268,6 +321,11 @@ mod tests {
         assert!(!rt.matches("linux-image-5.10.0-32-amd64-unsigned"));
         assert!(!SPECS[2].matches("linux-image-6.1.0-0.deb11.48-amd64-unsigned"));
         assert!(spec("6.12-bpo").is_ok_and(|s| s.matches("linux-image-6.12.95+deb12-amd64-unsigned")));
+        let arm = spec("6.1-arm64").unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(
+            arm.matches("linux-image-6.1.0-57-arm64-unsigned") && !arm.matches("linux-image-6.1.0-57-amd64-unsigned")
+        );
+        assert!(!SPECS[2].matches("linux-image-6.1.0-57-arm64-unsigned"));
     }
 
     #[test]
@@ -282,5 +340,13 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), SPECS.len());
         assert!(spec("4.19").err().is_some_and(|e| e.to_string().contains("5.10-rt")));
+    }
+
+    /// A plain run boots what it always did; arm64 only when named.
+    #[test]
+    fn the_default_is_every_x86_64_kernel() {
+        assert_eq!(default_ids(), ["5.10", "5.10-rt", "6.1", "6.1-rt", "6.1-cloud", "6.12", "6.12-trixie", "6.12-bpo"]);
+        assert_eq!(ids_of(Arm64), ["6.1-arm64", "6.12-arm64"]);
+        assert!(SPECS.iter().all(|s| s.name.1.ends_with(&format!("-{}-unsigned", s.arch.debian()))));
     }
 }

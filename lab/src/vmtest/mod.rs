@@ -1,12 +1,17 @@
 //! `cargo xtask vmtest`: the daemon on the kernels fleets run. In: kernel ids, vCPUs, the
-//! daemon and xtask binaries; out: each kernel booted under QEMU with every configuration
-//! attached and judged (`guest`), `vmtest-report/` (report.md, report.json, each guest's console
-//! and data port) and docs/kernels.md's table, or the first thing that kept a guest from passing.
+//! daemon and xtask binaries (the host's for x86_64, static aarch64 builds for arm64); out, each
+//! kernel booted under QEMU with every configuration attached and judged (`guest`),
+//! `vmtest-report/` (report.md, report.json, each guest's console and data port) and
+//! docs/kernels.md's table, or the first thing that kept a guest from passing.
 //!
-//! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `initramfs`
-//! packs the guest (its /init is `init.sh`), `qemu` boots one guest under a deadline, `checks`
-//! judges what came back, `report` writes it down.
+//! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `busybox` and
+//! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
+//! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
+//! `checks` judges what came back, `report` writes it down.
 mod apt;
+mod arch;
+mod binaries;
+mod busybox;
 mod checks;
 mod guest;
 mod initramfs;
@@ -21,20 +26,23 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 pub use self::apt::{Apt, Mirrors, source_line};
+pub use self::arch::Arch;
 use self::guest::GuestResult;
 use self::qemu::Guest;
 use crate::guard::Scratch;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Kernels to boot, comma-separated (default: all): 5.10, 5.10-rt, 6.1, 6.1-rt, 6.1-cloud,
-    /// 6.12 (bookworm-security), 6.12-trixie, 6.12-bpo (bookworm-backports).
+    /// Kernels to boot, comma-separated (default: every x86_64 one): 5.10, 5.10-rt, 6.1, 6.1-rt,
+    /// 6.1-cloud, 6.12 (bookworm-security), 6.12-trixie, 6.12-bpo (bookworm-backports); arm64
+    /// only when named: 6.1-arm64, 6.12-arm64 (`arm64`: both), under qemu-system-aarch64 with
+    /// the binaries of --arm64-bins.
     #[arg(long, value_delimiter = ',')]
     pub kernels: Vec<String>,
     /// vCPUs of each guest.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cpus: u32,
-    /// One more guest on the newest kernel with this many vCPUs (0: none).
+    /// One more guest on the newest x86_64 kernel with this many vCPUs (0: none).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub wide: u32,
     /// Seconds of load in each guest.
@@ -44,6 +52,15 @@ pub struct Args {
     /// docs/kernels.md's table from it; any other folder leaves docs/kernels.md alone.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Where the arm64 guests' static aarch64 builds are: `latency-daemon` and `xtask` (the
+    /// load), as DIR/NAME or any file NAME* whose path below DIR names aarch64 (default:
+    /// target/dist). Without an xtask the arm64 guests run without load.
+    #[arg(long)]
+    pub arm64_bins: Option<PathBuf>,
+    /// Boot each kernel to its init and read its data port only (no daemon, no load, no
+    /// docs/kernels.md): the plumbing, e.g. of arm64 before there are aarch64 binaries.
+    #[arg(long)]
+    pub smoke: bool,
 }
 
 /// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
@@ -60,35 +77,75 @@ pub fn default_out() -> PathBuf {
     crate::workspace_root().join("vmtest-report")
 }
 
+/// The ids asked for, `arm64` standing for every arm64 kernel; all x86_64 ones when none are.
+fn kernel_ids(asked: &[String]) -> Vec<String> {
+    if asked.is_empty() {
+        return kernels::default_ids();
+    }
+    let mut ids = Vec::new();
+    for id in asked {
+        let more = if id == "arm64" { kernels::ids_of(Arch::Arm64) } else { vec![id.clone()] };
+        for one in more {
+            if !ids.contains(&one) {
+                ids.push(one);
+            }
+        }
+    }
+    ids
+}
+
+/// A guest's host-side deadline. Measured under TCG with 2 vCPUs: x86_64 25–45 s; more vCPUs
+/// share the same 2 host CPUs; arm64 is emulated instruction by instruction on both.
+fn deadline(arch: Arch, cpus: u32, smoke: bool) -> Duration {
+    let x86 = if smoke { 60 } else { 120 + 20 * u64::from(cpus.saturating_sub(2)) };
+    Duration::from_secs(if arch.is_host() { x86 } else { 3 * x86 })
+}
+
 pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     // Ctrl-C unwinds through the guards: no QEMU outlives us.
     let _signals = crate::guard::catch_signals();
     let started = Instant::now();
-    let ids: Vec<String> = if args.kernels.is_empty() {
-        kernels::SPECS.iter().map(|s| s.id.to_owned()).collect()
-    } else {
-        args.kernels.clone()
-    };
+    let ids = kernel_ids(&args.kernels);
     let cache = cache_dir();
     println!("vmtest: {} kernels, cache {}", ids.len(), cache.display());
     let kernels = kernels::fetch(&ids, &cache)?;
     let fetched = started.elapsed();
 
     let scratch = Scratch::new("runqlat-vmtest")?;
-    let initramfs = scratch.join("initramfs.cpio");
     let init = include_str!("init.sh");
-    let bytes = initramfs::build(&initramfs::Contents { daemon, xtask, init }, &initramfs)?;
-    println!("vmtest: initramfs {:.1} MB (busybox, latency-daemon, xtask, their libraries)", bytes as f64 / 1e6);
-
-    let newest = kernels.iter().max_by_key(|k| kernels::natural(&k.release)).context("no kernel to boot")?;
-    let accel = qemu::choose_accel(newest, &initramfs, scratch.path())?;
-    println!("vmtest: accelerator {}: {}", accel.name, accel.why);
+    let arm64_bins = args.arm64_bins.clone().unwrap_or_else(|| crate::workspace_root().join("target/dist"));
+    let mut archs: Vec<Arch> = kernels.iter().map(|k| k.arch).collect();
+    archs.sort_by_key(|a| !a.is_host());
+    archs.dedup();
+    // Per architecture, the host's first: its initramfs and accelerator.
+    let mut setups: Vec<(Arch, PathBuf, qemu::Accel)> = Vec::new();
+    for arch in archs {
+        let binaries = if args.smoke { Vec::new() } else { binaries::for_arch(arch, [daemon, xtask], &arm64_bins)? };
+        let busybox = busybox::for_arch(arch, &cache)?;
+        let path = scratch.join(&format!("initramfs-{arch}.cpio"));
+        let contents = initramfs::Contents {
+            arch,
+            busybox: &busybox,
+            binaries: binaries.iter().map(|(name, path)| (*name, path.as_path())).collect(),
+            init,
+        };
+        let bytes = initramfs::build(&contents, &path)?;
+        let names: Vec<String> = std::iter::once("busybox".to_owned())
+            .chain(binaries.iter().map(|(n, p)| format!("{n} ({})", p.display())))
+            .collect();
+        println!("vmtest: {arch} initramfs {:.1} MB: {}", bytes as f64 / 1e6, names.join(", "));
+        let newest = kernels.iter().filter(|k| k.arch == arch).max_by_key(|k| kernels::natural(&k.release));
+        let chosen = qemu::choose_accel(newest.context("no kernel to boot")?, &path, scratch.path())?;
+        println!("vmtest: {arch}: accelerator {}: {}", chosen.name, chosen.why);
+        setups.push((arch, path, chosen));
+    }
 
     let out = args.out.clone().unwrap_or_else(default_out);
     let guests_dir = out.join("guests");
     let _ = std::fs::remove_dir_all(&guests_dir);
     let mut plan: Vec<(&kernels::Kernel, u32)> = kernels.iter().map(|k| (k, args.cpus)).collect();
-    if args.wide > 0 {
+    let newest_host = kernels.iter().filter(|k| k.arch.is_host()).max_by_key(|k| kernels::natural(&k.release));
+    if let Some(newest) = newest_host.filter(|_| args.wide > 0 && !args.smoke) {
         plan.push((newest, args.wide));
     }
     let matrix = Instant::now();
@@ -96,32 +153,38 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     for (n, (kernel, cpus)) in plan.iter().enumerate() {
         let label = format!("{} ({} vCPUs)", kernel.id, cpus);
         println!("vmtest: [{}/{}] {label}: {} {}", n + 1, plan.len(), kernel.package, kernel.version);
+        let (_, initramfs, accel) =
+            setups.iter().find(|(arch, _, _)| *arch == kernel.arch).context("every architecture was set up")?;
         let guest = Guest {
             kernel,
-            initramfs: &initramfs,
+            initramfs,
             cpus: *cpus,
             accel: &accel.name,
-            append: format!("vmt.secs={}", args.secs),
+            append: format!("vmt.secs={}{}", args.secs, if args.smoke { " vmt.smoke=1" } else { "" }),
             dir: guests_dir.join(format!("{}-{cpus}cpu", kernel.id)),
-            // Measured: 25–45 s for 2 vCPUs under TCG; more vCPUs share the same 2 host CPUs.
-            deadline: Duration::from_secs(120 + 20 * u64::from(cpus.saturating_sub(2))),
+            deadline: deadline(kernel.arch, *cpus, args.smoke),
             done: "@@ done",
         };
-        let result =
-            guest::run(&guest, &mut |t, line| println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ ")))?;
+        let result = guest::run(&guest, args.smoke, &mut |t, line| {
+            println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ "));
+        })?;
         println!("vmtest:   {}", report::one_line(&result));
         results.push(result);
     }
+    // The report's accelerator is the host architecture's when it booted any (the table's
+    // column says each guest's own).
+    let accel = setups.into_iter().next().map(|(_, _, accel)| accel).context("no guest booted")?;
     let report = report::Report {
         accel,
         cpus: args.cpus,
         secs: args.secs,
+        smoke: args.smoke,
         fetch_s: fetched.as_secs_f64(),
         matrix_s: matrix.elapsed().as_secs_f64(),
         guests: results,
     };
     report::write(&report, &out)?;
-    if args.out.is_none() {
+    if args.out.is_none() && !args.smoke {
         report::update_readme(&report, &crate::workspace_root().join("docs/kernels.md"))?;
     }
     println!(
@@ -136,4 +199,16 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         bail!("failed on {}; see {}", failed.join(", "), out.join("report.md").display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arm64_names_both_and_nothing_twice() {
+        let asked = |list: &[&str]| kernel_ids(&list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(asked(&[]), kernels::default_ids());
+        assert_eq!(asked(&["6.1", "arm64", "6.12-arm64"]), ["6.1", "6.1-arm64", "6.12-arm64"]);
+    }
 }

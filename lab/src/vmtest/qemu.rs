@@ -1,4 +1,5 @@
-//! One guest under QEMU: in, a kernel, the initramfs, vCPUs and an accelerator; out, its console
+//! One guest under QEMU: in, a kernel (of either `Arch`), the initramfs, vCPUs and an
+//! accelerator; out, its console
 //! lines time-stamped from QEMU's start, the data port's text and how it ended — within a
 //! host-side deadline, after which our QEMU (and only ours) is killed. Also: whether KVM really
 //! works here (having /dev/kvm is not enough: kvm_pvm accepts `-accel kvm`, crawls, then pauses
@@ -12,8 +13,6 @@ use serde::{Deserialize, Serialize};
 
 use super::kernels::Kernel;
 use crate::guard::{Lines, Proc, check_interrupted};
-
-pub const QEMU: &str = "qemu-system-x86_64";
 
 /// The accelerator the matrix uses, and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,17 +64,23 @@ impl Boot {
 /// each `@@` marker line as it comes.
 pub fn boot(guest: &Guest<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<Boot> {
     std::fs::create_dir_all(&guest.dir).with_context(|| format!("creating {}", guest.dir.display()))?;
-    let data = guest.dir.join("ttyS1.txt");
+    let arch = guest.kernel.arch;
+    let (console, port) = arch.ports();
+    let data = guest.dir.join(format!("{port}.txt"));
     let memory = 1024 + 128 * guest.cpus;
-    let mut qemu = Command::new(QEMU);
-    qemu.args(["-nodefaults", "-no-user-config", "-display", "none", "-machine", "q35", "-no-reboot"])
-        .args(["-accel", guest.accel, "-cpu", if guest.accel == "kvm" { "host" } else { "max" }])
+    let mut qemu = Command::new(arch.qemu());
+    qemu.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
+        .args(arch.machine(guest.accel))
+        .args(["-accel", guest.accel])
         .args(["-smp", &guest.cpus.to_string(), "-m", &memory.to_string()])
         .arg("-kernel")
-        .arg(guest.kernel.vmlinux())
+        .arg(guest.kernel.image())
         .arg("-initrd")
         .arg(guest.initramfs)
-        .args(["-append", &format!("console=ttyS0 panic=-1 oops=panic loglevel=4 {}", guest.append)])
+        .args([
+            "-append",
+            &format!("console={console} panic=-1 oops=panic loglevel=4 vmt.port={port} {}", guest.append),
+        ])
         .args(["-serial", "stdio", "-serial"])
         .arg(format!("file:{}", data.display()))
         .stdin(Stdio::null())
@@ -129,8 +134,11 @@ pub fn boot(guest: &Guest<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::R
 }
 
 /// KVM when the CPU offers hardware virtualisation and a test boot of `kernel` reaches init in
-/// 30 s; TCG otherwise.
+/// 30 s; TCG otherwise, and always for another architecture's kernel.
 pub fn choose_accel(kernel: &Kernel, initramfs: &Path, dir: &Path) -> anyhow::Result<Accel> {
+    if !kernel.arch.is_host() {
+        return Ok(Accel { name: "tcg".into(), why: format!("{} guests on this host: emulated", kernel.arch) });
+    }
     if !Path::new("/dev/kvm").exists() {
         return Ok(Accel { name: "tcg".into(), why: "no /dev/kvm".into() });
     }

@@ -15,6 +15,9 @@ pub struct Report {
     pub accel: Accel,
     pub cpus: u32,
     pub secs: u32,
+    /// Booted to init and the data port only (`--smoke`).
+    #[serde(default)]
+    pub smoke: bool,
     pub fetch_s: f64,
     pub matrix_s: f64,
     pub guests: Vec<GuestResult>,
@@ -96,6 +99,11 @@ fn markdown(report: &Report) -> String {
          Matrix {:.0} s, kernels fetched/checked in {:.0} s.\n\n",
         report.accel.name, report.accel.why, report.secs, report.cpus, report.matrix_s, report.fetch_s
     );
+    if report.smoke {
+        out.push_str(
+            "**Smoke boots** (`--smoke`): each guest booted to its init and wrote its data port; no daemon ran.\n\n",
+        );
+    }
     out.push_str(&table(report));
     out.push_str("\n## Configurations\n\n| column | what the kernel program has on |\n|---|---|\n");
     for c in CONFIGS {

@@ -1,6 +1,8 @@
 //! A Debian `vmlinuz` (bzImage) in, the ELF `vmlinux` inside it out, so QEMU can boot it through
 //! its PVH note: under TCG that skips SeaBIOS, real mode and the emulated decompressor (≈5 s per
 //! boot). The payload is found through the setup header, not by scanning for magic bytes.
+//! arm64's `vmlinuz` is the kernel's `Image` itself (gzip'd in some releases): out, the raw
+//! Image, checked by its header's magic, which QEMU loads and enters directly.
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -69,6 +71,33 @@ pub fn extract(vmlinuz: &Path, out: &Path) -> anyhow::Result<&'static str> {
     Ok(name)
 }
 
+/// arm64's Image header: `ARM\x64` at offset 0x38.
+fn is_arm64_image(bytes: &[u8]) -> bool {
+    bytes.get(0x38..0x3c) == Some(b"ARM\x64")
+}
+
+/// Writes the raw arm64 `Image` in `vmlinuz` (itself, or gunzipped) to `out`; returns how it was
+/// compressed.
+pub fn arm64_image(vmlinuz: &Path, out: &Path) -> anyhow::Result<&'static str> {
+    let image = std::fs::read(vmlinuz).with_context(|| format!("reading {}", vmlinuz.display()))?;
+    if is_arm64_image(&image) {
+        std::fs::write(out, &image).with_context(|| format!("writing {}", out.display()))?;
+        return Ok("none");
+    }
+    let Some((name, tool)) = decompressor(&image) else {
+        bail!("{}: neither an arm64 Image nor a compressed one we know", vmlinuz.display());
+    };
+    let target = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let status = Command::new(tool).args(["-d", "-c"]).arg(vmlinuz).stdout(target).stderr(Stdio::null()).status();
+    status.with_context(|| format!("could not run {tool} (cargo xtask setup installs it)"))?;
+    let head = std::fs::read(out).map(|b| b.get(..0x40).map(<[u8]>::to_vec)).unwrap_or_default();
+    if !head.as_deref().is_some_and(is_arm64_image) {
+        let _ = std::fs::remove_file(out);
+        bail!("{}: the {name} stream did not decompress to an arm64 Image", vmlinuz.display());
+    }
+    Ok(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +146,21 @@ mod tests {
         let kind = extract(&scratch.join("vmlinuz"), &scratch.join("vmlinux")).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(kind, "gzip");
         assert_eq!(std::fs::read(scratch.join("vmlinux")).unwrap_or_default(), elf);
+    }
+
+    #[test]
+    fn arm64_images_plain_or_gzipped() {
+        let scratch = crate::guard::Scratch::new("runqlat-image-test").unwrap_or_else(|e| panic!("{e:#}"));
+        let mut image = vec![0u8; 0x100];
+        image[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        std::fs::write(scratch.join("plain"), &image).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(arm64_image(&scratch.join("plain"), &scratch.join("out")).ok(), Some("none"));
+        assert_eq!(std::fs::read(scratch.join("out")).unwrap_or_default(), image);
+        let gz = Command::new("gzip").arg("-c").arg(scratch.join("plain")).output().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(scratch.join("gz"), &gz.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(arm64_image(&scratch.join("gz"), &scratch.join("out2")).ok(), Some("gzip"));
+        assert_eq!(std::fs::read(scratch.join("out2")).unwrap_or_default(), image);
+        std::fs::write(scratch.join("junk"), [0u8; 0x100]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(arm64_image(&scratch.join("junk"), &scratch.join("out3")).is_err());
     }
 }
