@@ -1,23 +1,44 @@
 //! What the guest runs besides busybox: in, an architecture, the host's own daemon and xtask, and
-//! the folder where another architecture's builds are; out, the (name in /bin, file) pairs to
-//! pack — the host's for x86_64; for arm64 static aarch64 ones found in that folder — or an error
-//! that says what is missing and how to get past it.
+//! the folder where another architecture's builds are; out, the files to pack into /bin — the
+//! host's for x86_64; for arm64 a static aarch64 daemon found in that folder, and as the load an
+//! aarch64 xtask from there too or else the host's under `qemu-x86_64` — or an error that says
+//! what is missing and how to get past it.
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
 use super::arch::{Arch, elf_kind};
+use super::unpacked;
 
 pub const DAEMON: &str = "latency-daemon";
 /// `xtask workload` is the guest's load.
 pub const XTASK: &str = "xtask";
 
-/// The binaries a guest of `arch` gets. For another architecture the daemon must be found; a
-/// missing xtask only warns (the guest then runs without load, and the checks that need it say
-/// so).
-pub fn for_arch(arch: Arch, host: [&Path; 2], dir: &Path) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
+/// A guest's /bin besides busybox.
+#[derive(Debug, Default)]
+pub struct Binaries {
+    /// (name in /bin, file): a host binary (packed with its libraries) or a static one of the
+    /// guest's architecture.
+    pub files: Vec<(String, PathBuf)>,
+    /// (name in /bin, text): shell wrappers.
+    pub scripts: Vec<(String, String)>,
+    /// What runs `xtask workload`, for the report.
+    pub load: String,
+    /// The load is the host's xtask under qemu-x86_64.
+    pub emulated: bool,
+}
+
+/// The binaries a guest of `arch` gets. For another architecture the daemon must be found; the
+/// load is an xtask of that architecture if there is one, else the host's, emulated.
+pub fn for_arch(arch: Arch, host: [&Path; 2], dir: &Path, cache: &Path) -> anyhow::Result<Binaries> {
+    let [daemon, xtask] = host;
     if arch.is_host() {
-        return Ok(vec![(DAEMON, host[0].to_owned()), (XTASK, host[1].to_owned())]);
+        return Ok(Binaries {
+            files: vec![(DAEMON.into(), daemon.to_owned()), (XTASK.into(), xtask.to_owned())],
+            scripts: Vec::new(),
+            load: format!("{XTASK} ({arch})"),
+            emulated: false,
+        });
     }
     let Some(daemon) = find(dir, DAEMON, arch) else {
         bail!(
@@ -26,15 +47,21 @@ pub fn for_arch(arch: Arch, host: [&Path; 2], dir: &Path) -> anyhow::Result<Vec<
             dir.display()
         );
     };
-    let mut found = vec![(DAEMON, daemon)];
-    match find(dir, XTASK, arch) {
-        Some(xtask) => found.push((XTASK, xtask)),
-        None => println!(
-            "vmtest: no static {arch} `{XTASK}` under {}: the {arch} guests run without load, so their load checks \
-             (sleepers, run_delay, the sleepers' cgroup) fail",
-            dir.display()
-        ),
+    let mut found = Binaries { files: vec![(DAEMON.into(), daemon)], ..Binaries::default() };
+    if let Some(native) = find(dir, XTASK, arch) {
+        found.files.push((XTASK.into(), native));
+        found.load = format!("{XTASK} ({arch})");
+        return Ok(found);
     }
+    // The load only has to make threads wait and report what they did: the host's build does that
+    // as well under user-mode emulation (each guest thread is a thread of the guest's kernel).
+    let qemu = unpacked::qemu_x86_64(arch, cache)?;
+    found.files.push(("qemu-x86_64".into(), qemu));
+    found.files.push((format!("{XTASK}.x86_64"), xtask.to_owned()));
+    found.scripts.push((XTASK.into(), format!("#!/bin/sh\nexec /bin/qemu-x86_64 /bin/{XTASK}.x86_64 \"$@\"\n")));
+    found.load = format!("the host's {XTASK} (x86_64) under qemu-x86_64: no {arch} {XTASK} under {}", dir.display());
+    found.emulated = true;
+    println!("vmtest: {arch} load: {}", found.load);
     Ok(found)
 }
 
@@ -98,7 +125,7 @@ mod tests {
         assert!(found.is_some_and(|p| p.ends_with("aarch64-unknown-linux-musl/latency-daemon")));
         write("xtask-aarch64-unknown-linux-musl", &elf(183));
         assert!(find(dir, XTASK, Arch::Arm64).is_some());
-        let missing = for_arch(Arch::Arm64, [dir, dir], &dir.join("nowhere"));
+        let missing = for_arch(Arch::Arm64, [dir, dir], &dir.join("nowhere"), dir);
         assert!(missing.err().is_some_and(|e| e.to_string().contains("--smoke")));
     }
 }

@@ -83,10 +83,19 @@ pub struct GuestResult {
     /// The console's last lines when the guest did not finish.
     #[serde(default)]
     pub console_tail: Vec<String>,
+    /// What ran `xtask workload` (arm64: an aarch64 build, or the host's under qemu-x86_64).
+    #[serde(default)]
+    pub load: String,
 }
 
 /// Boots `guest` (twice at most) and judges what it produced.
-pub fn run(guest: &Guest<'_>, smoke: bool, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<GuestResult> {
+/// `smoke`: judge the boot only; `emulated_load`: the load runs under user-mode emulation.
+pub fn run(
+    guest: &Guest<'_>,
+    smoke: bool,
+    emulated_load: bool,
+    progress: &mut dyn FnMut(f64, &str),
+) -> anyhow::Result<GuestResult> {
     let mut boot = qemu::boot(guest, progress)?;
     let mut attempts = 1;
     let mut retried = None;
@@ -99,7 +108,11 @@ pub fn run(guest: &Guest<'_>, smoke: bool, progress: &mut dyn FnMut(f64, &str)) 
         boot = qemu::boot(guest, progress)?;
     }
     std::fs::write(guest.dir.join("console.txt"), console_text(&boot))?;
-    Ok(if smoke { judge_smoke(guest, &boot, attempts, retried) } else { judge(guest, &boot, attempts, retried) })
+    Ok(if smoke {
+        judge_smoke(guest, &boot, attempts, retried)
+    } else {
+        judge(guest, &boot, attempts, retried, emulated_load)
+    })
 }
 
 /// A smoke boot: init ran, and the data port brought back this kernel's release, its machine
@@ -151,6 +164,7 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         checks: list,
         ok,
         console_tail: if ok { Vec::new() } else { tail(boot) },
+        load: String::new(),
     }
 }
 
@@ -243,7 +257,7 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
     }
 }
 
-fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>) -> GuestResult {
+fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>, emulated_load: bool) -> GuestResult {
     let data = Sections::parse(&boot.data);
     let text = |name: &str| data.text(name);
     let rc = |name: &str| data.rc(name);
@@ -251,7 +265,13 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
     let check_out = text("check");
     let field = |prefix: &str| check_out.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned());
     let mut load = Load::parse(text("workload-io"), text("workload-spin"), text("schedstat"));
-    load.sleeps_block = guest.cpus as usize <= crate::workload::cpus();
+    load.sleeps_unjudged = if guest.cpus as usize > crate::workload::cpus() {
+        Some("vCPUs outnumber host CPUs")
+    } else if emulated_load {
+        Some("the load runs under qemu-x86_64, whose own locks block its threads too")
+    } else {
+        None
+    };
     let record = Recording::parse(text("record.out"), "monotonic").ok();
     let sleepers_seen = record.as_ref().map(|r| {
         r.tasks.iter().filter(|t| t.pid == load.sleepers_pid && t.pid != 0).map(|t| t.delay_count).sum::<u64>()
@@ -314,6 +334,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>)
         checks: list,
         ok,
         console_tail: tail,
+        load: String::new(),
     }
 }
 

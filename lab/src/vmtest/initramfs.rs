@@ -1,9 +1,10 @@
 //! The guest's whole filesystem: in, its architecture, a static busybox, the daemon and xtask
-//! binaries (the load is `xtask workload`) and the guest's init script; out, an uncompressed
-//! newc cpio archive holding them, and its own `dev/console`, so the kernel needs no disk and no
-//! modules and no device node has to be made on the host. The host's own binaries go in with
-//! their debug info stripped and the shared libraries `ldd` lists; another architecture's must be
-//! static (there is no loader or libc of theirs to add) and go in as they are.
+//! binaries (the load is `xtask workload`; `binaries` chooses them) and the guest's init script;
+//! out, an uncompressed newc cpio archive holding them, and its own `dev/console`, so the kernel
+//! needs no disk and no modules and no device node has to be made on the host. The host's own
+//! binaries go in with their debug info stripped and the shared libraries `ldd` lists; another
+//! architecture's must be static (there is no loader or libc of theirs to add) and go in as they
+//! are.
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,6 +12,7 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 
 use super::arch::{Arch, elf_kind};
+use super::binaries::Binaries;
 use crate::cmd;
 
 /// What goes into the archive besides the libraries.
@@ -19,9 +21,8 @@ pub struct Contents<'a> {
     pub arch: Arch,
     /// Static, for `arch` (`busybox::for_arch`).
     pub busybox: &'a Path,
-    /// Installed as /bin/NAME: the daemon and xtask, where there are some (a smoke boot packs
-    /// none).
-    pub binaries: Vec<(&'static str, &'a Path)>,
+    /// Installed in /bin: the daemon and xtask, where there are some (a smoke boot packs none).
+    pub binaries: &'a Binaries,
     pub init: &'a str,
 }
 
@@ -40,8 +41,11 @@ pub fn build(contents: &Contents<'_>, out: &Path) -> anyhow::Result<u64> {
     // The interpreter of /init; init.sh installs the other applets itself.
     cpio.symlink("bin/sh", "busybox");
     let mut libraries = Vec::new();
-    for &(name, binary) in &contents.binaries {
-        if !contents.arch.is_host() {
+    for (name, text) in &contents.binaries.scripts {
+        cpio.file(&format!("bin/{name}"), 0o755, text.as_bytes());
+    }
+    for (name, binary) in &contents.binaries.files {
+        if !is_host_binary(binary)? {
             cpio.file(&format!("bin/{name}"), 0o755, &foreign(binary, contents.arch)?);
             continue;
         }
@@ -71,6 +75,13 @@ pub fn build(contents: &Contents<'_>, out: &Path) -> anyhow::Result<u64> {
         .with_context(|| format!("writing {}", out.display()))?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     Ok(bytes.len() as u64)
+}
+
+/// Whether `binary` is built for the host (then `objcopy` and `ldd` understand it).
+fn is_host_binary(binary: &Path) -> anyhow::Result<bool> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let host = if cfg!(target_arch = "x86_64") { Arch::X86_64 } else { Arch::Arm64 };
+    Ok(elf_kind(&bytes).is_some_and(|(machine, _)| machine == host.elf_machine()))
 }
 
 /// Another architecture's binary, if it is one for `arch` and static.
@@ -186,7 +197,7 @@ mod tests {
         assert!(bytes.len().is_multiple_of(512));
         let scratch = crate::guard::Scratch::new("runqlat-cpio-test").unwrap_or_else(|e| panic!("{e:#}"));
         std::fs::write(scratch.join("a.cpio"), &bytes).unwrap_or_else(|e| panic!("{e}"));
-        let out = Command::new(super::super::busybox::HOST)
+        let out = Command::new(super::super::unpacked::HOST_BUSYBOX)
             .args(["cpio", "-t", "-v", "-F"])
             .arg(scratch.join("a.cpio"))
             .output()

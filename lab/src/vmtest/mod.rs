@@ -4,20 +4,20 @@
 //! `vmtest-report/` (report.md, report.json, each guest's console and data port) and
 //! docs/kernels.md's table, or the first thing that kept a guest from passing.
 //!
-//! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `busybox` and
+//! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `unpacked` and
 //! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
 //! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
 //! `checks` judges what came back, `report` writes it down.
 mod apt;
 mod arch;
 mod binaries;
-mod busybox;
 mod checks;
 mod guest;
 mod initramfs;
 mod kernels;
 mod qemu;
 mod report;
+mod unpacked;
 mod vmlinux;
 
 use std::path::{Path, PathBuf};
@@ -54,7 +54,7 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// Where the arm64 guests' static aarch64 builds are: `latency-daemon` and `xtask` (the
     /// load), as DIR/NAME or any file NAME* whose path below DIR names aarch64 (default:
-    /// target/dist). Without an xtask the arm64 guests run without load.
+    /// target/dist). Without an aarch64 xtask the guests run this one under qemu-x86_64.
     #[arg(long)]
     pub arm64_bins: Option<PathBuf>,
     /// Boot each kernel to its init and read its data port only (no daemon, no load, no
@@ -118,26 +118,26 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     archs.sort_by_key(|a| !a.is_host());
     archs.dedup();
     // Per architecture, the host's first: its initramfs and accelerator.
-    let mut setups: Vec<(Arch, PathBuf, qemu::Accel)> = Vec::new();
+    let mut setups: Vec<(Arch, PathBuf, qemu::Accel, binaries::Binaries)> = Vec::new();
     for arch in archs {
-        let binaries = if args.smoke { Vec::new() } else { binaries::for_arch(arch, [daemon, xtask], &arm64_bins)? };
-        let busybox = busybox::for_arch(arch, &cache)?;
-        let path = scratch.join(&format!("initramfs-{arch}.cpio"));
-        let contents = initramfs::Contents {
-            arch,
-            busybox: &busybox,
-            binaries: binaries.iter().map(|(name, path)| (*name, path.as_path())).collect(),
-            init,
+        let binaries = if args.smoke {
+            binaries::Binaries::default()
+        } else {
+            binaries::for_arch(arch, [daemon, xtask], &arm64_bins, &cache)?
         };
+        let busybox = unpacked::busybox(arch, &cache)?;
+        let path = scratch.join(&format!("initramfs-{arch}.cpio"));
+        let contents = initramfs::Contents { arch, busybox: &busybox, binaries: &binaries, init };
         let bytes = initramfs::build(&contents, &path)?;
         let names: Vec<String> = std::iter::once("busybox".to_owned())
-            .chain(binaries.iter().map(|(n, p)| format!("{n} ({})", p.display())))
+            .chain(binaries.files.iter().map(|(n, p)| format!("{n} ({})", p.display())))
+            .chain(binaries.scripts.iter().map(|(n, _)| format!("{n} (a script)")))
             .collect();
         println!("vmtest: {arch} initramfs {:.1} MB: {}", bytes as f64 / 1e6, names.join(", "));
         let newest = kernels.iter().filter(|k| k.arch == arch).max_by_key(|k| kernels::natural(&k.release));
         let chosen = qemu::choose_accel(newest.context("no kernel to boot")?, &path, scratch.path())?;
         println!("vmtest: {arch}: accelerator {}: {}", chosen.name, chosen.why);
-        setups.push((arch, path, chosen));
+        setups.push((arch, path, chosen, binaries));
     }
 
     let out = args.out.clone().unwrap_or_else(default_out);
@@ -153,8 +153,8 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     for (n, (kernel, cpus)) in plan.iter().enumerate() {
         let label = format!("{} ({} vCPUs)", kernel.id, cpus);
         println!("vmtest: [{}/{}] {label}: {} {}", n + 1, plan.len(), kernel.package, kernel.version);
-        let (_, initramfs, accel) =
-            setups.iter().find(|(arch, _, _)| *arch == kernel.arch).context("every architecture was set up")?;
+        let (_, initramfs, accel, binaries) =
+            setups.iter().find(|setup| setup.0 == kernel.arch).context("every architecture was set up")?;
         let guest = Guest {
             kernel,
             initramfs,
@@ -165,15 +165,16 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
             deadline: deadline(kernel.arch, *cpus, args.smoke),
             done: "@@ done",
         };
-        let result = guest::run(&guest, args.smoke, &mut |t, line| {
+        let mut result = guest::run(&guest, args.smoke, binaries.emulated, &mut |t, line| {
             println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ "));
         })?;
+        result.load.clone_from(&binaries.load);
         println!("vmtest:   {}", report::one_line(&result));
         results.push(result);
     }
     // The report's accelerator is the host architecture's when it booted any (the table's
     // column says each guest's own).
-    let accel = setups.into_iter().next().map(|(_, _, accel)| accel).context("no guest booted")?;
+    let accel = setups.into_iter().next().map(|setup| setup.2).context("no guest booted")?;
     let report = report::Report {
         accel,
         cpus: args.cpus,
