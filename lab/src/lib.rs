@@ -38,6 +38,7 @@ pub mod grafana;
 pub mod guard;
 pub mod logs;
 pub mod oracle;
+pub mod package;
 pub mod recorder;
 pub mod recording;
 pub mod seccomp;

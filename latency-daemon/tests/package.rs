@@ -1,0 +1,352 @@
+//! The release artifacts (`latency_lab::package`) built and checked as a user's tools check them.
+//! In: the static binaries in target/dist/ (`latency-daemon-<version>-{x86_64,aarch64}-linux-musl`)
+//! when both are there, else target/release/latency-daemon (or this test's own daemon) standing in
+//! for both architectures. Out: the .deb's fields, contents and scripts, lintian, install / remove /
+//! purge in a scratch bookworm root; the OCI index's platforms and annotations, `ctr images import`,
+//! `podman load`, and the amd64 image run as the DaemonSet declares (static binaries only: a
+//! dynamic stand-in has no C library in the image); the SBOM against cargo's own crate list; and
+//! that two builds of one commit are the same bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use latency_lab::package::{self, Arch, Binary, Release, deb, oci, rootfs::Rootfs, runtimes, sbom};
+use serde_json::Value;
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+/// A stand-in for the project's published source (there is none yet), so every annotation is set.
+const SOURCE: &str = "https://example.org/latency-daemon";
+
+struct Artifacts {
+    release: Release,
+    binaries: Vec<Binary>,
+    /// The binaries are target/dist's static builds (not stand-ins).
+    real: bool,
+    debs: Vec<(Arch, PathBuf)>,
+    sboms: Vec<(Arch, PathBuf)>,
+    image: oci::Image,
+}
+
+fn root() -> PathBuf {
+    latency_lab::workspace_root()
+}
+
+/// target/dist's static binaries when both exist, else one binary standing in for both.
+fn binaries(release: &Release) -> (Vec<Binary>, bool) {
+    let dist =
+        |arch: Arch| root().join(format!("target/dist/latency-daemon-{}-{}-linux-musl", release.version, arch.uname()));
+    if Arch::ALL.iter().all(|a| dist(*a).is_file()) {
+        let checked = Arch::ALL.iter().map(|a| Binary::checked(&dist(*a), *a).unwrap_or_else(|e| panic!("{e:#}")));
+        return (checked.collect(), true);
+    }
+    let release_build = root().join("target/release/latency-daemon");
+    let stand_in = if release_build.is_file() { release_build } else { PathBuf::from(DAEMON) };
+    eprintln!("package: no static binaries in target/dist; {} stands in for both", stand_in.display());
+    (Arch::ALL.iter().map(|a| Binary::stand_in(&stand_in, *a)).collect(), false)
+}
+
+/// Every artifact, built once into `out`.
+fn build(out: &Path) -> Artifacts {
+    let mut release = Release::from_checkout(&root()).unwrap_or_else(|e| panic!("{e:#}"));
+    release.source = Some(SOURCE.to_owned());
+    let (binaries, real) = binaries(&release);
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).unwrap();
+    let mut debs = Vec::new();
+    let mut sboms = Vec::new();
+    for binary in &binaries {
+        let sbom = out.join(format!("latency-daemon-{}-{}.cdx.json", release.version, binary.arch));
+        sbom::write(&sbom, &root(), binary, &release).unwrap_or_else(|e| panic!("sbom {}: {e:#}", binary.arch));
+        let deb =
+            deb::build(out, binary, &release, &sbom, &root()).unwrap_or_else(|e| panic!("deb {}: {e:#}", binary.arch));
+        debs.push((binary.arch, deb));
+        sboms.push((binary.arch, sbom));
+    }
+    let image = oci::build(out, &binaries, &release, &root()).unwrap_or_else(|e| panic!("oci: {e:#}"));
+    Artifacts { release, binaries, real, debs, sboms, image }
+}
+
+fn artifacts() -> &'static Artifacts {
+    static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
+    ARTIFACTS.get_or_init(|| build(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("package")))
+}
+
+fn deb_of(arch: Arch) -> &'static Path {
+    &artifacts().debs.iter().find(|(a, _)| *a == arch).unwrap().1
+}
+
+#[test]
+fn each_deb_holds_the_daemon_its_unit_conffile_and_docs() {
+    let a = artifacts();
+    for (arch, deb) in &a.debs {
+        let fields = deb::fields(deb).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(fields["Package"], "latency-daemon");
+        assert_eq!(fields["Version"], format!("{}-{}", a.release.version, deb::REVISION));
+        assert_eq!(fields["Architecture"], arch.debian());
+        assert_eq!(fields["Homepage"], SOURCE);
+        assert!(fields["Maintainer"].contains('@'), "{fields:?}");
+        assert!(fields["Description"].lines().count() > 3, "a synopsis and a long description: {fields:?}");
+        assert!(!fields.contains_key("Depends"), "a static binary depends on nothing: {fields:?}");
+        let installed: u64 = fields["Installed-Size"].parse().unwrap();
+        let binary = std::fs::metadata(&a.binaries.iter().find(|b| b.arch == *arch).unwrap().path).unwrap().len();
+        assert!(installed >= binary / 1024, "Installed-Size {installed} KiB < the binary's {binary} bytes");
+
+        let contents = deb::contents(deb).unwrap_or_else(|e| panic!("{e:#}"));
+        let mode = |path: &str| contents.iter().find(|e| e.path == path).map(|e| e.mode.as_str());
+        assert!(contents.iter().all(|e| e.owner == "root/root"), "{contents:?}");
+        assert_eq!(mode("/usr/bin/latency-daemon"), Some("-rwxr-xr-x"));
+        assert_eq!(mode(deb::CONFFILE), Some("-rw-r--r--"));
+        assert_eq!(mode(deb::UNIT), Some("-rw-r--r--"));
+        for doc in
+            ["copyright", "changelog.Debian.gz", "changelog.gz", "README.md.gz", "docs/design.md.gz", deb::SBOM_NAME]
+        {
+            assert_eq!(mode(&format!("/usr/share/doc/latency-daemon/{doc}")), Some("-rw-r--r--"), "{doc}");
+        }
+        assert!(contents.iter().all(|e| !e.path.starts_with("/usr/local")), "nothing under /usr/local: {contents:?}");
+
+        assert_eq!(deb::control_file(deb, "conffiles").unwrap().trim(), deb::CONFFILE);
+        let postinst = deb::control_file(deb, "postinst").unwrap();
+        assert!(postinst.contains("deb-systemd-helper enable") && postinst.contains("deb-systemd-invoke"));
+        assert!(deb::control_file(deb, "postrm").unwrap().contains("deb-systemd-helper purge"));
+        assert!(deb::control_file(deb, "prerm").unwrap().contains("deb-systemd-invoke stop"));
+    }
+}
+
+/// lintian (Debian 12's) on each package: nothing but the overrides deploy/debian/lintian-overrides
+/// gives reasons for.
+#[test]
+fn each_deb_is_lintian_clean() {
+    for (arch, deb) in &artifacts().debs {
+        let tags = deb::lintian(deb).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(tags.is_empty(), "lintian on the {arch} package:\n{}", tags.join("\n"));
+    }
+}
+
+/// Both packages installed, removed and purged by dpkg in a scratch bookworm root: the files
+/// appear; on removal the conffile stays (and dpkg says config-files); on purge it goes too.
+#[test]
+fn each_deb_installs_removes_and_purges_in_a_scratch_root() {
+    let started = std::time::Instant::now();
+    let root = Rootfs::bookworm().unwrap_or_else(|e| panic!("{e:#}"));
+    let shipped = std::fs::read(latency_lab::workspace_root().join("deploy/latency-daemon.toml")).unwrap();
+    for arch in Arch::ALL {
+        let deb = deb_of(arch).to_string_lossy().into_owned();
+        root.dpkg(&["--install", &deb]).unwrap_or_else(|e| panic!("{arch}: {e:#}"));
+        assert_eq!(root.status("latency-daemon").as_deref(), Some("install ok installed"), "{arch}");
+        assert!(root.path("/usr/bin/latency-daemon").is_file(), "{arch}");
+        assert_eq!(std::fs::read(root.path(deb::CONFFILE)).unwrap(), shipped, "{arch}");
+        assert!(root.path(deb::UNIT).is_file(), "{arch}");
+        // deb-systemd-helper enabled it on installation (WantedBy=multi-user.target).
+        let wants = root.path("/etc/systemd/system/multi-user.target.wants/latency-daemon.service");
+        assert!(wants.is_symlink(), "{arch}: not enabled");
+
+        // An administrator's edit survives removal; purge takes it.
+        std::fs::write(root.path(deb::CONFFILE), "listen = \"127.0.0.1:9954\"\n").unwrap();
+        root.dpkg(&["--remove", "latency-daemon"]).unwrap_or_else(|e| panic!("{arch}: {e:#}"));
+        assert_eq!(root.status("latency-daemon").as_deref(), Some("deinstall ok config-files"), "{arch}");
+        assert!(!root.path("/usr/bin/latency-daemon").exists() && !root.path(deb::UNIT).exists(), "{arch}");
+        assert!(root.path(deb::CONFFILE).is_file(), "{arch}: the conffile went on remove");
+        assert!(!wants.exists(), "{arch}: still enabled after remove");
+
+        root.dpkg(&["--purge", "latency-daemon"]).unwrap_or_else(|e| panic!("{arch}: {e:#}"));
+        assert_eq!(root.status("latency-daemon"), None, "{arch}");
+        assert!(!root.path(deb::CONFFILE).exists(), "{arch}: the conffile stayed after purge");
+        assert!(!root.path("/usr/share/doc/latency-daemon").exists(), "{arch}");
+        assert!(!root.path("/var/lib/systemd/deb-systemd-helper-enabled/latency-daemon.service.dsh-also").exists());
+    }
+    eprintln!("package: install/remove/purge of both packages in {:?}", started.elapsed());
+}
+
+#[test]
+fn the_oci_index_names_both_platforms_with_the_annotations() {
+    let a = artifacts();
+    let layout = &a.image.layout;
+    let top: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    assert_eq!(top["manifests"][0]["digest"], a.image.index.as_str());
+    assert_eq!(top["manifests"][0]["annotations"]["io.containerd.image.name"], a.image.reference.as_str());
+    let index = oci::read_json(layout, &a.image.index).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(index["mediaType"], oci::INDEX_TYPE);
+    let want = [
+        ("org.opencontainers.image.source", SOURCE.to_owned()),
+        ("org.opencontainers.image.revision", a.release.revision.clone()),
+        ("org.opencontainers.image.version", a.release.version.clone()),
+        ("org.opencontainers.image.licenses", oci::LICENSES.to_owned()),
+        ("org.opencontainers.image.title", "latency-daemon".to_owned()),
+        ("org.opencontainers.image.created", a.release.created()),
+    ];
+    for (key, value) in &want {
+        assert_eq!(index["annotations"][key], value.as_str(), "index: {key}");
+    }
+    let mut platforms = BTreeSet::new();
+    for m in index["manifests"].as_array().unwrap() {
+        let platform = (m["platform"]["os"].as_str().unwrap(), m["platform"]["architecture"].as_str().unwrap());
+        platforms.insert(format!("{}/{}", platform.0, platform.1));
+        let manifest = oci::read_json(layout, m["digest"].as_str().unwrap()).unwrap();
+        for (key, value) in &want {
+            assert_eq!(manifest["annotations"][key], value.as_str(), "{platform:?} manifest: {key}");
+        }
+        let config = oci::read_json(layout, manifest["config"]["digest"].as_str().unwrap()).unwrap();
+        assert_eq!(config["architecture"], platform.1);
+        assert_eq!(config["os"], "linux");
+        assert_eq!(config["config"]["Entrypoint"], serde_json::json!([oci::ENTRYPOINT]));
+        assert_eq!(config["config"]["User"], "65534:65534");
+        assert_eq!(config["config"]["Labels"]["org.opencontainers.image.revision"], a.release.revision.as_str());
+        assert_eq!(manifest["layers"].as_array().unwrap().len(), 1);
+    }
+    assert_eq!(platforms, BTreeSet::from(["linux/amd64".to_owned(), "linux/arm64".to_owned()]));
+}
+
+/// containerd (1.6, Debian 12) imports every platform of the archive, and has every blob.
+#[test]
+fn ctr_images_import_accepts_the_archive() {
+    let a = artifacts();
+    let containerd = runtimes::OwnContainerd::start().unwrap_or_else(|e| panic!("{e:#}"));
+    let check = containerd.import(&a.image.archive).unwrap_or_else(|e| panic!("{e:#}"));
+    let line = check.lines().find(|l| l.starts_with(&a.image.reference)).unwrap_or_else(|| panic!("{check}"));
+    // `check` counts the host's platform: its manifest's config and layer, unpacked.
+    assert!(line.contains("complete (2/2)") && line.trim_end().ends_with("true"), "{check}");
+    let content = containerd.ctr(&["content", "ls", "--quiet"]).unwrap();
+    for (arch, digest) in &a.image.manifests {
+        assert!(content.lines().any(|l| l == digest), "no {arch} manifest {digest} in the content store:\n{content}");
+    }
+    let index = containerd.ctr(&["images", "list", "--quiet"]).unwrap();
+    assert!(index.lines().any(|l| l == a.image.reference), "{index}");
+    let platforms = containerd.ctr(&["images", "list"]).unwrap();
+    assert!(platforms.contains("linux/amd64") && platforms.contains("linux/arm64"), "{platforms}");
+}
+
+/// podman loads the archive (the host's platform) and sees both platforms in its index; the amd64
+/// image prints its version and serves /metrics confined as the DaemonSet declares.
+#[test]
+fn podman_loads_the_archive_and_runs_the_image_confined() {
+    let a = artifacts();
+    let podman = latency_lab::services::Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let loaded = runtimes::podman_load(&podman, &a.image.archive).unwrap_or_else(|e| panic!("{e:#}"));
+    let platforms: BTreeSet<String> = loaded.manifest["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!("{}/{}", m["platform"]["os"].as_str().unwrap(), m["platform"]["architecture"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(platforms, BTreeSet::from(["linux/amd64".to_owned(), "linux/arm64".to_owned()]), "{}", loaded.manifest);
+    let image =
+        loaded.load.lines().find_map(|l| l.strip_prefix("Loaded image: ")).unwrap_or_else(|| panic!("{}", loaded.load));
+    let result = if a.real {
+        let seccomp = package::seccomp::profile_path(&root(), Arch::Amd64);
+        Some(runtimes::podman_run_confined(&podman, image, &seccomp))
+    } else {
+        eprintln!("package: the stand-in binary is dynamic; the image is not run (target/dist has no static build)");
+        None
+    };
+    drop(podman.podman(&["rmi", "--force", image]));
+    if let Some(result) = result {
+        let confined = result.unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(confined.version.starts_with(&format!("latency-daemon {}", a.release.version)), "{}", confined.version);
+        assert!(confined.metrics.contains("runqlat_delay_seconds_count"), "{}", confined.metrics);
+        let field = |k: &str| confined.status.iter().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("?");
+        let bounding = u64::from_str_radix(field("CapBnd:"), 16).unwrap_or(u64::MAX);
+        assert_eq!(bounding & !(1 << 38 | 1 << 39), 0, "{:?}", confined.status);
+        assert_eq!(field("Seccomp:"), "2", "{:?}", confined.status);
+        assert_eq!(field("NoNewPrivs:"), "1", "{:?}", confined.status);
+    }
+}
+
+/// The crates cargo says the binary links: `cargo metadata`'s resolve for the daemon's target,
+/// walked from latency-daemon along normal edges (proc-macros left out), and from the kernel
+/// program for bpfel-unknown-none.
+fn cargo_metadata_crates(triple: &str) -> BTreeSet<(String, String)> {
+    let walk = |package: &str, target: &str| {
+        let out = std::process::Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args(["metadata", "--format-version", "1", "--locked", "--offline", "--filter-platform", target])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let packages = meta["packages"].as_array().unwrap();
+        let by_id = |id: &str| packages.iter().find(|p| p["id"] == id).unwrap();
+        let is_proc_macro = |p: &Value| {
+            p["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "proc-macro"))
+        };
+        let nodes = meta["resolve"]["nodes"].as_array().unwrap();
+        let start = packages.iter().find(|p| p["name"] == package).unwrap()["id"].as_str().unwrap().to_owned();
+        let mut seen = BTreeSet::new();
+        let mut pending = vec![start];
+        while let Some(id) = pending.pop() {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let node = nodes.iter().find(|n| n["id"] == id.as_str()).unwrap();
+            for dep in node["deps"].as_array().unwrap() {
+                let normal = dep["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null());
+                let pkg = dep["pkg"].as_str().unwrap();
+                if normal && !is_proc_macro(by_id(pkg)) {
+                    pending.push(pkg.to_owned());
+                }
+            }
+        }
+        seen.into_iter()
+            .map(|id| {
+                let p = by_id(&id);
+                (p["name"].as_str().unwrap().to_owned(), p["version"].as_str().unwrap().to_owned())
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    let mut all = walk("latency-daemon", triple);
+    all.extend(walk("latency-ebpf", "bpfel-unknown-none"));
+    all
+}
+
+#[test]
+fn each_sbom_lists_the_crates_cargo_links_into_the_binary() {
+    let a = artifacts();
+    for (arch, path) in &a.sboms {
+        let doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let mut listed = sbom::check(&doc).unwrap_or_else(|e| panic!("{arch}: {e:#}"));
+        listed.insert(("latency-daemon".to_owned(), a.release.version.clone()));
+        let binary = a.binaries.iter().find(|b| b.arch == *arch).unwrap();
+        let sha = package::sha256_file(&binary.path).unwrap();
+        assert_eq!(doc["metadata"]["component"]["hashes"][0]["content"], sha.as_str(), "{arch}");
+        let cargo = cargo_metadata_crates(&arch.musl_target());
+        // metadata unifies features across the workspace, so it may name a crate another member
+        // enables; it must not miss one the SBOM lists, nor list one the SBOM misses.
+        let missing: Vec<_> = cargo.difference(&listed).collect();
+        let extra: Vec<_> = listed.difference(&cargo).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{arch}: not in the SBOM {missing:?}; only in the SBOM {extra:?}"
+        );
+    }
+}
+
+/// A second build of the same commit gives the same bytes: the .deb of amd64 and the image index.
+#[test]
+fn a_second_build_is_the_same_bytes() {
+    let a = artifacts();
+    let again = Path::new(env!("CARGO_TARGET_TMPDIR")).join("package-again");
+    let _ = std::fs::remove_dir_all(&again);
+    let binary = &a.binaries[0];
+    let sbom = again.join("sbom.json");
+    std::fs::create_dir_all(&again).unwrap();
+    sbom::write(&sbom, &root(), binary, &a.release).unwrap();
+    let first_sbom = &a.sboms.iter().find(|(arch, _)| *arch == binary.arch).unwrap().1;
+    assert_eq!(std::fs::read(&sbom).unwrap(), std::fs::read(first_sbom).unwrap(), "the SBOM differs");
+    let deb = deb::build(&again, binary, &a.release, &sbom, &root()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        package::sha256_file(&deb).unwrap(),
+        package::sha256_file(deb_of(binary.arch)).unwrap(),
+        "the .deb differs"
+    );
+    let image = oci::build(&again, &a.binaries, &a.release, &root()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(image.index, a.image.index, "the image index differs");
+    assert_eq!(package::sha256_file(&image.archive).unwrap(), package::sha256_file(&a.image.archive).unwrap());
+    std::fs::remove_dir_all(&again).unwrap();
+}
