@@ -86,11 +86,12 @@ pub fn find(dir: &Path, name: &str, arch: Arch) -> Option<PathBuf> {
 
 fn walk(dir: &Path, depth: u32, files: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        // Symlinks followed (a dist folder may link its builds); the depth bounds any loop.
         let path = entry.path();
-        match entry.file_type() {
-            Ok(t) if t.is_dir() && depth > 0 => walk(&path, depth - 1, files),
-            Ok(t) if t.is_file() => files.push(path),
-            _ => {}
+        if path.is_dir() && depth > 0 {
+            walk(&path, depth - 1, files);
+        } else if path.is_file() {
+            files.push(path);
         }
     }
 }
