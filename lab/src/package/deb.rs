@@ -276,7 +276,12 @@ pub fn lintian(deb: &Path) -> anyhow::Result<Vec<String>> {
     c.args(["--display-info", "--pedantic", "--tag-display-limit", "0"]).arg(deb);
     let out = c.output().with_context(|| format!("could not start `{}` (apt-get install lintian)", cmd::show(&c)))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let tags: Vec<String> = text.lines().filter(|l| l.len() > 2 && &l[1..3] == ": ").map(str::to_owned).collect();
+    // Error, warning, info, pedantic, experimental; `N:` lines are notes, not tags.
+    let tags: Vec<String> = text
+        .lines()
+        .filter(|l| ["E: ", "W: ", "I: ", "P: ", "X: "].iter().any(|k| l.starts_with(k)))
+        .map(str::to_owned)
+        .collect();
     // Non-zero with tags is a verdict (2: an error tag); non-zero without any is lintian failing.
     if !out.status.success() && tags.is_empty() {
         bail!("`{}` failed ({}): {}", cmd::show(&c), out.status, String::from_utf8_lossy(&out.stderr).trim());

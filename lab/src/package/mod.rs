@@ -113,6 +113,35 @@ impl Binary {
     }
 }
 
+/// Everything [`build`] wrote.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    /// Per architecture, `latency-daemon-<version>-<arch>-linux-musl.cdx.json`.
+    pub sboms: Vec<(Arch, PathBuf)>,
+    /// Per architecture, `latency-daemon_<version>-1_<arch>.deb`.
+    pub debs: Vec<(Arch, PathBuf)>,
+    /// `latency-daemon-<version>.oci/` and `.oci.tar`: every architecture under one index.
+    pub image: oci::Image,
+}
+
+/// Every artifact of a release into `out_dir`: each binary's SBOM, then its .deb (which ships
+/// that SBOM), then the image of all of them. `root` is the workspace (its deploy/, docs, lock file).
+pub fn build(out_dir: &Path, binaries: &[Binary], release: &Release, root: &Path) -> anyhow::Result<Artifacts> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let mut sboms = Vec::new();
+    let mut debs = Vec::new();
+    for binary in binaries {
+        let arch = binary.arch;
+        let sbom = out_dir.join(format!("latency-daemon-{}-{}-linux-musl.cdx.json", release.version, arch.uname()));
+        sbom::write(&sbom, root, binary, release).with_context(|| format!("the {arch} SBOM"))?;
+        let deb = deb::build(out_dir, binary, release, &sbom, root).with_context(|| format!("the {arch} .deb"))?;
+        sboms.push((arch, sbom));
+        debs.push((arch, deb));
+    }
+    let image = oci::build(out_dir, binaries, release, root).context("the OCI image")?;
+    Ok(Artifacts { sboms, debs, image })
+}
+
 /// What every artifact says about the release.
 #[derive(Debug, Clone)]
 pub struct Release {

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 
 use crate::{cmd, guard::Scratch};
 
@@ -58,6 +58,43 @@ impl Rootfs {
     /// or None when dpkg knows nothing of it.
     pub fn status(&self, package: &str) -> Option<String> {
         self.dpkg(&["-s", package]).ok()?.lines().find_map(|l| l.strip_prefix("Status: ")).map(str::to_owned)
+    }
+}
+
+impl Rootfs {
+    /// The whole life of `deb` (our package) in this root, each step checked: installed, its files
+    /// there (the conffile as `conffile_text`, the unit enabled by deb-systemd-helper); an edit of
+    /// the conffile kept on removal, which takes the rest and the enablement (dpkg says
+    /// `config-files`); all gone on purge, deb-systemd-helper's state included.
+    pub fn install_remove_purge(&self, deb: &Path, conffile_text: &[u8]) -> anyhow::Result<()> {
+        use super::deb::{CONFFILE, PACKAGE, UNIT};
+        let binary = self.path("/usr/bin/latency-daemon");
+        let wants = self.path("/etc/systemd/system/multi-user.target.wants/latency-daemon.service");
+        let enabled_state = self.path("/var/lib/systemd/deb-systemd-helper-enabled/latency-daemon.service.dsh-also");
+        let expect = |ok: bool, what: &str| if ok { Ok(()) } else { bail!("{}: {what}", deb.display()) };
+
+        self.dpkg(&["--install", &deb.to_string_lossy()])?;
+        expect(self.status(PACKAGE).as_deref() == Some("install ok installed"), "not installed")?;
+        expect(binary.is_file() && self.path(UNIT).is_file(), "no binary or unit after install")?;
+        expect(std::fs::read(self.path(CONFFILE)).ok().as_deref() == Some(conffile_text), "the conffile differs")?;
+        expect(wants.is_symlink(), "deb-systemd-helper did not enable the unit")?;
+
+        let edited = b"listen = \"127.0.0.1:9954\"\n";
+        std::fs::write(self.path(CONFFILE), edited).context("editing the conffile")?;
+        self.dpkg(&["--remove", PACKAGE])?;
+        expect(self.status(PACKAGE).as_deref() == Some("deinstall ok config-files"), "not config-files after remove")?;
+        expect(!binary.exists() && !self.path(UNIT).exists(), "binary or unit left after remove")?;
+        expect(
+            std::fs::read(self.path(CONFFILE)).ok().as_deref() == Some(edited),
+            "the edited conffile went on remove",
+        )?;
+        expect(!wants.exists(), "still enabled after remove")?;
+
+        self.dpkg(&["--purge", PACKAGE])?;
+        expect(self.status(PACKAGE).is_none(), "dpkg still knows it after purge")?;
+        expect(!self.path(CONFFILE).exists(), "the conffile stayed after purge")?;
+        expect(!self.path("/usr/share/doc/latency-daemon").exists(), "docs left after purge")?;
+        expect(!enabled_state.exists(), "deb-systemd-helper's state left after purge")
     }
 }
 

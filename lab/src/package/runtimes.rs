@@ -99,6 +99,16 @@ pub fn podman_load(podman: &Podman, archive: &Path) -> anyhow::Result<Loaded> {
     Ok(Loaded { load, manifest })
 }
 
+/// A container's output, stdout and stderr (`podman logs` writes the container's stderr to its own).
+fn logs(podman: &Podman, name: &str) -> String {
+    let mut c = Command::new("podman");
+    c.env("CONTAINERS_CONF", podman.scratch_file("containers.conf")).args(["logs", name]);
+    match c.output() {
+        Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        Err(e) => format!("(podman logs: {e})"),
+    }
+}
+
 /// What the confined run showed.
 #[derive(Debug)]
 pub struct Confined {
@@ -157,9 +167,10 @@ pub fn podman_run_confined(podman: &Podman, image: &str, seccomp: &Path) -> anyh
             {
                 break r.text();
             }
-            if Instant::now() > deadline {
-                let log = podman.podman(&["logs", &name]).unwrap_or_default();
-                bail!("/metrics did not answer at {addr} within 30 s; log:\n{log}");
+            let running = podman.podman(&["inspect", "--format", "{{.State.Running}}", &name]).unwrap_or_default();
+            if running.trim() != "true" || Instant::now() > deadline {
+                let why = if running.trim() == "true" { "did not answer within 30 s" } else { "exited" };
+                bail!("the daemon {why} (/metrics at {addr}); log:\n{}", logs(podman, &name));
             }
             std::thread::sleep(Duration::from_millis(300));
         };
