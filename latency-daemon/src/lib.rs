@@ -6,8 +6,8 @@
 //!
 //! - `cli`     — clap types of the command line (`run`'s settings are `config::args`).
 //! - `cmd`     — where each command starts: `check`, `record` (+ its text rendering), `run`
-//!   (attach, signals, reload, stop; `pipeline`: drain → window → attribute → alert → publish);
-//!   `logger`: the process's logfmt/JSON logger behind the `log` facade.
+//!   (attach, signals, reload, stop; `drainer`: the drain thread — kernel reads → `pipeline` →
+//!   sinks → publish); `logger`: the process's logfmt/JSON logger behind the `log` facade.
 //! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),
 //!   `drain` (map reads), `cgroups` (per-cgroup slots: read, retire removed cgroups), `removals` (the
@@ -21,6 +21,10 @@
 //!   schema), `Attribution`, cgroup series, what a cgroup path's form says of a container, `Exposition`, the live view's `Timeline`, bucket math
 //!   (`distribution`); alert sinks' URLs (`sink_url`) and credentials (`credentials`), which
 //!   `config` checks and `alert::notify` uses.
+//! - `pipeline` — the run pipeline's rules, pure: each drain's `Snapshot` (at a window's close, the
+//!   kernel's maxima slot and incidents, and `Names` the host answers) → the next `Exposition` and
+//!   alert transitions: window boundaries, late writes, attribution, the last alert, cgroup series
+//!   (top N and "other"), removed cgroups forgotten, the timeline. Called by `cmd::run` and the bench.
 //! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
 //!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened
 //!   transport: TLS, basic auth, per-peer shares, the request cap).
@@ -32,7 +36,8 @@
 //! # Layering
 //!
 //! Each layer imports only those named here: `model` → latency-common, std, serde, hdrhistogram;
-//! `host` → `model`; `kernel` → `model`, `host`; `alert` → `model`; `config` → `model`,
+//! `host` → `model`; `kernel` → `model`, `host`; `alert` → `model`; `pipeline` → `model`, the
+//! alert engine (`alert::{Engine, Rules, Transition, Alert}`, not `notify`); `config` → `model`,
 //! `alert::Rules`; `serve` → `model`, `config`, `alert::notify::NotifyStats` (the sinks' counters
 //! it exports); `cli` → `config`; `cmd` → anything; nothing imports `cmd`. Nor do two files import
 //! each other, directly or around a loop (a parent module and its children count as one).
@@ -52,4 +57,5 @@ pub mod config;
 pub mod host;
 pub mod kernel;
 pub mod model;
+pub mod pipeline;
 pub mod serve;

@@ -12,11 +12,13 @@ const RULE: &[(&str, &[&str])] = &[
     ("host", &["model"]),
     ("kernel", &["model", "host"]),
     ("alert", &["model"]),
+    // The alert engine, not its sinks: the pipeline decides, `cmd` delivers.
+    ("pipeline", &["model", "alert::Engine", "alert::Rules", "alert::Transition", "alert::Alert"]),
     ("config", &["model", "alert::Rules"]),
     // The stats types of alert::notify: what /metrics reports of the sinks.
     ("serve", &["model", "config", "alert::notify::NotifyStats"]),
     ("cli", &["config"]),
-    ("cmd", &["model", "host", "kernel", "alert", "config", "serve", "cli"]),
+    ("cmd", &["model", "host", "kernel", "alert", "pipeline", "config", "serve", "cli"]),
 ];
 
 /// One path a file names, resolved to segments after `crate`.

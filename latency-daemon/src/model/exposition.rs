@@ -52,7 +52,7 @@ pub struct Exposition {
     /// Culprits (tasks that ran while a victim waited) whose process was gone before the daemon
     /// read its cgroup: their cgroup and pod show as "unknown".
     pub culprit_cgroups_unknown: u64,
-    /// Window maxima the kernel wrote after we had read their slot (see cmd/run/pipeline.rs).
+    /// Window maxima the kernel wrote after we had read their slot (see `pipeline::Pipeline::slot_read`).
     pub late_window_writes: u64,
     /// Removed cgroups whose kernel entries were retired (their final counts kept, their slots
     /// free for reuse).

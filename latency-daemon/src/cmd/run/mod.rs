@@ -1,13 +1,14 @@
 //! The `run` command: check the configuration, bind, attach once, start the drain thread
-//! (`pipeline`) and the HTTP server, reload on SIGHUP, detach and exit on SIGTERM/SIGINT.
-mod pipeline;
+//! (`drainer`) and the HTTP server, reload on SIGHUP, detach and exit on SIGTERM/SIGINT.
+mod drainer;
 
 use std::{process::ExitCode, sync::Arc, sync::mpsc, thread, time::Duration};
 
 use latency_common::knobs::Clock;
 use tokio::{signal::unix::SignalKind, sync::watch};
 
-use self::pipeline::{Command, Drainer};
+pub use self::drainer::pipeline_settings;
+use self::drainer::{Command, Drainer};
 use super::logger;
 use crate::{
     alert::notify::{Client, Notifier, SinkConfig},

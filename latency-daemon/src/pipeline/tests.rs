@@ -1,0 +1,379 @@
+//! The pipeline's rules on synthetic snapshots, slots and incidents, with names from tables: window
+//! boundaries, late writes, top N with "other", removed cgroups, the last alert, attribution off.
+use std::collections::HashMap;
+
+use latency_common::{
+    Reason, WindowMax,
+    buckets::bucket_of,
+    knobs::Clock,
+    maps::{CgroupHist, Incident, Run},
+};
+
+use super::*;
+use crate::{
+    alert::Alert,
+    model::{cgroup_series::OTHER, wall::WallClock},
+};
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000_000_000;
+/// Unix ns at monotonic 0.
+const BOOT_UNIX_NS: u64 = 1_700_000_000 * S;
+
+/// Names from tables; what was asked of them and forgotten, kept.
+#[derive(Default)]
+struct Table {
+    paths: HashMap<u64, String>,
+    containers: HashMap<String, ContainerLabels>,
+    processes: HashMap<u32, String>,
+    asked_processes: Vec<u32>,
+    asked_labels: Vec<u64>,
+    forgotten: Vec<String>,
+}
+
+impl Table {
+    fn with_paths(ids: &[u64]) -> Table {
+        Table { paths: ids.iter().map(|id| (*id, format!("/c{id}"))).collect(), ..Table::default() }
+    }
+}
+
+impl Names for Table {
+    fn path(&mut self, id: u64) -> Option<String> {
+        self.paths.get(&id).cloned()
+    }
+
+    fn label(&mut self, id: u64) -> Option<String> {
+        self.asked_labels.push(id);
+        self.paths.get(&id).cloned()
+    }
+
+    fn containers(&mut self, path: &str) -> ContainerLabels {
+        self.containers.get(path).cloned().unwrap_or_default()
+    }
+
+    fn process(&mut self, pid: u32) -> Option<(String, ContainerLabels)> {
+        self.asked_processes.push(pid);
+        let path = self.processes.get(&pid)?.clone();
+        let labels = self.containers(&path);
+        Some((path, labels))
+    }
+
+    fn forget(&mut self, path: &str) {
+        self.forgotten.push(path.to_owned());
+        self.containers.remove(path);
+    }
+}
+
+fn pod(name: &str) -> ContainerLabels {
+    ContainerLabels { namespace: "ns".into(), pod: name.into(), container: "app".into(), container_id: String::new() }
+}
+
+fn settings(intervals_per_window: u32) -> Settings {
+    Settings {
+        intervals_per_window,
+        top_cgroups: 5,
+        rules: Rules {
+            max_delay_ns: None,
+            per_reason_ns: [None, None],
+            per_cgroup_ns: Vec::new(),
+            for_windows: 1,
+            resolve_after: 1,
+            cooldown_ns: 0,
+        },
+        attribute: false,
+        per_cgroup: true,
+        window_seconds: 15.0,
+        classic: vec![-80, 0],
+        cgroup_classic: vec![5],
+    }
+}
+
+/// Alerting on any delay over 10 ms.
+fn alerting(intervals_per_window: u32) -> Settings {
+    let mut s = settings(intervals_per_window);
+    s.rules.max_delay_ns = Some(10 * MS);
+    s.attribute = true;
+    s
+}
+
+fn pipeline(settings: Settings) -> Pipeline {
+    let meta = Meta {
+        kernel: "test".into(),
+        wall: WallClock::new(0, BOOT_UNIX_NS),
+        filter: Vec::new(),
+        clock: Clock::Monotonic,
+    };
+    Pipeline::new(settings, meta, Snapshot::empty(0, 2), Exposition::default())
+}
+
+/// A cgroup's cumulative histogram: `count` delays of 1 ms.
+fn cg(count: u64) -> CgroupHist {
+    let mut h = CgroupHist::ZERO;
+    h.buckets[4] = count;
+    h.sum_ns = count * MS;
+    h
+}
+
+/// A drain at `taken_ns`: `wakeups` cumulative wakeup delays of 1 ms, and per-cgroup counts.
+fn snap(taken_ns: u64, wakeups: u64, cgroups: &[(u64, u64)]) -> Snapshot {
+    let mut s = Snapshot::empty(taken_ns, 2);
+    let h = &mut s.histograms[Reason::Wakeup as usize];
+    h.buckets[bucket_of(MS)] = wakeups;
+    h.sum_ns = wakeups * MS;
+    s.cgroups = cgroups.iter().map(|(id, count)| (*id, cg(*count))).collect();
+    s
+}
+
+/// A preempt delay of cgroup `cgroup`'s task that ended at `end_ns`, while pid 77 ran.
+fn incident(cgroup: u64, delay_ns: u64, end_ns: u64) -> (Reason, u32, Incident) {
+    let mut inc = Incident::ZERO;
+    inc.delay_ns = delay_ns;
+    inc.end_ns = end_ns;
+    inc.cgroup = cgroup;
+    inc.victim_tid = 7;
+    inc.culprits = 1;
+    inc.runs[0] = Run { tid: 78, tgid: 77, start_ns: end_ns - delay_ns, end_ns, comm: [b'h'; 16] };
+    (Reason::Preempt, 0, inc)
+}
+
+/// One drain as the drainer does it, with the kernel's slot and incidents given.
+fn drain(
+    p: &mut Pipeline,
+    names: &mut Table,
+    now: Snapshot,
+    slot: WindowSlot,
+    incidents: Incidents,
+) -> (Option<Closing>, Vec<Transition>) {
+    let closing = p.begin();
+    let closed = closing.map(|c| {
+        let mut closed = p.slot_read(&c, slot);
+        if c.incidents {
+            closed.incidents = Some(incidents);
+        }
+        closed
+    });
+    (closing, p.end(now, closed, names))
+}
+
+fn series(p: &Pipeline) -> Vec<(String, u64)> {
+    p.exposition().cgroups.iter().map(|(l, h)| (l.clone(), h.buckets.iter().sum())).collect()
+}
+
+fn window(p: &Pipeline) -> &Window {
+    p.exposition().window.as_deref().expect("a window closed")
+}
+
+#[test]
+fn the_window_closes_every_nth_drain_and_spans_its_start_to_its_end() {
+    let mut p = pipeline(settings(3));
+    let mut names = Table::default();
+    let mut closings = Vec::new();
+    for i in 1..=7u64 {
+        // 10 more delays each drain.
+        let (closing, _) = drain(&mut p, &mut names, snap(i * S, 10 * i, &[]), Vec::new(), Vec::new());
+        closings.push(closing.map(|c| (c.epoch, c.next)));
+        assert_eq!(p.exposition().snapshot.as_ref().map(|s| s.taken_ns), Some(i * S), "every drain is published");
+        if i == 3 {
+            let w = window(&p);
+            assert_eq!((w.report.start_ns, w.report.end_ns), (0, 3 * S), "from attach to the 3rd drain");
+            assert_eq!(w.report.histograms.wakeup.count, 30);
+        }
+        if i == 5 {
+            assert_eq!(window(&p).report.end_ns, 3 * S, "the last closed window stays until the next closes");
+        }
+    }
+    assert_eq!(closings, [None, None, Some((0, 1)), None, None, Some((1, 2)), None]);
+    let w = window(&p);
+    assert_eq!((w.report.start_ns, w.report.end_ns), (3 * S, 6 * S), "the next window starts at the close");
+    assert_eq!(w.report.histograms.wakeup.count, 30);
+    assert_eq!(w.report.start_unix_ns, BOOT_UNIX_NS + 3 * S);
+    assert_eq!(p.exposition().timeline.len(), 2);
+}
+
+#[test]
+fn a_reload_applies_from_the_next_drain() {
+    let mut p = pipeline(settings(3));
+    let mut names = Table::default();
+    assert!(drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new()).0.is_none());
+    let mut shorter = settings(2);
+    shorter.window_seconds = 2.0;
+    shorter.classic = vec![0];
+    p.apply(shorter);
+    assert_eq!((p.exposition().window_seconds, p.exposition().classic.as_slice()), (2.0, &[0][..]));
+    // The open window already had one drain: the second closes it.
+    assert!(drain(&mut p, &mut names, snap(2 * S, 0, &[]), Vec::new(), Vec::new()).0.is_some());
+}
+
+#[test]
+fn the_slots_records_give_the_maxima_and_late_writes_are_counted() {
+    let mut p = pipeline(settings(1));
+    let mut names = Table::default();
+    let rec = |epoch: u64, delay_ns: u64| WindowMax { epoch, delay_ns, ..WindowMax::ZERO };
+    // Window 0: cpu 0's record. Window 1: the other slot, empty.
+    drain(&mut p, &mut names, snap(S, 1, &[]), vec![(Reason::Wakeup, 0, rec(0, 3 * MS))], Vec::new());
+    assert_eq!(window(&p).max_ns[Reason::Wakeup as usize], 3 * MS);
+    drain(&mut p, &mut names, snap(2 * S, 1, &[]), Vec::new(), Vec::new());
+    assert_eq!(window(&p).max_ns, [0, 0]);
+    // Window 2 reuses window 0's slot: cpu 1 carries a record of window 0 we never read (written
+    // after the read), cpu 0 the one we read, and this window's maximum is cpu 2's.
+    let slot = vec![
+        (Reason::Wakeup, 0, rec(0, 3 * MS)),
+        (Reason::Wakeup, 1, rec(0, 9 * MS)),
+        (Reason::Wakeup, 2, rec(2, 5 * MS)),
+    ];
+    drain(&mut p, &mut names, snap(3 * S, 1, &[]), slot, Vec::new());
+    assert_eq!(p.exposition().late_window_writes, 1);
+    assert_eq!(window(&p).max_ns[Reason::Wakeup as usize], 5 * MS);
+}
+
+#[test]
+fn the_top_n_cgroups_keep_series_and_the_rest_add_up_in_other() {
+    let mut s = settings(1);
+    s.top_cgroups = 2;
+    let mut p = pipeline(s);
+    // Cgroups 1..=4 named (3 a container's); 9 has no name.
+    let mut names = Table::with_paths(&[1, 2, 3, 4]);
+    names.containers.insert("/c3".into(), pod("web"));
+    let counts = [(1, 10), (2, 40), (3, 30), (4, 5), (9, 50)];
+    drain(&mut p, &mut names, snap(S, 0, &counts), Vec::new(), Vec::new());
+    assert_eq!(series(&p), [("/c2".into(), 40), ("/c3".into(), 30), (OTHER.into(), 65)]);
+    let total: u64 = series(&p).iter().map(|(_, n)| n).sum();
+    assert_eq!(total, 135, "every delay in exactly one series");
+    assert_eq!(p.exposition().containers.get("/c3"), Some(&pod("web")));
+    assert_eq!(p.exposition().containers.len(), 1, "only containers are labelled");
+
+    let w = window(&p);
+    let reported: Vec<(&str, u64, &str)> =
+        w.report.cgroups.iter().map(|c| (c.cgroup.as_str(), c.count, c.names.pod.as_str())).collect();
+    assert_eq!(reported, [("id:9", 50, ""), ("/c2", 40, ""), ("/c3", 30, "web"), ("/c1", 10, ""), ("/c4", 5, "")]);
+    let top = &p.exposition().timeline.last().expect("a window").top_cgroups;
+    let top: Vec<(&str, &str)> = top.iter().map(|c| (c.cgroup.as_str(), c.names.pod.as_str())).collect();
+    assert_eq!(top, [("/c2", ""), ("/c3", "web"), ("/c1", ""), ("/c4", "")], "named ones only");
+
+    // The next window's deltas, not the cumulative counts: /c4 overtakes /c2.
+    let counts = [(1, 10), (2, 41), (3, 30), (4, 25), (9, 50)];
+    drain(&mut p, &mut names, snap(2 * S, 0, &counts), Vec::new(), Vec::new());
+    assert_eq!(series(&p), [("/c4".into(), 20), ("/c2".into(), 41), (OTHER.into(), 65)]);
+}
+
+#[test]
+fn a_removed_cgroup_leaves_at_the_close_its_last_delta_in_other_its_container_forgotten() {
+    let mut p = pipeline(settings(2));
+    let mut names = Table::with_paths(&[1, 2]);
+    names.containers.insert("/c1".into(), pod("gone"));
+    drain(&mut p, &mut names, snap(S, 0, &[(1, 5), (2, 1)]), Vec::new(), Vec::new());
+    drain(&mut p, &mut names, snap(2 * S, 0, &[(1, 10), (2, 3)]), Vec::new(), Vec::new());
+    assert_eq!(series(&p), [("/c1".into(), 10), ("/c2".into(), 3), (OTHER.into(), 0)]);
+
+    // Cgroup 1 is removed, after 4 more delays: nothing changes until the window closes.
+    p.removed([1]);
+    drain(&mut p, &mut names, snap(3 * S, 0, &[(1, 14), (2, 3)]), Vec::new(), Vec::new());
+    assert_eq!(series(&p), [("/c1".into(), 10), ("/c2".into(), 3), (OTHER.into(), 0)]);
+    assert!(names.forgotten.is_empty());
+
+    drain(&mut p, &mut names, snap(4 * S, 0, &[(1, 14), (2, 4)]), Vec::new(), Vec::new());
+    assert_eq!(series(&p), [("/c2".into(), 4), (OTHER.into(), 4)], "its series gone, its last delta in other");
+    assert_eq!(names.forgotten, ["/c1"]);
+    assert!(!p.exposition().containers.contains_key("/c1"));
+
+    // And only once: the next window does not forget it again.
+    drain(&mut p, &mut names, snap(5 * S, 0, &[(2, 4)]), Vec::new(), Vec::new());
+    drain(&mut p, &mut names, snap(6 * S, 0, &[(2, 4)]), Vec::new(), Vec::new());
+    assert_eq!(names.forgotten, ["/c1"]);
+    assert_eq!(series(&p), [("/c2".into(), 4), (OTHER.into(), 4)]);
+}
+
+#[test]
+fn without_per_cgroup_delays_nothing_is_folded_or_named() {
+    let mut s = settings(1);
+    s.per_cgroup = false;
+    let mut p = pipeline(s);
+    let mut names = Table::with_paths(&[1]);
+    drain(&mut p, &mut names, snap(S, 0, &[(1, 5)]), Vec::new(), Vec::new());
+    assert!(p.exposition().cgroups.is_empty(), "no \"other\" series either");
+    assert!(window(&p).report.cgroups.is_empty());
+    assert!(names.asked_labels.is_empty());
+}
+
+/// (cgroup, worst delay, resolved) of the exposition's last alert.
+fn last(p: &Pipeline) -> Option<(String, u64, bool)> {
+    let l = p.exposition().last_alert.as_deref()?;
+    Some((l.worst.cgroup.clone(), l.worst.delay_ns, l.resolved_unix_ns.is_some()))
+}
+
+fn fired(t: &[Transition]) -> Vec<String> {
+    t.iter()
+        .map(|t| match t {
+            Transition::Fired(Alert { key, .. }) => format!("+{}", key.cgroup),
+            Transition::Resolved(Alert { key, .. }) => format!("-{}", key.cgroup),
+        })
+        .collect()
+}
+
+#[test]
+fn the_last_alert_is_the_last_fired_grows_while_firing_and_is_marked_when_it_resolves() {
+    let mut p = pipeline(alerting(1));
+    let mut names = Table::with_paths(&[1, 2]);
+    names.containers.insert("/c1".into(), pod("victim"));
+    names.containers.insert("/hog".into(), pod("hog"));
+    names.processes.insert(77, "/hog".into());
+    let mut window_at = |p: &mut Pipeline, i: u64, incidents: Incidents| {
+        drain(p, &mut names, snap(i * S, 0, &[]), Vec::new(), incidents).1
+    };
+
+    let t = window_at(&mut p, 1, vec![incident(1, 12 * MS, S - 1), incident(1, 20 * MS, S - 2)]);
+    assert_eq!(fired(&t), ["+/c1"]);
+    assert_eq!(last(&p), Some(("/c1".into(), 20 * MS, false)));
+    let l = p.exposition().last_alert.clone().expect("fired");
+    assert_eq!((l.fired_unix_ns, l.threshold_ns), (BOOT_UNIX_NS + S, 10 * MS));
+    assert_eq!(l.worst.names, pod("victim"), "the victim's pod");
+    assert_eq!((l.worst.culprits[0].cgroup.as_str(), &l.worst.culprits[0].names), ("/hog", &pod("hog")));
+    let attributed: Vec<u64> = window(&p).report.attributed.iter().map(|a| a.delay_ns).collect();
+    assert_eq!(attributed, [20 * MS, 12 * MS], "largest first");
+    assert_eq!(p.exposition().alerts_active, [(Reason::Preempt, "/c1".to_string())]);
+    // The alert's pod is labelled though /c1 has no series (no cgroup delays in these windows).
+    assert_eq!(p.exposition().containers.get("/c1"), Some(&pod("victim")));
+
+    // Worse while firing: no transition, the last alert's worst grows, its start stays.
+    let t = window_at(&mut p, 2, vec![incident(1, 30 * MS, 2 * S - 1)]);
+    assert!(t.is_empty());
+    assert_eq!(last(&p), Some(("/c1".into(), 30 * MS, false)));
+    assert_eq!(p.exposition().last_alert.as_ref().map(|l| l.fired_unix_ns), Some(BOOT_UNIX_NS + S));
+
+    // Another fires: it is the last alert now.
+    let t = window_at(&mut p, 3, vec![incident(1, 25 * MS, 3 * S - 1), incident(2, 40 * MS, 3 * S - 2)]);
+    assert_eq!(fired(&t), ["+/c2"]);
+    assert_eq!(last(&p), Some(("/c2".into(), 40 * MS, false)));
+
+    // The first resolves: not the last alert, which is left alone.
+    let t = window_at(&mut p, 4, vec![incident(2, 40 * MS, 4 * S - 1)]);
+    assert_eq!(fired(&t), ["-/c1"]);
+    assert_eq!(last(&p), Some(("/c2".into(), 40 * MS, false)));
+
+    // The last resolves: marked, at that window's end.
+    let t = window_at(&mut p, 5, Vec::new());
+    assert_eq!(fired(&t), ["-/c2"]);
+    assert_eq!(last(&p), Some(("/c2".into(), 40 * MS, true)));
+    assert_eq!(p.exposition().last_alert.as_ref().and_then(|l| l.resolved_unix_ns), Some(BOOT_UNIX_NS + 5 * S));
+    assert_eq!(p.exposition().alerts_total, [0, 2]);
+    assert!(p.exposition().alerts_active.is_empty());
+}
+
+#[test]
+fn attribution_off_reads_no_incidents_and_leaves_alerts_alone() {
+    let mut p = pipeline(settings(1));
+    let mut names = Table::with_paths(&[1]);
+    names.processes.insert(77, "/hog".into());
+    let closing = p.begin().expect("one drain a window");
+    assert!(!closing.incidents, "no threshold: nothing to read");
+    let closed = p.slot_read(&closing, Vec::new());
+    let t = p.end(snap(S, 0, &[]), Some(closed), &mut names);
+    assert!(t.is_empty());
+    assert!(window(&p).report.attributed.is_empty());
+    assert!(names.asked_processes.is_empty());
+    assert_eq!(p.exposition().last_alert, None);
+
+    // On: the close asks for them.
+    p.apply(alerting(1));
+    assert!(p.begin().is_some_and(|c| c.incidents));
+}
