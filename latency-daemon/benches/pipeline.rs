@@ -1,8 +1,9 @@
 //! The drain/encode pipeline benchmark (`cargo bench -p latency-daemon --bench pipeline -- [--json]`;
 //! `cargo xtask bench` runs it): synthetic per-CPU map contents for N CPUs in, the median time of
-//! each user-space stage of a drain out — sum the per-CPU values, close a window, fold cgroups,
-//! encode /metrics as text and as protobuf. The map reads themselves are syscalls copying
-//! CPUs × value size; `cargo xtask bench` times them on the real maps.
+//! each user-space stage of a drain out — sum the per-CPU values, close a window through the
+//! daemon's own `Pipeline` (report, cgroup series and names, timeline) and publish it, encode
+//! /metrics as text and as protobuf. The map reads themselves are syscalls copying CPUs × value
+//! size; `cargo xtask bench` times them on the real maps.
 use std::{
     process::ExitCode,
     sync::Arc,
@@ -20,15 +21,16 @@ use tokio::sync::watch;
 
 use clap::Parser as _;
 use latency_daemon::{
+    cmd::run::pipeline_settings,
     config::Config,
     model::{
-        cgroup_series::CgroupSeries,
+        container::ContainerLabels,
         exposition::Exposition,
         report::Meta,
         snapshot::{Snapshot, sum_cgroup, sum_histograms},
         wall::WallClock,
-        window::Window,
     },
+    pipeline::{Names, Pipeline, Settings},
     serve::{
         Instruments,
         encode::{Format, Metrics},
@@ -140,17 +142,59 @@ fn median_us(mut v: Vec<Duration>) -> f64 {
     v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }
 
+/// Every cgroup named as a pod's, none a container the runtimes know, no process looked up (the
+/// bench does not attribute): what the daemon's lookups return from their caches.
+struct Synthetic;
+
+impl Names for Synthetic {
+    fn path(&mut self, id: u64) -> Option<String> {
+        Some(format!("/kubepods/pod{id}"))
+    }
+
+    fn label(&mut self, id: u64) -> Option<String> {
+        self.path(id)
+    }
+
+    fn containers(&mut self, _: &str) -> ContainerLabels {
+        ContainerLabels::default()
+    }
+
+    fn process(&mut self, _: u32) -> Option<(String, ContainerLabels)> {
+        None
+    }
+
+    fn forget(&mut self, _: &str) {}
+}
+
+/// The maps' counters after `k` windows of the same activity: cumulative, as the kernel keeps
+/// them, so each window's deltas are the synthetic maps' values.
+fn after_windows(mut s: Snapshot, k: u64) -> Snapshot {
+    for h in &mut s.histograms {
+        h.sum_ns *= k;
+        h.buckets.iter_mut().for_each(|b| *b *= k);
+    }
+    for c in &mut s.cpus {
+        (c.switches, c.voluntary, c.involuntary) = (c.switches * k, c.voluntary * k, c.involuntary * k);
+    }
+    for (_, h) in &mut s.cgroups {
+        (h.sum_ns, h.held_others_ns) = (h.sum_ns * k, h.held_others_ns * k);
+        h.buckets.iter_mut().chain(h.waited_by_ns.iter_mut()).for_each(|b| *b *= k);
+    }
+    s
+}
+
 fn run(args: &Args) -> Vec<Row> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let config = Config::default();
+    // The daemon's settings from its default configuration; every drain closes a window.
+    let settings = Settings { intervals_per_window: 1, ..pipeline_settings(&Config::default(), true) };
     let meta = Meta { kernel: "bench".into(), wall: WallClock::new(0, 0), filter: Vec::new(), clock: Clock::Monotonic };
     let mut rows = Vec::new();
     for &cpus in &args.cpus {
         let (per_reason, stats, groups) = synthetic(cpus, args.cgroups, &mut rng);
-        let start = Snapshot::empty(0, cpus);
-        let (published, latest) = watch::channel(Arc::new(Exposition::default()));
+        let first = Exposition { version: "bench", kernel: "bench".into(), ..Exposition::default() };
+        let (published, latest) = watch::channel(Arc::new(first.clone()));
         let metrics = Metrics::new(latest, &Instruments::default(), || None);
-        let mut series = CgroupSeries::default();
+        let mut pipeline = Pipeline::new(settings.clone(), meta.clone(), Snapshot::empty(0, cpus), first);
         let (mut sum, mut window, mut text, mut proto) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut text_bytes, mut protobuf_bytes) = (0, 0);
         for i in 0..args.iterations.max(1) {
@@ -169,22 +213,13 @@ fn run(args: &Args) -> Vec<Row> {
                 cgroups,
             };
             sum.push(t.elapsed());
+            let now = after_windows(now, i as u64 + 1);
 
             let t = Instant::now();
-            let w = Window::close(&start, &now, &[], &meta);
-            series.add_window(&w.cgroups, |id| Some(format!("/kubepods/pod{id}")), config.top_cgroups);
-            let exposition = Exposition {
-                version: "bench",
-                kernel: "bench".into(),
-                window_seconds: 15.0,
-                classic: config.classic_buckets.clone(),
-                cgroup_classic: config.cgroup_buckets.clone(),
-                cgroups: series.exported().into_iter().map(|(l, h)| (l.to_string(), *h)).collect(),
-                window: Some(Arc::new(w)),
-                snapshot: Some(now),
-                ..Exposition::default()
-            };
-            published.send_replace(Arc::new(exposition));
+            let closed = pipeline.begin().map(|closing| pipeline.slot_read(&closing, Vec::new()));
+            // The default configuration alerts on nothing: no transitions to send.
+            pipeline.end(now, closed, &mut Synthetic);
+            published.send_replace(Arc::new(pipeline.exposition().clone()));
             window.push(t.elapsed());
 
             let t = Instant::now();
