@@ -30,7 +30,9 @@
 //!   transport: TLS, basic auth, per-peer shares, the request cap).
 //! - `alert`   — rules → transitions, typed by `Reason`; `notify`: the log, Alertmanager and
 //!   webhook sinks (http or https, URLs shown redacted).
-//! - `config`  — flags, `RUNQLAT_*` variables and the TOML file (`args`) → one validated `Config`;
+//! - `config`  — flags, `RUNQLAT_*` variables and the TOML file → one validated `Config`; `args`:
+//!   the one table of settings (`settings!`: flag, variable, file key, help, default, reload or
+//!   restart), which `reference` renders as docs/configuration.md and deploy/latency-daemon.toml;
 //!   `file` (bounded reads of regular files), `web` (`--web.config.file`, built into rustls).
 //!
 //! # Layering
