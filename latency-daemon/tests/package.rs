@@ -1,5 +1,5 @@
 //! The release artifacts (`latency_lab::package`) built and checked as a user's tools check them.
-//! In: the static binaries in target/dist/ or `RUNQLAT_DIST_DIR`
+//! In: the static binaries in target/dist/ or `LATENCY_DIST_DIR`
 //! (`latency-daemon-<version>-{x86_64,aarch64}-linux-musl`); for an architecture without one, another
 //! binary stands in (the other architecture's, else target/release/latency-daemon, else this
 //! test's own daemon). Out: the .deb's fields, contents and scripts, lintian, install / remove /
@@ -34,9 +34,9 @@ fn root() -> PathBuf {
     latency_lab::workspace_root()
 }
 
-/// Where the static binaries are (`RUNQLAT_DIST_DIR`, else target/dist).
+/// Where the static binaries are (`LATENCY_DIST_DIR`, else target/dist).
 fn dist_dir() -> PathBuf {
-    std::env::var_os("RUNQLAT_DIST_DIR").map_or_else(|| root().join("target/dist"), PathBuf::from)
+    std::env::var_os("LATENCY_DIST_DIR").map_or_else(|| root().join("target/dist"), PathBuf::from)
 }
 
 /// Per architecture, its static binary from the dist directory; where there is none, a copy (in

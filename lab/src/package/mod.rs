@@ -161,7 +161,7 @@ pub struct Release {
 
 impl Release {
     /// From the checkout at `root`: the workspace version, HEAD's id (and `-dirty`), HEAD's time
-    /// or `SOURCE_DATE_EPOCH`, `RUNQLAT_MAINTAINER` or HEAD's author, `RUNQLAT_SOURCE_URL`.
+    /// or `SOURCE_DATE_EPOCH`, `LATENCY_DIST_MAINTAINER` or HEAD's author, `LATENCY_DIST_SOURCE_URL`.
     pub fn from_checkout(root: &Path) -> anyhow::Result<Release> {
         let git = |args: &[&str]| {
             let mut c = Command::new("git");
@@ -176,12 +176,12 @@ impl Release {
             Ok(s) => s.trim().parse().with_context(|| format!("SOURCE_DATE_EPOCH={s:?} is not whole seconds"))?,
             Err(_) => git(&["log", "-1", "--format=%ct"])?.parse().context("git log: commit time")?,
         };
-        let maintainer = match std::env::var("RUNQLAT_MAINTAINER") {
+        let maintainer = match std::env::var("LATENCY_DIST_MAINTAINER") {
             Ok(m) => m,
             Err(_) => git(&["log", "-1", "--format=%an <%ae>"])?,
         };
         let version = workspace_version(root)?;
-        Ok(Release { version, revision, epoch, maintainer, source: std::env::var("RUNQLAT_SOURCE_URL").ok() })
+        Ok(Release { version, revision, epoch, maintainer, source: std::env::var("LATENCY_DIST_SOURCE_URL").ok() })
     }
 
     /// The epoch as RFC 3339 UTC (`2026-12-04T13:12:10Z`), the OCI `created` form.

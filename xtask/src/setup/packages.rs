@@ -1,7 +1,7 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
 //! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
 //! test, podman and containerd for real containers, systemd-analyze and strace for the service
-//! unit and the seccomp profile). In: `dpkg-query`; out: the missing ones installed, services not
+//! unit and the seccomp profile, lintian and mmdebstrap for the release packages). In: `dpkg-query`; out: the missing ones installed, services not
 //! started.
 use std::fs;
 use std::path::Path;
@@ -35,6 +35,13 @@ const PACKAGES: &[&str] = &[
     // strace: the daemon's system calls, for the unit's SystemCallFilter and the container's
     // seccomp profile (`cargo xtask seccomp`).
     "strace",
+    // The release artifacts' checks (`lab::package`, tests/package.rs): lintian on each .deb, a
+    // scratch Debian root to install and purge it in, `file` for lintian, the kernel's syscall
+    // table header for the arm64 seccomp profile.
+    "lintian",
+    "mmdebstrap",
+    "file",
+    "linux-libc-dev",
 ];
 
 #[derive(Debug)]
