@@ -2,7 +2,8 @@
 //! `run` that is scraped in every format, reloaded (SIGHUP), sent the signals it ignores and stopped
 //! (SIGTERM), each under `strace -f`; out, an OCI/docker seccomp profile allowing exactly
 //! those system calls (plus the few any process needs to exit and return from a signal), everything
-//! else refused with EPERM. `cargo xtask seccomp` writes it to deploy/seccomp/latency-daemon.json;
+//! else refused with EPERM; of every build that runs in the image (glibc and static musl).
+//! `cargo xtask seccomp` writes it to deploy/seccomp/latency-daemon.json;
 //! the container tests run the daemon's image under it.
 use std::{
     collections::BTreeSet,
@@ -170,9 +171,15 @@ pub fn profile(traced: &BTreeSet<String>) -> serde_json::Value {
     })
 }
 
-/// `cargo xtask seccomp`: trace `daemon` and write the profile under `root`.
-pub fn write(daemon: &Path, root: &Path) -> anyhow::Result<()> {
-    let calls = trace(daemon)?;
+/// `cargo xtask seccomp`: trace each of `daemons` (the glibc build and the static musl one call
+/// different system calls for the same work: musl's `open`, `stat`, `mremap`, `clone`…) and write
+/// the profile allowing what any of them calls under `root`.
+pub fn write(daemons: &[&Path], root: &Path) -> anyhow::Result<()> {
+    let mut calls = BTreeSet::new();
+    for daemon in daemons {
+        println!("seccomp: {}", daemon.display());
+        calls.extend(trace(daemon)?);
+    }
     let profile = profile(&calls);
     let path = root.join(PROFILE);
     std::fs::create_dir_all(path.parent().context("profile path")?)?;

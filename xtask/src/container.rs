@@ -28,6 +28,17 @@ pub fn image() -> anyhow::Result<()> {
 pub fn seccomp() -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
     let daemon = build::daemon(true)?;
-    latency_lab::seccomp::write(&daemon, &workspace_root())?;
+    // The static build `cargo xtask dist` made, if any: the release image runs it.
+    let dist = workspace_root().join("target/dist");
+    let statics: Vec<std::path::PathBuf> = std::fs::read_dir(&dist)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-x86_64-linux-musl")))
+        .collect();
+    let mut daemons = vec![daemon.as_path()];
+    daemons.extend(statics.iter().map(|p| p.as_path()));
+    latency_lab::seccomp::write(&daemons, &workspace_root())?;
     crate::seccomp_spo::run()
 }
