@@ -61,7 +61,13 @@ pub fn aarch64_calls(unistd_h: &str) -> BTreeSet<String> {
     let mut calls = BTreeSet::new();
     for line in unistd_h.lines() {
         let Some(rest) = line.strip_prefix("#define ") else { continue };
-        let name = rest.split_whitespace().next().unwrap_or_default();
+        let mut words = rest.split_whitespace();
+        let name = words.next().unwrap_or_default();
+        // A call has a number; `__NR_x __NR3264_y` aliases are the 64-bit names (taken from their
+        // `__NR3264_` line) or, inside `#ifdef`s arm64 does not meet, calls it lacks (`stat`).
+        if words.next().is_none_or(|value| value.parse::<u32>().is_err()) {
+            continue;
+        }
         if let Some(call) = name.strip_prefix("__NR3264_") {
             // The 64-bit names of the calls that take 64-bit offsets (libseccomp's names too).
             calls.insert(if call == "fstatat" { "newfstatat".to_owned() } else { call.to_owned() });
