@@ -162,8 +162,10 @@ pub fn podman_run_confined(podman: &Podman, image: &str, seccomp: &Path) -> anyh
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         let metrics = loop {
+            // Until the first drain the delay histogram has nothing to show: wait for it.
             if let Ok(r) = web::get(&addr, "/metrics", &[])
                 && r.status == 200
+                && r.text().contains("runqlat_delay_seconds_count")
             {
                 break r.text();
             }
