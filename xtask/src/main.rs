@@ -6,6 +6,7 @@ mod cmd;
 mod container;
 mod dashboard;
 mod demo;
+mod dist;
 mod kubernetes;
 #[cfg(test)]
 mod readme_layout;
@@ -35,6 +36,8 @@ enum Command {
     Run(run::Args),
     /// Setup, then the whole test suite (needs root and a real kernel).
     Test(test::Args),
+    /// Setup, then static (musl) latency-daemon binaries for x86_64 and aarch64 in target/dist/.
+    Dist(dist::Args),
     /// Setup, release build, then the daemon's `FROM scratch` OCI image (podman; no registry).
     Image,
     /// Setup, release build, then deploy/seccomp/latency-daemon.json from `strace` of the daemon.
@@ -65,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
+        Command::Dist(args) => dist::run(&args),
         Command::Image => container::image(),
         Command::Seccomp => container::seccomp(),
         Command::SeccompSpo => seccomp_spo::run(),

@@ -2,6 +2,7 @@
 //! machine; out: a line per check and a ready machine, or the first problem that cannot be fixed.
 //! Every other subcommand runs the same list first, so keep each `is_done` fast (a few ms).
 mod bpf_linker;
+pub mod cross;
 mod kernel;
 mod packages;
 pub mod python;
@@ -12,6 +13,8 @@ pub mod trixie;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
+
+use crate::dist::Arch;
 
 /// One thing this machine needs.
 pub trait Check {
@@ -33,6 +36,9 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(toolchain::RustSrc),
         Box::new(bpf_linker::BpfLinker),
         Box::new(packages::DebPackages),
+        Box::new(cross::CrossTools),
+        Box::new(cross::Musl(Arch::X86_64)),
+        Box::new(cross::Musl(Arch::Aarch64)),
         Box::new(qemu::Qemu),
         Box::new(trixie::PROMETHEUS),
         Box::new(python::KUBERNETES_VALIDATE),

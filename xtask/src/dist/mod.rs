@@ -1,0 +1,124 @@
+//! `cargo xtask dist`: setup, then a static `latency-daemon` per architecture (musl; why in
+//! `binaries`) into the dist folder (`target/dist/`), each checked (its ELF machine, no loader,
+//! no shared library, `--version` run: under qemu-user for another architecture), and
+//! `SHA256SUMS` over them. Out: [`Built`] per architecture, for later steps (.deb, image).
+mod arch;
+mod binaries;
+mod elf;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+pub use self::arch::Arch;
+use self::elf::Elf;
+use crate::{build, cmd, setup};
+
+/// The workspace's version, which the daemon's `--version` starts with.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only these architectures (repeat the flag; default: all).
+    #[arg(long, value_enum)]
+    arch: Vec<Arch>,
+}
+
+/// One architecture's static binary in the dist folder.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub arch: Arch,
+    /// `<dist>/latency-daemon-<version>-<arch>-linux-musl`.
+    pub binary: PathBuf,
+    /// Its `--version` line (version, commit, kernel object id).
+    pub version: String,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    setup::ensure(setup::Report::ChangesOnly)?;
+    let arches = if args.arch.is_empty() { Arch::ALL.to_vec() } else { args.arch.clone() };
+    let built = binaries(&arches)?;
+    let sums = sha256sums(&dir(), built.iter().map(|b| b.binary.as_path()))?;
+    for b in &built {
+        let size = std::fs::metadata(&b.binary).map(|m| m.len()).unwrap_or_default();
+        println!("dist: {} ({:.1} MiB): {}", b.binary.display(), size as f64 / (1 << 20) as f64, b.version);
+    }
+    println!("dist: {}", sums.display());
+    Ok(())
+}
+
+/// The dist folder: `<target>/dist` (CARGO_TARGET_DIR honoured).
+pub fn dir() -> PathBuf {
+    build::target_dir().join("dist")
+}
+
+/// Builds, checks and places each architecture's binary.
+pub fn binaries(arches: &[Arch]) -> anyhow::Result<Vec<Built>> {
+    let dist = dir();
+    std::fs::create_dir_all(&dist).with_context(|| format!("creating {}", dist.display()))?;
+    // Beside the dist folder, not in it: what is in dist/ is only what we ship.
+    let target_dir = build::target_dir().join("dist-build");
+    let start = Instant::now();
+    let mut built: Vec<Built> = Vec::new();
+    for &arch in arches {
+        let compiled = binaries::build(arch, &target_dir)?;
+        check_elf(arch, &compiled)?;
+        let binary = dist.join(format!("latency-daemon-{VERSION}-{arch}-linux-musl"));
+        place(&compiled, &binary)?;
+        let version = binaries::version(arch, &binary).with_context(|| format!("running the {arch} binary"))?;
+        let Some((commit, _bpf)) = binaries::parse_version(&version, VERSION) else {
+            bail!("{}'s --version is `{version}`, not `latency-daemon {VERSION} (commit …, bpf …)`", binary.display());
+        };
+        // Each build stamps its commit itself; one run must not mix two trees.
+        if let Some(other) = built.first()
+            && binaries::parse_version(&other.version, VERSION).map(|(c, _)| c) != Some(commit)
+        {
+            bail!(
+                "the {arch} binary says `{version}`, the {} one `{}`: HEAD moved (or the sources changed) during \
+                 the build; run again",
+                other.arch,
+                other.version
+            );
+        }
+        built.push(Built { arch, binary, version });
+    }
+    println!("dist: {} binaries in {:.0} s", built.len(), start.elapsed().as_secs_f64());
+    Ok(built)
+}
+
+/// The right machine, and nothing to load at start.
+fn check_elf(arch: Arch, binary: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let elf = Elf::parse(&bytes).with_context(|| format!("reading {}'s ELF headers", binary.display()))?;
+    if elf.machine != arch.elf_machine() {
+        bail!("{} is for ELF machine {}, not {arch} ({})", binary.display(), elf.machine, arch.elf_machine());
+    }
+    if !elf.is_static() {
+        bail!("{} is not static: {elf:?}", binary.display());
+    }
+    Ok(())
+}
+
+/// Copies `from` to `to` through a temporary name, so a reader never sees half a binary.
+fn place(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let mut partial = to.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    std::fs::copy(from, &partial).with_context(|| format!("copying {} to {}", from.display(), partial.display()))?;
+    std::fs::rename(&partial, to).with_context(|| format!("renaming {} to {}", partial.display(), to.display()))
+}
+
+/// `sha256sum` of `files` (in `dir`, by name) into `dir/SHA256SUMS`; returns its path. Later
+/// steps pass their artifacts too.
+pub fn sha256sums<'a>(dir: &Path, files: impl IntoIterator<Item = &'a Path>) -> anyhow::Result<PathBuf> {
+    let mut sum = Command::new("sha256sum");
+    sum.current_dir(dir);
+    for file in files {
+        sum.arg(file.file_name().with_context(|| format!("{} names no file", file.display()))?);
+    }
+    let sums = dir.join("SHA256SUMS");
+    std::fs::write(&sums, cmd::stdout(&mut sum)?).with_context(|| format!("writing {}", sums.display()))?;
+    Ok(sums)
+}
