@@ -1,7 +1,10 @@
 //! `cargo xtask dist`: setup, then a static `latency-daemon` per architecture (musl; why in
 //! `binaries`) into the dist folder (`target/dist/`), each checked (its ELF machine, no loader,
 //! no shared library, `--version` run: under qemu-user for another architecture), and
-//! `SHA256SUMS` over them. Out: [`Built`] per architecture, for later steps (.deb, image).
+//! then from them (`latency_lab::package`) a CycloneDX SBOM and a .deb per architecture and one
+//! multi-arch OCI image (layout and `oci-archive`), and `SHA256SUMS` over everything. Binaries
+//! are stripped as Debian strips its own (`--strip-unneeded`, no `.comment`): the .deb, the image and the SBOM's
+//! hash are of the file in dist/.
 mod arch;
 mod binaries;
 mod elf;
@@ -14,6 +17,8 @@ use anyhow::{Context as _, bail};
 
 pub use self::arch::Arch;
 use self::elf::Elf;
+use latency_lab::package;
+
 use crate::{build, cmd, setup};
 
 /// The workspace's version, which the daemon's `--version` starts with.
@@ -40,11 +45,33 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
     let arches = if args.arch.is_empty() { Arch::ALL.to_vec() } else { args.arch.clone() };
     let built = binaries(&arches)?;
-    let sums = sha256sums(&dir(), built.iter().map(|b| b.binary.as_path()))?;
     for b in &built {
         let size = std::fs::metadata(&b.binary).map(|m| m.len()).unwrap_or_default();
         println!("dist: {} ({:.1} MiB): {}", b.binary.display(), size as f64 / (1 << 20) as f64, b.version);
     }
+    let root = latency_lab::workspace_root();
+    let release = package::Release::from_checkout(&root)?;
+    let binaries = built
+        .iter()
+        .map(|b| {
+            let arch = match b.arch {
+                Arch::X86_64 => package::Arch::Amd64,
+                Arch::Aarch64 => package::Arch::Arm64,
+            };
+            package::Binary::checked(&b.binary, arch)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    println!("dist: SBOMs, .debs and the OCI image of {} ({})", release.version, release.revision);
+    let artifacts = package::build(&dir(), &binaries, &release, &root)?;
+    let mut files: Vec<&Path> = built.iter().map(|b| b.binary.as_path()).collect();
+    files.extend(artifacts.sboms.iter().map(|(_, p)| p.as_path()));
+    files.extend(artifacts.debs.iter().map(|(_, p)| p.as_path()));
+    files.push(&artifacts.image.archive);
+    for file in &files[built.len()..] {
+        println!("dist: {}", file.display());
+    }
+    println!("dist: image index {} ({})", artifacts.image.index, artifacts.image.reference);
+    let sums = sha256sums(&dir(), files)?;
     println!("dist: {}", sums.display());
     Ok(())
 }
@@ -66,7 +93,7 @@ pub fn binaries(arches: &[Arch]) -> anyhow::Result<Vec<Built>> {
         let compiled = binaries::build(arch, &target_dir)?;
         check_elf(arch, &compiled)?;
         let binary = dist.join(format!("latency-daemon-{VERSION}-{arch}-linux-musl"));
-        place(&compiled, &binary)?;
+        place(arch, &compiled, &binary)?;
         let version = binaries::version(arch, &binary).with_context(|| format!("running the {arch} binary"))?;
         let Some((commit, _bpf)) = binaries::parse_version(&version, VERSION) else {
             bail!("{}'s --version is `{version}`, not `latency-daemon {VERSION} (commit …, bpf …)`", binary.display());
@@ -102,11 +129,17 @@ fn check_elf(arch: Arch, binary: &Path) -> anyhow::Result<()> {
 }
 
 /// Copies `from` to `to` through a temporary name, so a reader never sees half a binary.
-fn place(from: &Path, to: &Path) -> anyhow::Result<()> {
+fn place(arch: Arch, from: &Path, to: &Path) -> anyhow::Result<()> {
     let mut partial = to.as_os_str().to_owned();
     partial.push(".partial");
     let partial = PathBuf::from(partial);
     std::fs::copy(from, &partial).with_context(|| format!("copying {} to {}", from.display(), partial.display()))?;
+    // Symbols stay in the build folder's copy; a panic's backtrace then shows addresses only.
+    cmd::run(
+        Command::new(format!("{}-strip", arch.gnu()))
+            .args(["--strip-unneeded", "--remove-section=.comment"])
+            .arg(&partial),
+    )?;
     std::fs::rename(&partial, to).with_context(|| format!("renaming {} to {}", partial.display(), to.display()))
 }
 
