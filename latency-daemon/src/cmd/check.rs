@@ -1,6 +1,15 @@
 //! The `check` command: can this machine run the monitor? Prints one line per requirement and
 //! returns whether all hold; a failing line names the missing piece.
+use std::io::Write as _;
 use std::{process::ExitCode, time::Instant};
+
+/// A line of the report; a reader that left (`check | head`) ends nothing but the report (println!
+/// would panic on EPIPE while the programs are attached).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
 
 use latency_common::knobs::Clock;
 
@@ -23,11 +32,11 @@ pub fn main() -> ExitCode {
 /// Runs every check, prints the results, and returns true when the monitor can run here.
 fn check() -> bool {
     let mut ready = true;
-    println!("kernel:       {} ({})", system::kernel_release(), std::env::consts::ARCH);
+    say!("kernel:       {} ({})", system::kernel_release(), std::env::consts::ARCH);
 
     match Btf::from_sys_fs().and_then(|btf| btf.task_layout()) {
         Ok(l) => {
-            println!(
+            say!(
                 "BTF:          {VMLINUX}: task_struct pid@{} tgid@{} comm@{} prio@{} {}@{}; sched_switch {} prev_state",
                 l.pid.offset,
                 l.tgid.offset,
@@ -37,10 +46,10 @@ fn check() -> bool {
                 l.state.offset,
                 if l.switch_has_prev_state { "passes" } else { "lacks (read from the task)" }
             );
-            println!("prev_state:   {}", prev_state_source(l.switch_has_prev_state, l.state_name));
+            say!("prev_state:   {}", prev_state_source(l.switch_has_prev_state, l.state_name));
         }
         Err(e) => {
-            println!("BTF:          MISSING: {e}");
+            say!("BTF:          MISSING: {e}");
             ready = false;
         }
     }
@@ -48,20 +57,20 @@ fn check() -> bool {
     // The same gate `record` and `run` pass; here it also says which capabilities were found.
     match (caps::require(), Caps::current()) {
         (Err(e), _) => {
-            println!("capabilities: MISSING {}", e.missing.join(", "));
+            say!("capabilities: MISSING {}", e.missing.join(", "));
             ready = false;
         }
         (Ok(()), Ok(caps)) => {
             let how = if caps.sys_admin { "CAP_SYS_ADMIN" } else { "CAP_BPF, CAP_PERFMON" };
-            println!("capabilities: ok ({how})");
+            say!("capabilities: ok ({how})");
             // What `run` and `record` keep once attached (the same decision, nothing dropped here).
             if let Ok(before) = privileges::Sets::current() {
                 let plan = privileges::Plan::new(before, privileges::bpf_needs_capability());
-                println!("after attach: {}", plan.describe(before));
+                say!("after attach: {}", plan.describe(before));
             }
         }
         (Ok(()), Err(e)) => {
-            println!("capabilities: unknown ({e})");
+            say!("capabilities: unknown ({e})");
             ready = false;
         }
     }
@@ -82,34 +91,34 @@ fn check() -> bool {
         };
         match features::load(&options) {
             Ok((probe, degraded)) => {
-                println!(
+                say!(
                     "load+attach:  ok (sched_wakeup, sched_wakeup_new, sched_switch; {} stamp slots; {:.0} ms)",
                     probe.stamp_capacity(),
                     started.elapsed().as_secs_f64() * 1e3
                 );
-                println!("stamps:       {}", system::stamp_slots_reason(probe.stamp_capacity()));
+                say!("stamps:       {}", system::stamp_slots_reason(probe.stamp_capacity()));
                 let loads = probe.load_times();
                 let total: f64 = loads.iter().map(|(_, d)| d.as_secs_f64() * 1e3).sum();
                 let each: Vec<String> =
                     loads.iter().map(|(p, d)| format!("{p} {:.0} ms", d.as_secs_f64() * 1e3)).collect();
-                println!("verifier:     {total:.0} ms in BPF_PROG_LOAD; {}", each.join(", "));
+                say!("verifier:     {total:.0} ms in BPF_PROG_LOAD; {}", each.join(", "));
                 drop(probe);
                 if degraded.is_empty() {
-                    println!("optional:     all available ({})", Feature::ALL.map(Feature::name).join(", "));
+                    say!("optional:     all available ({})", Feature::ALL.map(Feature::name).join(", "));
                 }
                 for d in &degraded {
-                    println!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
+                    say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
                 }
             }
             Err(e) => {
-                println!("load+attach:  FAILED: {e}");
+                say!("load+attach:  FAILED: {e}");
                 ready = false;
             }
         }
     } else {
-        println!("load+attach:  skipped (fix the lines above first)");
+        say!("load+attach:  skipped (fix the lines above first)");
     }
-    println!("{}", if ready { "ready" } else { "not ready" });
+    say!("{}", if ready { "ready" } else { "not ready" });
     ready
 }
 

@@ -59,7 +59,8 @@ fn fail(message: &str) -> ExitCode {
 pub fn usage_error(e: clap::Error, args: &[String]) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        print!("{e}");
+        // `--help | head`: a reader that left is not an error (print! would panic on EPIPE).
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), e.to_string().as_bytes());
         return ExitCode::SUCCESS;
     }
     if args.get(1).is_some_and(|a| a == "run") {
