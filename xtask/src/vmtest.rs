@@ -1,16 +1,29 @@
-//! `cargo xtask vmtest [--kernels LIST] [--cpus N]`: setup, the release daemon, then the lab's
-//! matrix (`latency_lab::vmtest`), whose guests run this very binary's `workload` as their load
-//! (arm64 guests: an aarch64 build from target/dist, or this one under qemu-x86_64).
-use anyhow::Context as _;
+//! `cargo xtask vmtest [--kernels LIST] [--cpus N] [--static]`: setup, the daemon (the host's
+//! release build, or with --static the x86_64 musl one of target/dist), then the lab's matrix
+//! (`latency_lab::vmtest`), whose guests run this very binary's `workload` as their load (arm64
+//! guests: an aarch64 build from target/dist-tools, or this one under qemu-x86_64).
+use anyhow::{Context as _, bail};
 
-use crate::{build, setup};
+use crate::{build, dist, setup};
 
 pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
-    let daemon = build::daemon(true)?;
+    let daemon = if args.static_daemon {
+        let name = format!("latency-daemon-{}-{}-linux-musl", env!("CARGO_PKG_VERSION"), dist::Arch::X86_64);
+        let daemon = dist::dir().join(name);
+        if !daemon.is_file() {
+            bail!("--static: no {}; build it with `cargo xtask dist --arch x86-64`", daemon.display());
+        }
+        println!("vmtest: x86_64 daemon: {} (static)", daemon.display());
+        daemon
+    } else {
+        build::daemon(true)?
+    };
     let xtask = std::env::current_exe().context("where this xtask binary is")?;
     let mut args = args.clone();
     // The arm64 guests' binaries: where the dist builds go unless told otherwise.
-    args.arm64_bins.get_or_insert_with(|| build::target_dir().join("dist"));
+    if args.arm64_bins.is_empty() {
+        args.arm64_bins = vec![dist::dir(), dist::tools_dir()];
+    }
     latency_lab::vmtest::run(&args, &daemon, &xtask)
 }

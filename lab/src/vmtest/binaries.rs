@@ -1,7 +1,7 @@
 //! What the guest runs besides busybox: in, an architecture, the host's own daemon and xtask, and
-//! the folder where another architecture's builds are; out, the files to pack into /bin — the
-//! host's for x86_64; for arm64 a static aarch64 daemon found in that folder, and as the load an
-//! aarch64 xtask from there too or else the host's under `qemu-x86_64` — or an error that says
+//! the folders where another architecture's builds are; out, the files to pack into /bin — the
+//! host's for x86_64; for arm64 a static aarch64 daemon found in those folders, and as the load an
+//! aarch64 xtask from there too (`cargo xtask dist --guest-tools`) or else the host's under `qemu-x86_64` — or an error that says
 //! what is missing and how to get past it.
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ pub struct Binaries {
 
 /// The binaries a guest of `arch` gets. For another architecture the daemon must be found; the
 /// load is an xtask of that architecture if there is one, else the host's, emulated.
-pub fn for_arch(arch: Arch, host: [&Path; 2], dir: &Path, cache: &Path) -> anyhow::Result<Binaries> {
+pub fn for_arch(arch: Arch, host: [&Path; 2], dirs: &[PathBuf], cache: &Path) -> anyhow::Result<Binaries> {
     let [daemon, xtask] = host;
     if arch.is_host() {
         return Ok(Binaries {
@@ -40,15 +40,15 @@ pub fn for_arch(arch: Arch, host: [&Path; 2], dir: &Path, cache: &Path) -> anyho
             emulated: false,
         });
     }
-    let Some(daemon) = find(dir, DAEMON, arch) else {
+    let shown = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+    let Some(daemon) = find_any(dirs, DAEMON, arch) else {
         bail!(
-            "no static {arch} `{DAEMON}` under {} (looked for {DAEMON}, or a file named {DAEMON}* whose path names \
-             aarch64, up to 4 folders down): pass --arm64-bins DIR, or --smoke to boot the {arch} kernels without it",
-            dir.display()
+            "no static {arch} `{DAEMON}` under {shown} (looked for {DAEMON}, or a file named {DAEMON}* whose path names \
+             aarch64, up to 4 folders down): pass --arm64-bins DIR, or --smoke to boot the {arch} kernels without it"
         );
     };
     let mut found = Binaries { files: vec![(DAEMON.into(), daemon)], ..Binaries::default() };
-    if let Some(native) = find(dir, XTASK, arch) {
+    if let Some(native) = find_any(dirs, XTASK, arch) {
         found.files.push((XTASK.into(), native));
         found.load = format!("{XTASK} ({arch})");
         return Ok(found);
@@ -59,10 +59,20 @@ pub fn for_arch(arch: Arch, host: [&Path; 2], dir: &Path, cache: &Path) -> anyho
     found.files.push(("qemu-x86_64".into(), qemu));
     found.files.push((format!("{XTASK}.x86_64"), xtask.to_owned()));
     found.scripts.push((XTASK.into(), format!("#!/bin/sh\nexec /bin/qemu-x86_64 /bin/{XTASK}.x86_64 \"$@\"\n")));
-    found.load = format!("the host's {XTASK} (x86_64) under qemu-x86_64: no {arch} {XTASK} under {}", dir.display());
+    found.load = format!(
+        "the host's {XTASK} (x86_64) under qemu-x86_64: no {arch} {XTASK} under {shown} \
+         (`cargo xtask dist --guest-tools` builds one)"
+    );
     found.emulated = true;
     println!("vmtest: {arch} load: {}", found.load);
     Ok(found)
+}
+
+/// The newest of `find`'s answers over `dirs`.
+pub fn find_any(dirs: &[PathBuf], name: &str, arch: Arch) -> Option<PathBuf> {
+    dirs.iter()
+        .filter_map(|dir| find(dir, name, arch))
+        .max_by_key(|path| std::fs::metadata(path).and_then(|m| m.modified()).ok())
 }
 
 /// The newest static ELF file for `arch` under `dir` named `name`, or whose name starts with
@@ -126,7 +136,8 @@ mod tests {
         assert!(found.is_some_and(|p| p.ends_with("aarch64-unknown-linux-musl/latency-daemon")));
         write("xtask-aarch64-unknown-linux-musl", &elf(183));
         assert!(find(dir, XTASK, Arch::Arm64).is_some());
-        let missing = for_arch(Arch::Arm64, [dir, dir], &dir.join("nowhere"), dir);
+        assert!(find_any(&[dir.join("nowhere"), dir.to_owned()], XTASK, Arch::Arm64).is_some());
+        let missing = for_arch(Arch::Arm64, [dir, dir], &[dir.join("nowhere")], dir);
         assert!(missing.err().is_some_and(|e| e.to_string().contains("--smoke")));
     }
 }

@@ -55,7 +55,10 @@ pub fn build(contents: &Contents<'_>, out: &Path) -> anyhow::Result<u64> {
         cmd::stdout(&mut strip)?;
         let bytes = std::fs::read(&stripped).with_context(|| format!("reading {}", stripped.display()))?;
         cpio.file(&format!("bin/{name}"), 0o755, &bytes);
-        libraries.extend(shared_libraries(binary)?);
+        // A static one (the musl daemon of --static) has none, and `ldd` fails on it.
+        if elf_kind(&bytes).is_some_and(|(_, dynamic)| dynamic) {
+            libraries.extend(shared_libraries(binary)?);
+        }
     }
     libraries.sort();
     libraries.dedup();

@@ -52,11 +52,18 @@ pub struct Args {
     /// docs/kernels.md's table from it; any other folder leaves docs/kernels.md alone.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Where the arm64 guests' static aarch64 builds are: `latency-daemon` and `xtask` (the
-    /// load), as DIR/NAME or any file NAME* whose path below DIR names aarch64 (default:
-    /// target/dist). Without an aarch64 xtask the guests run this one under qemu-x86_64.
+    /// Where the arm64 guests' static aarch64 builds are (repeat the flag; the newest wins):
+    /// `latency-daemon` and `xtask` (the load), as DIR/NAME or any file NAME* whose path below
+    /// DIR names aarch64 (default: target/dist, where `cargo xtask dist` puts the daemon, and
+    /// target/dist-tools, where `cargo xtask dist --guest-tools` puts the xtask). Without an
+    /// aarch64 xtask the guests run this one under qemu-x86_64, and the sleepers' own sleep counts
+    /// are not judged (the emulator's locks block them too).
     #[arg(long)]
-    pub arm64_bins: Option<PathBuf>,
+    pub arm64_bins: Vec<PathBuf>,
+    /// The x86_64 guests run the static (musl) daemon of target/dist (`cargo xtask dist --arch
+    /// x86-64`) instead of the host's glibc build: the shipped binary on old kernels.
+    #[arg(long = "static")]
+    pub static_daemon: bool,
     /// Boot each kernel to its init and read its data port only (no daemon, no load, no
     /// docs/kernels.md): the plumbing, e.g. of arm64 before there are aarch64 binaries.
     #[arg(long)]
@@ -113,7 +120,12 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
 
     let scratch = Scratch::new("runqlat-vmtest")?;
     let init = include_str!("init.sh");
-    let arm64_bins = args.arm64_bins.clone().unwrap_or_else(|| crate::workspace_root().join("target/dist"));
+    let arm64_bins = if args.arm64_bins.is_empty() {
+        let target = crate::workspace_root().join("target");
+        vec![target.join("dist"), target.join("dist-tools")]
+    } else {
+        args.arm64_bins.clone()
+    };
     let mut archs: Vec<Arch> = kernels.iter().map(|k| k.arch).collect();
     archs.sort_by_key(|a| !a.is_host());
     archs.dedup();

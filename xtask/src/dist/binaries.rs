@@ -1,6 +1,6 @@
-//! One static `latency-daemon` per architecture: in, an `Arch` and the musl folder setup made
-//! for it; out, the release binary of `cargo +nightly build -Z build-std` for
-//! `<arch>-unknown-linux-musl`, in a target folder of its own.
+//! One static `latency-daemon` (or, for the arm64 guests' load, `xtask`) per architecture: in, an
+//! `Arch`, the `Program` and the musl folder setup made for it; out, the release binary of
+//! `cargo +nightly build -Z build-std` for `<arch>-unknown-linux-musl`, in a target folder of its own.
 //!
 //! Why musl, not static glibc: the daemon resolves its alert sinks' host names, and glibc's
 //! `getaddrinfo` loads NSS modules (libnss_dns, libnss_files) at run time even in a static
@@ -23,8 +23,20 @@ use super::Arch;
 use crate::cmd;
 use crate::setup::cross::Musl;
 
-/// Builds `arch`'s daemon under `target_dir`; returns the binary's path there.
-pub fn build(arch: Arch, target_dir: &Path) -> anyhow::Result<PathBuf> {
+/// A binary of the workspace that `build` makes static.
+#[derive(Debug, Clone, Copy)]
+pub struct Program {
+    pub package: &'static str,
+    pub bin: &'static str,
+}
+
+/// What we ship.
+pub const DAEMON: Program = Program { package: "latency-daemon", bin: "latency-daemon" };
+/// The arm64 guests' load (`xtask workload`); a tool for vmtest, never shipped.
+pub const XTASK: Program = Program { package: "xtask", bin: "xtask" };
+
+/// Builds `arch`'s `program` under `target_dir`; returns the binary's path there.
+pub fn build(arch: Arch, program: Program, target_dir: &Path) -> anyhow::Result<PathBuf> {
     let musl = Musl(arch);
     let gcc = format!("{}-gcc", arch.gnu());
     let gcc_include = cmd::stdout(Command::new(&gcc).arg("-print-file-name=include"))?;
@@ -44,8 +56,8 @@ pub fn build(arch: Arch, target_dir: &Path) -> anyhow::Result<PathBuf> {
     }
     build
         .current_dir(crate::workspace_root())
-        .args(["run", "nightly", "cargo", "build", "--release", "--package", "latency-daemon"])
-        .args(["--bin", "latency-daemon", "--target", arch.triple()])
+        .args(["run", "nightly", "cargo", "build", "--release", "--package", program.package])
+        .args(["--bin", program.bin, "--target", arch.triple()])
         // panic_abort is only built beside std's default panic_unwind: the binary unwinds on a
         // panic like the glibc build (tokio turns a task's panic into a JoinError).
         .args(["-Z", "build-std=std,panic_abort"])
@@ -66,12 +78,12 @@ pub fn build(arch: Arch, target_dir: &Path) -> anyhow::Result<PathBuf> {
         .env(format!("{cargo_prefix}_RUSTFLAGS"), format!("-L native={}", musl.lib().display()));
     println!("dist: {arch}: $ {}", cmd::show(&build));
     let start = Instant::now();
-    cmd::run(&mut build).with_context(|| format!("building the {arch} daemon failed"))?;
-    let binary = target_dir.join(arch.triple()).join("release").join("latency-daemon");
+    cmd::run(&mut build).with_context(|| format!("building the {arch} {} failed", program.bin))?;
+    let binary = target_dir.join(arch.triple()).join("release").join(program.bin);
     if !binary.is_file() {
         bail!("cargo build succeeded but {} does not exist", binary.display());
     }
-    println!("dist: {arch}: built in {:.0} s", start.elapsed().as_secs_f64());
+    println!("dist: {arch}: {} built in {:.0} s", program.bin, start.elapsed().as_secs_f64());
     Ok(binary)
 }
 

@@ -5,6 +5,10 @@
 //! multi-arch OCI image (layout and `oci-archive`), and `SHA256SUMS` over everything. Binaries
 //! are stripped as Debian strips its own (`--strip-unneeded`, no `.comment`): the .deb, the image and the SBOM's
 //! hash are of the file in dist/.
+//!
+//! `--guest-tools` instead builds only what vmtest's arm64 guests run besides the daemon: a static
+//! aarch64 `xtask` (their load, native instead of the host's under qemu-x86_64), into
+//! `target/dist-tools/`, beside dist/ and never in it or in SHA256SUMS.
 mod arch;
 mod binaries;
 mod elf;
@@ -29,6 +33,10 @@ pub struct Args {
     /// Only these architectures (repeat the flag; default: all).
     #[arg(long, value_enum)]
     arch: Vec<Arch>,
+    /// Build only the arm64 guests' load for `cargo xtask vmtest` (a static aarch64 `xtask`, into
+    /// target/dist-tools/), not the release.
+    #[arg(long)]
+    guest_tools: bool,
 }
 
 /// One architecture's static binary in the dist folder.
@@ -43,6 +51,11 @@ pub struct Built {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
+    if args.guest_tools {
+        let xtask = guest_xtask(Arch::Aarch64)?;
+        println!("dist: {}", xtask.display());
+        return Ok(());
+    }
     let arches = if args.arch.is_empty() { Arch::ALL.to_vec() } else { args.arch.clone() };
     let built = binaries(&arches)?;
     for b in &built {
@@ -81,6 +94,23 @@ pub fn dir() -> PathBuf {
     build::target_dir().join("dist")
 }
 
+/// Where the guests' tools go: `<target>/dist-tools`, read by vmtest (`--arm64-bins`).
+pub fn tools_dir() -> PathBuf {
+    build::target_dir().join("dist-tools")
+}
+
+/// Builds, checks and places `<tools>/xtask-<arch>-linux-musl`; returns its path.
+pub fn guest_xtask(arch: Arch) -> anyhow::Result<PathBuf> {
+    let tools = tools_dir();
+    std::fs::create_dir_all(&tools).with_context(|| format!("creating {}", tools.display()))?;
+    // The daemon's target folder: std and the shared dependencies are built once.
+    let compiled = binaries::build(arch, binaries::XTASK, &build::target_dir().join("dist-build"))?;
+    check_elf(arch, &compiled)?;
+    let binary = tools.join(format!("xtask-{arch}-linux-musl"));
+    place(arch, &compiled, &binary)?;
+    Ok(binary)
+}
+
 /// Builds, checks and places each architecture's binary.
 pub fn binaries(arches: &[Arch]) -> anyhow::Result<Vec<Built>> {
     let dist = dir();
@@ -90,7 +120,7 @@ pub fn binaries(arches: &[Arch]) -> anyhow::Result<Vec<Built>> {
     let start = Instant::now();
     let mut built: Vec<Built> = Vec::new();
     for &arch in arches {
-        let compiled = binaries::build(arch, &target_dir)?;
+        let compiled = binaries::build(arch, binaries::DAEMON, &target_dir)?;
         check_elf(arch, &compiled)?;
         let binary = dist.join(format!("latency-daemon-{VERSION}-{arch}-linux-musl"));
         place(arch, &compiled, &binary)?;
