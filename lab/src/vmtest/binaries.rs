@@ -26,6 +26,8 @@ pub struct Binaries {
     pub load: String,
     /// The load is the host's xtask under qemu-x86_64.
     pub emulated: bool,
+    /// The daemon, for the report: its file on the host and how it is linked.
+    pub daemon: String,
 }
 
 /// The binaries a guest of `arch` gets. For another architecture the daemon must be found; the
@@ -38,6 +40,7 @@ pub fn for_arch(arch: Arch, host: [&Path; 2], dirs: &[PathBuf], cache: &Path) ->
             scripts: Vec::new(),
             load: format!("{XTASK} ({arch})"),
             emulated: false,
+            daemon: described(daemon),
         });
     }
     let shown = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
@@ -47,7 +50,8 @@ pub fn for_arch(arch: Arch, host: [&Path; 2], dirs: &[PathBuf], cache: &Path) ->
              aarch64, up to 4 folders down): pass --arm64-bins DIR, or --smoke to boot the {arch} kernels without it"
         );
     };
-    let mut found = Binaries { files: vec![(DAEMON.into(), daemon)], ..Binaries::default() };
+    let mut found =
+        Binaries { daemon: described(&daemon), files: vec![(DAEMON.into(), daemon)], ..Binaries::default() };
     if let Some(native) = find_any(dirs, XTASK, arch) {
         found.files.push((XTASK.into(), native));
         found.load = format!("{XTASK} ({arch})");
@@ -66,6 +70,16 @@ pub fn for_arch(arch: Arch, host: [&Path; 2], dirs: &[PathBuf], cache: &Path) ->
     found.emulated = true;
     println!("vmtest: {arch} load: {}", found.load);
     Ok(found)
+}
+
+/// `path (static)` or `path (dynamic)`, from its ELF headers.
+fn described(path: &Path) -> String {
+    let linked = match std::fs::read(path).ok().and_then(|bytes| elf_kind(&bytes)) {
+        Some((_, false)) => "static",
+        Some((_, true)) => "dynamic",
+        None => "not an ELF file",
+    };
+    format!("{} ({linked})", path.display())
 }
 
 /// The newest of `find`'s answers over `dirs`.

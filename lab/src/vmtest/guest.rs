@@ -86,6 +86,9 @@ pub struct GuestResult {
     /// What ran `xtask workload` (arm64: an aarch64 build, or the host's under qemu-x86_64).
     #[serde(default)]
     pub load: String,
+    /// The daemon the guest ran: its file on the host, and whether it is a static build.
+    #[serde(default)]
+    pub daemon: String,
 }
 
 /// Boots `guest` (twice at most) and judges what it produced.
@@ -165,6 +168,7 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         ok,
         console_tail: if ok { Vec::new() } else { tail(boot) },
         load: String::new(),
+        daemon: String::new(),
     }
 }
 
@@ -335,6 +339,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         ok,
         console_tail: tail,
         load: String::new(),
+        daemon: String::new(),
     }
 }
 

@@ -36,7 +36,7 @@ pub struct Args {
     /// Kernels to boot, comma-separated (default: every x86_64 one): 5.10, 5.10-rt, 6.1, 6.1-rt,
     /// 6.1-cloud, 6.12 (bookworm-security), 6.12-trixie, 6.12-bpo (bookworm-backports); arm64
     /// only when named: 6.1-arm64, 6.12-arm64 (`arm64`: both), under qemu-system-aarch64 with
-    /// the binaries of --arm64-bins.
+    /// the binaries of --arm64-bins; `all`: every kernel of both architectures.
     #[arg(long, value_delimiter = ',')]
     pub kernels: Vec<String>,
     /// vCPUs of each guest.
@@ -84,14 +84,19 @@ pub fn default_out() -> PathBuf {
     crate::workspace_root().join("vmtest-report")
 }
 
-/// The ids asked for, `arm64` standing for every arm64 kernel; all x86_64 ones when none are.
+/// The ids asked for, `arm64` standing for every arm64 kernel and `all` for every kernel; all
+/// x86_64 ones when none are.
 fn kernel_ids(asked: &[String]) -> Vec<String> {
     if asked.is_empty() {
         return kernels::default_ids();
     }
     let mut ids = Vec::new();
     for id in asked {
-        let more = if id == "arm64" { kernels::ids_of(Arch::Arm64) } else { vec![id.clone()] };
+        let more = match id.as_str() {
+            "arm64" => kernels::ids_of(Arch::Arm64),
+            "all" => kernels::SPECS.iter().map(|s| s.id.to_owned()).collect(),
+            _ => vec![id.clone()],
+        };
         for one in more {
             if !ids.contains(&one) {
                 ids.push(one);
@@ -181,6 +186,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
             println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ "));
         })?;
         result.load.clone_from(&binaries.load);
+        result.daemon.clone_from(&binaries.daemon);
         println!("vmtest:   {}", report::one_line(&result));
         results.push(result);
     }
@@ -223,5 +229,8 @@ mod tests {
         let asked = |list: &[&str]| kernel_ids(&list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
         assert_eq!(asked(&[]), kernels::default_ids());
         assert_eq!(asked(&["6.1", "arm64", "6.12-arm64"]), ["6.1", "6.1-arm64", "6.12-arm64"]);
+        let all = asked(&["all"]);
+        assert_eq!(all.len(), kernels::SPECS.len());
+        assert!(all.contains(&"5.10".to_owned()) && all.contains(&"6.12-arm64".to_owned()), "{all:?}");
     }
 }

@@ -123,6 +123,9 @@ fn markdown(report: &Report) -> String {
         );
         let attach: Vec<String> = g.configs.iter().map(|c| format!("`{}` {}", c.command, secs(c.attach_s))).collect();
         let _ = writeln!(out, "Start → `attached`, all six loading at once: {}\n", attach.join(", "));
+        if !g.daemon.is_empty() {
+            let _ = writeln!(out, "Daemon: {}\n", g.daemon);
+        }
         if !g.load.is_empty() && !g.kernel.arch.is_host() {
             let _ = writeln!(out, "Load: {}\n", g.load);
         }
