@@ -94,6 +94,17 @@ pub fn dir() -> PathBuf {
     build::target_dir().join("dist")
 }
 
+/// `arch`'s static daemon in the dist folder, for the commands that run the shipped binary
+/// (`--static`), or an error that says how to build it.
+pub fn static_daemon(arch: Arch) -> anyhow::Result<PathBuf> {
+    let daemon = dir().join(format!("latency-daemon-{VERSION}-{arch}-linux-musl"));
+    if !daemon.is_file() {
+        bail!("--static: no {}; build it with `cargo xtask dist`", daemon.display());
+    }
+    println!("{arch} daemon: {} (static)", daemon.display());
+    Ok(daemon)
+}
+
 /// Where the guests' tools go: `<target>/dist-tools`, read by vmtest (`--arm64-bins`).
 pub fn tools_dir() -> PathBuf {
     build::target_dir().join("dist-tools")
