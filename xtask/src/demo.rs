@@ -1,18 +1,19 @@
-//! `cargo xtask demo …`: setup and a release build, then the lab's demo driver with this binary
-//! running the workload (`xtask workload …`). In: the demo's flags; out: demo-report/.
+//! `cargo xtask demo …`: setup and a release build (with `--static`, dist's shipped binary
+//! instead), then the lab's demo driver with this binary running the workload (`xtask workload
+//! …`). In: the demo's flags; out: demo-report/.
 use std::time::Instant;
 
 use anyhow::Context as _;
 use latency_lab::demo::{self, Args, Tools};
 
-use crate::{build, setup};
+use crate::{build, dist, setup};
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let began = Instant::now();
     args.check()?;
     setup::ensure(setup::Report::ChangesOnly)?;
     demo::require_root()?;
-    let daemon = build::daemon(true)?;
+    let daemon = if args.static_daemon { dist::static_daemon(dist::Arch::X86_64)? } else { build::daemon(true)? };
     let tools = Tools {
         daemon,
         workload: std::env::current_exe().context("finding this xtask binary")?,

@@ -1,6 +1,6 @@
-//! `cargo xtask test [-- ARGS…]`: setup, then the whole suite as steps (`cargo test` first, more
-//! later), each run even if an earlier one failed. Out: a summary with timings; non-zero exit
-//! if any step failed.
+//! `cargo xtask test [-- ARGS…]`: setup, then the whole suite as steps (the release artifacts,
+//! `cargo test`, then the checks that run built programs), each run even if an earlier one
+//! failed. Out: a summary with timings; non-zero exit if any step failed.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -19,6 +19,29 @@ pub struct Args {
 struct Step {
     name: &'static str,
     run: Box<dyn FnOnce() -> anyhow::Result<()>>,
+}
+
+/// The step before `cargo test`: the release artifacts of both architectures (whose package
+/// tests then check the real binaries, not stand-ins) and the arm64 guests' load.
+fn dist_step() -> Step {
+    Step {
+        name: "dist",
+        run: Box::new(|| {
+            xtask(["dist"])()?;
+            xtask(["dist", "--guest-tools"])()
+        }),
+    }
+}
+
+/// This very xtask with `args`, as a step's body.
+fn xtask<'a>(args: impl IntoIterator<Item = &'a str>) -> Box<dyn FnOnce() -> anyhow::Result<()>> {
+    let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+    Box::new(move || {
+        let mut command = std::process::Command::new(std::env::current_exe()?);
+        command.current_dir(workspace_root()).args(&args);
+        println!("test: $ {}", cmd::show(&command));
+        cmd::run(&mut command)
+    })
 }
 
 /// Steps after `cargo test`, in order: promtool (rules, their tests, the metrics schema), the demo's
@@ -64,36 +87,25 @@ fn extra_steps() -> Vec<Step> {
         name: "demo (short form)",
         // Every workload mode for 2 s against perf sched, runqlat and run_delay; fails when an
         // agreement figure leaves its tolerance, compete ≫ cpu, io no longer holds, the full demo
-        // would exceed 90 s, or anything stays attached or running.
-        run: Box::new(|| {
-            let mut demo = std::process::Command::new(std::env::current_exe()?);
-            demo.current_dir(workspace_root()).args(latency_lab::demo::SHORT_FORM);
-            println!("test: $ {}", cmd::show(&demo));
-            cmd::run(&mut demo)
-        }),
+        // would exceed 90 s, or anything stays attached or running. The shipped binary runs.
+        run: xtask(latency_lab::demo::SHORT_FORM.iter().copied().chain(["--static"])),
     });
     steps.push(Step {
         name: "bench guard",
         // Not a timed test: the kernel's own accounting of time inside the programs, ours against
         // runqlat's, failing only on a gross regression (ours costing more than runqlat).
-        run: Box::new(|| {
-            let mut bench = std::process::Command::new(std::env::current_exe()?);
-            bench.current_dir(workspace_root()).args(["bench", "--guard"]);
-            println!("test: $ {}", cmd::show(&bench));
-            cmd::run(&mut bench)
-        }),
+        run: xtask(["bench", "--guard", "--static"]),
     });
     steps.push(Step {
         name: "vmtest",
-        // Every kernel of the matrix booted under QEMU with every configuration attached. The report
-        // goes under target/: README's table is published by a plain `cargo xtask vmtest`.
-        run: Box::new(|| {
-            let mut vmtest = std::process::Command::new(std::env::current_exe()?);
+        // Every kernel of both architectures booted under QEMU with every configuration attached,
+        // running the shipped static binaries. The report goes under target/: README's table is
+        // published by a plain `cargo xtask vmtest`.
+        run: {
             let out = build::target_dir().join("vmtest-report");
-            vmtest.current_dir(workspace_root()).arg("vmtest").arg("--out").arg(out);
-            println!("test: $ {}", cmd::show(&vmtest));
-            cmd::run(&mut vmtest)
-        }),
+            let out = out.to_string_lossy().into_owned();
+            xtask(["vmtest", "--static", "--kernels", "all", "--out", out.as_str()])
+        },
     });
     steps
 }
@@ -104,7 +116,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let setup_took = start.elapsed();
 
     let cargo_test = cargo_test_args(&args.cargo_test_args);
-    let mut steps = vec![Step {
+    let mut steps = vec![dist_step()];
+    steps.push(Step {
         name: "cargo test",
         run: Box::new(move || {
             let mut test = cmd::cargo()?;
@@ -112,7 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("test: $ {}", cmd::show(&test));
             cmd::run(&mut test)
         }),
-    }];
+    });
     steps.extend(extra_steps());
 
     let mut results = Vec::new();

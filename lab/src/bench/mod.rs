@@ -63,6 +63,10 @@ pub struct Args {
     /// bench-report/together.md.
     #[arg(long, num_args = 1.., value_name = "DAEMON", conflicts_with_all = ["guard", "in_program", "daemon_only"])]
     together: Vec<PathBuf>,
+    /// Run the shipped static (musl) daemon of target/dist (`cargo xtask dist`) instead of
+    /// building the host's release one (the kernel object is the same).
+    #[arg(long = "static")]
+    pub static_daemon: bool,
 }
 
 impl Args {

@@ -46,6 +46,10 @@ pub struct Args {
     /// Only these modes, in this order [default: cpu,io,compete,stall,nice].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub modes: Vec<Mode>,
+    /// Run the shipped static (musl) daemon of target/dist (`cargo xtask dist`) instead of
+    /// building the host's release one.
+    #[arg(long = "static")]
+    pub static_daemon: bool,
 }
 
 /// What the caller prepared: the binaries the demo runs, and how long preparing them took.
