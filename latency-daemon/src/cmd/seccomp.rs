@@ -7,11 +7,13 @@ use std::process::ExitCode;
 
 use crate::cli::SeccompArgs;
 
-/// The syscalls `run` makes on this architecture, recorded from the daemon itself
-/// (`cargo xtask seccomp`). Only x86_64 has one so far.
+/// The syscalls `run` makes on this architecture: recorded from the daemon itself on x86_64
+/// (`cargo xtask seccomp`), and translated from that to aarch64's calls.
 #[cfg(target_arch = "x86_64")]
 const PROFILE: Option<&str> = Some(include_str!("../../../deploy/seccomp/latency-daemon.json"));
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+const PROFILE: Option<&str> = Some(include_str!("../../../deploy/seccomp/latency-daemon-aarch64.json"));
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const PROFILE: Option<&str> = None;
 
 /// `latency-daemon seccomp-profile [--write FILE]`: exit 0, or 1 with one line saying why.
