@@ -67,17 +67,7 @@ impl Check for CrossTools {
         Ok(PROGRAMS.iter().all(|program| Path::new(program).is_file()))
     }
     fn do_it(&self) -> anyhow::Result<()> {
-        let mut update = Command::new("apt-get");
-        update.args(["-q", "update"]);
-        println!("  $ {}", cmd::show(&update));
-        cmd::run(&mut update)?;
-        let mut install = Command::new("apt-get");
-        install
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(PACKAGES);
-        println!("  $ {}", cmd::show(&install));
-        cmd::run(&mut install)
+        super::packages::apt_install(PACKAGES)
     }
 }
 

@@ -1,8 +1,9 @@
 //! Debian packages the tests and demos call (perf, bpftool, the libbpf-tools oracles, load
 //! generators, Prometheus, jsonnet for the Grafana mixin, Chromium for the live view's browser
 //! test, podman and containerd for real containers, systemd-analyze and strace for the service
-//! unit and the seccomp profile, lintian and mmdebstrap for the release packages). In: `dpkg-query`; out: the missing ones installed, services not
-//! started.
+//! unit and the seccomp profile, lintian and mmdebstrap for the release packages). In:
+//! `dpkg-query`; out: the missing ones installed, services not started (`apt_install`, which
+//! the other setup steps that install from the host's sources use too).
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -60,20 +61,24 @@ impl Check for DebPackages {
     fn do_it(&self) -> anyhow::Result<()> {
         let missing = missing_now()?;
         println!("  missing: {}", missing.join(" "));
-        let _no_services = NoServiceStarts::install()?;
-        // Without a fresh package list, installs 404 on mirrors that rotated old versions out.
-        let mut update = Command::new("apt-get");
-        update.arg("update");
-        println!("  $ {}", cmd::show(&update));
-        cmd::run(&mut update)?;
-        let mut install = Command::new("apt-get");
-        install
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&missing);
-        println!("  $ {}", cmd::show(&install));
-        cmd::run(&mut install)
+        apt_install(&missing)
     }
+}
+
+/// `apt-get update`, then `apt-get install` of `packages` from the host's sources, without
+/// recommends and with no service started (what setup installs is started by the tests that
+/// use it, on ports they choose). Progress streams.
+pub fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
+    let _no_services = NoServiceStarts::install()?;
+    // Without a fresh package list, installs 404 on mirrors that rotated old versions out.
+    let mut update = Command::new("apt-get");
+    update.args(["-q", "update"]);
+    println!("  $ {}", cmd::show(&update));
+    cmd::run(&mut update)?;
+    let mut install = Command::new("apt-get");
+    install.env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "--no-install-recommends"]).args(packages);
+    println!("  $ {}", cmd::show(&install));
+    cmd::run(&mut install)
 }
 
 fn missing_now() -> anyhow::Result<Vec<&'static str>> {
