@@ -2,25 +2,23 @@
 //! containerd's `ctr images import` of it (a containerd of our own: root, state, socket and
 //! configuration in a scratch directory, stopped when done) and podman's `load` of it, the
 //! platforms its index names, and the amd64 image run with the DaemonSet's confinement.
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
 use crate::{
-    cmd,
-    guard::{Proc, Scratch},
-    services::Podman,
+    guard::Scratch,
+    services::{ContainerdDaemon as Daemon, ContainerdPlugins as Plugins, Podman},
     web,
 };
 
-/// A containerd nobody else talks to: its own socket, root and state (not /run/containerd), and
-/// no CRI plugin (which would want CNI and a stream port).
+/// A containerd nobody else talks to (`services::ContainerdDaemon`): its own socket, root
+/// and state (not /run/containerd), and no CRI plugin.
 #[derive(Debug)]
 pub struct OwnContainerd {
-    socket: PathBuf,
-    _daemon: Proc,
+    daemon: Daemon,
     _scratch: Scratch,
 }
 
@@ -28,39 +26,13 @@ impl OwnContainerd {
     /// Starts it and waits (up to 20 s) for `ctr version` to answer.
     pub fn start() -> anyhow::Result<OwnContainerd> {
         let scratch = Scratch::new("runqlat-ctr")?;
-        let config = scratch.join("config.toml");
-        std::fs::write(&config, "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")?;
-        let socket = scratch.join("containerd.sock");
-        let mut command = Command::new("containerd");
-        command
-            .arg("--config")
-            .arg(&config)
-            .arg("--address")
-            .arg(&socket)
-            .arg("--root")
-            .arg(scratch.join("root"))
-            .arg("--state")
-            .arg(scratch.join("state"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let daemon = Proc::spawn(&mut command, "containerd").context("apt-get install containerd")?;
-        let own = OwnContainerd { socket, _daemon: daemon, _scratch: scratch };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while own.ctr(&["--connect-timeout", "1s", "version"]).is_err() {
-            if Instant::now() > deadline {
-                bail!("containerd did not answer on {} within 20 s", own.socket.display());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(own)
+        let daemon = Daemon::start(&scratch, &scratch.join("state"), Plugins::NoCri)?;
+        Ok(OwnContainerd { daemon, _scratch: scratch })
     }
 
     /// `ctr --address <ours> ARGS` (default namespace).
     pub fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut c = Command::new("ctr");
-        c.arg("--address").arg(&self.socket).args(args);
-        cmd::stdout(&mut c)
+        self.daemon.ctr("default", args)
     }
 
     /// `ctr images import --all-platforms ARCHIVE`, then `ctr images check` (every blob of every

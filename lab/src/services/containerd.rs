@@ -4,7 +4,7 @@
 //! as the CRI plugin would write them for a Kubernetes pod. Tasks, containers, the daemon and the
 //! cgroups it made are removed when the guard goes.
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -27,9 +27,8 @@ const STATE: &str = "/run/containerd";
 #[derive(Debug)]
 pub struct Containerd {
     started: Vec<String>,
-    socket: PathBuf,
     /// Declared after `started` so the daemon outlives the tasks' removal (fields drop in order).
-    _daemon: Proc,
+    daemon: Daemon,
     _state: Option<StateDir>,
     _kubepods: RuntimeCgroups,
     scratch: Scratch,
@@ -51,27 +50,8 @@ impl Containerd {
         let kubepods = RuntimeCgroups::new("kubepods");
         let state = (!std::path::Path::new(STATE).exists()).then_some(StateDir);
         let scratch = Scratch::new("runqlat-containerd")?;
-        let socket = scratch.join("containerd.sock");
-        let mut command = Command::new("containerd");
-        command
-            .arg("--address")
-            .arg(&socket)
-            .arg("--root")
-            .arg(scratch.join("root"))
-            .args(["--state", STATE])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let daemon = Proc::spawn(&mut command, "containerd").context("cargo xtask setup installs containerd")?;
-        let containerd =
-            Containerd { started: Vec::new(), socket, _daemon: daemon, _state: state, _kubepods: kubepods, scratch };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while containerd.ctr(&["--connect-timeout", "1s", "version"]).is_err() {
-            if Instant::now() > deadline {
-                bail!("containerd did not answer on {} within 20 s", containerd.socket.display());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let daemon = Daemon::start(&scratch, Path::new(STATE), Plugins::Default)?;
+        let containerd = Containerd { started: Vec::new(), daemon, _state: state, _kubepods: kubepods, scratch };
         let archive = containerd.scratch.join("image.tar");
         let podman = Podman::new()?;
         podman.save(&archive)?;
@@ -80,9 +60,7 @@ impl Containerd {
     }
 
     fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut c = Command::new("ctr");
-        c.arg("--address").arg(&self.socket).args(["--namespace", NAMESPACE]).args(args);
-        cmd::stdout(&mut c)
+        self.daemon.ctr(NAMESPACE, args)
     }
 
     /// `ctr run -d --cgroup CGROUP` of busybox `argv` as container `id` with `annotations`.
@@ -126,5 +104,62 @@ impl Drop for Containerd {
                 eprintln!("containerd: removing {id} failed: {e:#}");
             }
         }
+    }
+}
+
+/// Which plugins a [`Daemon`] loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plugins {
+    /// containerd's defaults, the CRI plugin included.
+    Default,
+    /// Without the CRI plugin (which wants CNI and a stream port): images and `ctr` only.
+    NoCri,
+}
+
+/// A containerd process nobody else talks to: its socket and content store (`root/`) in a
+/// scratch directory, its runtime state where the caller says; stopped when dropped.
+#[derive(Debug)]
+pub struct Daemon {
+    socket: PathBuf,
+    _proc: Proc,
+}
+
+impl Daemon {
+    /// Starts it and waits (up to 20 s) for `ctr version` to answer.
+    pub fn start(scratch: &Scratch, state: &Path, plugins: Plugins) -> anyhow::Result<Daemon> {
+        let socket = scratch.join("containerd.sock");
+        let mut command = Command::new("containerd");
+        if plugins == Plugins::NoCri {
+            let config = scratch.join("config.toml");
+            std::fs::write(&config, "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n")?;
+            command.arg("--config").arg(config);
+        }
+        command
+            .arg("--address")
+            .arg(&socket)
+            .arg("--root")
+            .arg(scratch.join("root"))
+            .arg("--state")
+            .arg(state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let proc = Proc::spawn(&mut command, "containerd").context("cargo xtask setup installs containerd")?;
+        let daemon = Daemon { socket, _proc: proc };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while daemon.ctr("default", &["--connect-timeout", "1s", "version"]).is_err() {
+            if Instant::now() > deadline {
+                bail!("containerd did not answer on {} within 20 s", daemon.socket.display());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(daemon)
+    }
+
+    /// `ctr --address <ours> --namespace NAMESPACE ARGS`: its stdout.
+    pub fn ctr(&self, namespace: &str, args: &[&str]) -> anyhow::Result<String> {
+        let mut c = Command::new("ctr");
+        c.arg("--address").arg(&self.socket).args(["--namespace", namespace]).args(args);
+        cmd::stdout(&mut c)
     }
 }

@@ -25,7 +25,7 @@ use anyhow::{Context as _, bail};
 
 pub use alertmanager::Alertmanager;
 pub use cgroup::{TestCgroup, Waker};
-pub use containerd::Containerd;
+pub use containerd::{Containerd, Daemon as ContainerdDaemon, Plugins as ContainerdPlugins};
 pub use kube::{KubePod, pod_from_daemonset};
 pub use podman::{Container, Podman};
 pub use prometheus::{Prometheus, Setup};
