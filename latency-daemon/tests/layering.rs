@@ -14,7 +14,8 @@ const RULE: &[(&str, &[&str])] = &[
     ("alert", &["model"]),
     // The alert engine, not its sinks: the pipeline decides, `cmd` delivers.
     ("pipeline", &["model", "alert::Engine", "alert::Rules", "alert::Transition", "alert::Alert"]),
-    ("config", &["model", "alert::Rules"]),
+    // The CA file is checked with the call the sinks' client makes.
+    ("config", &["model", "alert::Rules", "alert::notify::ca_roots"]),
     // The stats types of alert::notify: what /metrics reports of the sinks.
     ("serve", &["model", "config", "alert::notify::NotifyStats"]),
     ("cli", &["config"]),

@@ -32,14 +32,7 @@ impl Client {
     /// when the PEM holds no usable certificate.
     pub fn new(ca_pem: Option<&str>, auth: Option<Auth>) -> Result<Client, String> {
         let roots = match ca_pem {
-            Some(pem) => {
-                let mut roots = RootCertStore::empty();
-                let (added, _) = roots.add_parsable_certificates(parse_certs(pem.as_bytes())?);
-                if added == 0 {
-                    return Err("the CA file holds no usable certificate".into());
-                }
-                roots
-            }
+            Some(pem) => ca_roots(pem)?,
             None => system_roots(),
         };
         Ok(Client { tls: Arc::new(config(roots)), auth })
@@ -104,6 +97,17 @@ impl PartialEq for Client {
     }
 }
 impl Eq for Client {}
+
+/// The trust anchors of a CA file's text: every PEM block parses, and at least one is usable.
+/// Fails with one line (configuration checks it with this before any sink starts).
+pub fn ca_roots(pem: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(parse_certs(pem.as_bytes())?);
+    if added == 0 {
+        return Err("the CA file holds no usable certificate".into());
+    }
+    Ok(roots)
+}
 
 /// Every certificate in a PEM text; one line on the first that does not parse.
 pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-pub use self::client::{Client, install_ring, parse_certs};
+pub use self::client::{Client, ca_roots, install_ring, parse_certs};
 pub use self::stats::NotifyStats;
 use self::stats::Sink;
 use crate::alert::Transition;

@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use latency_common::maps::Reason;
-use rustls::RootCertStore;
-use rustls_pki_types::{CertificateDer, pem::PemObject as _};
 use serde::Serialize;
 
 use super::Problem;
@@ -356,18 +354,9 @@ fn check_url(url: &str) -> Result<(), String> {
     HttpUrl::parse(url).map(|_| ()).map_err(|e| e.why)
 }
 
-/// The CA file as notify's `Client::new` takes it: every PEM block parses, and at least one is
-/// usable as a trust anchor. The same rustls calls and messages as there (`config` may not import
-/// `alert::notify`; the client builds its roots from the same text when the sinks start).
+/// The CA file as the sinks' client will take it (`alert::notify::ca_roots`, the same call).
 fn check_ca(pem: &str) -> Result<(), String> {
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("bad PEM: {e}"))?;
-    let (added, _) = RootCertStore::empty().add_parsable_certificates(certs);
-    if added == 0 {
-        return Err("the CA file holds no usable certificate".into());
-    }
-    Ok(())
+    crate::alert::notify::ca_roots(pem).map(|_| ())
 }
 
 /// A cgroup v2 path as the daemon names cgroups: from the cgroup2 mount, "/" for the root, no
