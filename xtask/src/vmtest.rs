@@ -1,7 +1,8 @@
-//! `cargo xtask vmtest [--kernels LIST] [--cpus N] [--static]`: setup, the daemon (the host's
-//! release build, or with --static the x86_64 musl one of target/dist), then the lab's matrix
+//! `cargo xtask vmtest [--kernels LIST] [--cpus N] [--static] [--deb]`: setup, the daemon (the
+//! host's release build, or with --static the x86_64 musl one of target/dist), then the lab's matrix
 //! (`latency_lab::vmtest`), whose guests run this very binary's `workload` as their load (arm64
-//! guests: an aarch64 build from target/dist-tools, or this one under qemu-x86_64).
+//! guests: an aarch64 build from target/dist-tools, or this one under qemu-x86_64); with --deb,
+//! target/dist's amd64 .deb for the lab's systemd guest.
 use anyhow::Context as _;
 
 use crate::{build, dist, setup};
@@ -15,5 +16,17 @@ pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     if args.arm64_bins.is_empty() {
         args.arm64_bins = vec![dist::dir(), dist::tools_dir()];
     }
+    if args.deb && args.deb_file.is_none() {
+        args.deb_file = Some(deb()?);
+    }
     latency_lab::vmtest::run(&args, &daemon, &xtask)
+}
+
+/// target/dist's amd64 .deb of this version, which `--deb` boots.
+fn deb() -> anyhow::Result<std::path::PathBuf> {
+    let deb = dist::dir().join(format!("latency-daemon_{}-1_amd64.deb", env!("CARGO_PKG_VERSION")));
+    if !deb.is_file() {
+        anyhow::bail!("--deb boots {}, which is not there: `cargo xtask dist` builds it", deb.display());
+    }
+    Ok(deb)
 }

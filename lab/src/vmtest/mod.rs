@@ -7,7 +7,8 @@
 //! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `unpacked` and
 //! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
 //! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
-//! `checks` judges what came back, `report` writes it down.
+//! `checks` judges what came back, `report` writes it down. With `--deb`, `systemd` boots 5.10
+//! once more with our .deb installed in a Debian root under systemd, and judges its unit.
 mod apt;
 mod arch;
 mod binaries;
@@ -17,6 +18,7 @@ mod initramfs;
 mod kernels;
 mod qemu;
 mod report;
+mod systemd;
 mod unpacked;
 mod vmlinux;
 
@@ -68,6 +70,14 @@ pub struct Args {
     /// docs/kernels.md): the plumbing, e.g. of arm64 before there are aarch64 binaries.
     #[arg(long)]
     pub smoke: bool,
+    /// After the matrix, boot 5.10 once more with target/dist's amd64 .deb (`cargo xtask dist`
+    /// builds it) installed in a Debian bullseye root under systemd: its unit must run the .deb's
+    /// static daemon, bounded by CAP_BPF and CAP_PERFMON, and /metrics must count delays.
+    #[arg(long)]
+    pub deb: bool,
+    /// The .deb of `--deb` (xtask names target/dist's).
+    #[arg(skip)]
+    pub deb_file: Option<PathBuf>,
 }
 
 /// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
@@ -192,7 +202,13 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     }
     // The report's accelerator is the host architecture's when it booted any (the table's
     // column says each guest's own).
-    let accel = setups.into_iter().next().map(|setup| setup.2).context("no guest booted")?;
+    let (first_arch, accel) = setups.into_iter().next().map(|setup| (setup.0, setup.2)).context("no guest booted")?;
+    let deb = if args.deb {
+        let accel = if first_arch.is_host() { accel.name.as_str() } else { "tcg" };
+        Some(deb_guest(args, &cache, accel, &out)?)
+    } else {
+        None
+    };
     let report = report::Report {
         accel,
         cpus: args.cpus,
@@ -201,6 +217,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         fetch_s: fetched.as_secs_f64(),
         matrix_s: matrix.elapsed().as_secs_f64(),
         guests: results,
+        deb,
     };
     report::write(&report, &out)?;
     if args.out.is_none() && !args.smoke {
@@ -213,11 +230,36 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64(),
         out.join("report.md").display()
     );
-    let failed: Vec<String> = report.guests.iter().filter(|g| !g.ok).map(report::label).collect();
+    let mut failed: Vec<String> = report.guests.iter().filter(|g| !g.ok).map(report::label).collect();
+    if report.deb.as_ref().is_some_and(|d| !d.ok) {
+        failed.push(format!("the .deb under systemd ({})", systemd::KERNEL));
+    }
     if !failed.is_empty() {
         bail!("failed on {}; see {}", failed.join(", "), out.join("report.md").display());
     }
     Ok(())
+}
+
+/// `--deb`'s guest: the .deb of `args.deb_file` on kernel 5.10 under systemd, its progress
+/// printed like the matrix's; its console goes to `out`/guests/deb-5.10.
+fn deb_guest(args: &Args, cache: &Path, accel: &str, out: &Path) -> anyhow::Result<systemd::DebResult> {
+    let file = args.deb_file.as_deref().context("--deb: no .deb given (cargo xtask vmtest names target/dist's)")?;
+    let kernels = kernels::fetch(&[systemd::KERNEL.to_owned()], cache)?;
+    let kernel = kernels.first().context("kernel 5.10 was fetched")?;
+    println!("vmtest: [deb] {} on {} {} under systemd", file.display(), kernel.package, kernel.version);
+    let deb = systemd::Deb {
+        kernel,
+        deb: file,
+        accel,
+        cpus: args.cpus,
+        cache,
+        dir: out.join("guests").join(format!("deb-{}", systemd::KERNEL)),
+    };
+    let result = systemd::run(&deb, &mut |t, line| {
+        println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ "));
+    })?;
+    println!("vmtest:   {}", systemd::one_line(&result));
+    Ok(result)
 }
 
 #[cfg(test)]
