@@ -8,11 +8,13 @@
 //! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
 //! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
 //! `checks` judges what came back, `report` writes it down. With `--deb`, `systemd` boots 5.10
-//! once more with our .deb installed in a Debian root under systemd, and judges its unit.
+//! once more with our .deb installed in a Debian root under systemd, and `deb_checks` judges its
+//! unit.
 mod apt;
 mod arch;
 mod binaries;
 mod checks;
+mod deb_checks;
 mod guest;
 mod initramfs;
 mod kernels;
