@@ -204,6 +204,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     }
     // The report's accelerator is the host architecture's when it booted any (the table's
     // column says each guest's own).
+    let matrix_s = matrix.elapsed().as_secs_f64();
     let (first_arch, accel) = setups.into_iter().next().map(|setup| (setup.0, setup.2)).context("no guest booted")?;
     let deb = if args.deb {
         let accel = if first_arch.is_host() { accel.name.as_str() } else { "tcg" };
@@ -217,7 +218,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         secs: args.secs,
         smoke: args.smoke,
         fetch_s: fetched.as_secs_f64(),
-        matrix_s: matrix.elapsed().as_secs_f64(),
+        matrix_s,
         guests: results,
         deb,
     };
