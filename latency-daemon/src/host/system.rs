@@ -30,12 +30,25 @@ pub fn pid_max() -> std::io::Result<u32> {
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {:?}", text.trim())))
 }
 
-/// Whether this process sees the host's PID namespace: there, pid 2 is `kthreadd`; a private PID
-/// namespace (a container without hostPID) shows no kernel threads. The kernel program indexes its
-/// arrays by host tids, and since 6.14 `kernel.pid_max` is per namespace (a container reads
-/// 4194304 where the host has 32768), so only the host's value sizes them right.
+/// The inode of the initial PID namespace, fixed by the kernel (`PROC_PID_INIT_INO`).
+const INIT_PID_NS: &str = "pid:[4026531836]";
+
+/// Whether this process is in the host's PID namespace: `/proc/self/ns/pid` names the initial
+/// one (readable by any user, also under systemd's `ProtectProc=invisible`); where that link
+/// cannot be read, pid 2 is `kthreadd` (a private PID namespace shows no kernel threads). The
+/// kernel program indexes its arrays by host tids, and since 6.14 `kernel.pid_max` is per
+/// namespace (a container reads 4194304 where the host has 32768), so only the host's value
+/// sizes them right.
 pub fn in_host_pid_namespace() -> bool {
-    std::fs::read_to_string(super::paths::proc("2/comm")).is_ok_and(|c| c.trim() == "kthreadd")
+    match std::fs::read_link(super::paths::proc("self/ns/pid")) {
+        Ok(link) => is_initial_pid_namespace(&link.to_string_lossy()),
+        Err(_) => std::fs::read_to_string(super::paths::proc("2/comm")).is_ok_and(|c| c.trim() == "kthreadd"),
+    }
+}
+
+/// Whether a `/proc/<pid>/ns/pid` link's text names the initial PID namespace.
+fn is_initial_pid_namespace(link: &str) -> bool {
+    link == INIT_PID_NS
 }
 
 /// One line saying where the stamp array's size came from, for the log and `check`.
@@ -47,5 +60,21 @@ pub fn stamp_slots_reason(slots: u32) -> String {
             "{slots} stamp slots = kernel.pid_max of a private PID namespace, not the host's: run with the host's \
              PID namespace (hostPID: true, --pid=host) to size it from the host's pid_max"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_initial_pid_namespace_by_its_fixed_inode() {
+        assert!(is_initial_pid_namespace("pid:[4026531836]"));
+        assert!(!is_initial_pid_namespace("pid:[4026532301]"));
+        assert!(!is_initial_pid_namespace("net:[4026531836]"));
+        // This test runs as root in the host's namespace in CI.
+        if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
+            assert!(in_host_pid_namespace());
+        }
     }
 }
