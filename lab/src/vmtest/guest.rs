@@ -273,11 +273,6 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         Some("vCPUs outnumber host CPUs")
     } else if emulated_load {
         Some("the load runs under qemu-x86_64, whose own locks block its threads too")
-    } else if !guest.kernel.arch.is_host() {
-        // Measured: 6.1-arm64 with a second QEMU on the host, 54 of 417 sleeps never blocked.
-        Some(
-            "another architecture, emulated instruction by instruction: a 1 ms timer may fire before the thread got to block",
-        )
     } else {
         None
     };
