@@ -354,6 +354,53 @@ fn each_sbom_lists_the_crates_cargo_links_into_the_binary() {
     }
 }
 
+/// The venv `cargo xtask setup` fills (xtask/src/setup/python.rs).
+const PYTHON: &str = "/var/cache/runqlat-tools/venv/bin/python3";
+
+/// Validates the CycloneDX documents named on the command line against the 1.5 JSON schema with
+/// the official library's strict validator; prints each one's errors and exits 1 if any fails.
+const CYCLONEDX_VALIDATE: &str = r#"
+import sys
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+validator = JsonStrictValidator(SchemaVersion.V1_5)
+failed = False
+for path in sys.argv[1:]:
+    with open(path) as f:
+        error = validator.validate_str(f.read())
+    if error is not None:
+        print(f"{path}: {error}")
+        failed = True
+sys.exit(1 if failed else 0)
+"#;
+
+/// Each SBOM is valid CycloneDX 1.5 as the CycloneDX project's own library reads it (a broken
+/// one is refused by the same call: the last document).
+#[test]
+fn each_sbom_is_valid_cyclonedx_to_the_official_library() {
+    let a = artifacts();
+    let validate = |paths: &[&Path]| {
+        std::process::Command::new(PYTHON)
+            .args(["-c", CYCLONEDX_VALIDATE])
+            .args(paths)
+            .output()
+            .unwrap_or_else(|e| panic!("{PYTHON}: {e} (cargo xtask setup installs cyclonedx-python-lib)"))
+    };
+    let sboms: Vec<&Path> = a.sboms.iter().map(|(_, p)| p.as_path()).collect();
+    let checked = validate(&sboms);
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let broken = Path::new(env!("CARGO_TARGET_TMPDIR")).join("package-broken.cdx.json");
+    let text = std::fs::read_to_string(sboms[0]).unwrap().replacen("\"bomFormat\"", "\"bomFormats\"", 1);
+    std::fs::write(&broken, text).unwrap();
+    let refused = validate(&[broken.as_path()]);
+    assert!(!refused.status.success(), "a document without bomFormat passed");
+}
+
 /// A second build of the same commit gives the same bytes: every SBOM, .deb and the image archive.
 #[test]
 fn a_second_build_is_the_same_bytes() {

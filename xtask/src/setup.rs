@@ -45,6 +45,7 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(python::PROMETHEUS_CLIENT),
         Box::new(trixie::KUSTOMIZE),
         Box::new(python::CHECKOV),
+        Box::new(python::CYCLONEDX),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
     ]

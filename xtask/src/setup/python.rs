@@ -1,7 +1,8 @@
 //! Python tools from PyPI, in a venv of the project's own (never the system's site-packages):
 //! kubernetes-validate (deploy/kubernetes against Kubernetes' own schemas, offline), the official
 //! Prometheus client's parsers (our exposition as a consumer no one here wrote reads it), and
-//! checkov, the policy scanner the manifest tests run on every rendered kustomization.
+//! checkov, the policy scanner the manifest tests run on every rendered kustomization, and the
+//! CycloneDX library whose validator checks our SBOMs.
 //! In: python3 (with venv) and PyPI; out: /var/cache/runqlat-tools/venv with the pinned versions.
 use std::path::Path;
 use std::process::Command;
@@ -55,6 +56,14 @@ pub const CHECKOV: PipPackage = PipPackage {
     name: "checkov (PyPI, in a venv)",
     requirement: "checkov==3.3.30",
     dist_info: "checkov-3.3.30.dist-info",
+};
+
+/// The official CycloneDX library: its strict JSON-schema validator checks the SBOMs dist
+/// writes (tests/package.rs). Pinned to the version checkov's range resolves to.
+pub const CYCLONEDX: PipPackage = PipPackage {
+    name: "cyclonedx-python-lib (PyPI, in a venv)",
+    requirement: "cyclonedx-python-lib[json-validation]==7.6.2",
+    dist_info: "cyclonedx_python_lib-7.6.2.dist-info",
 };
 
 fn venv() -> &'static Path {
