@@ -115,6 +115,8 @@ fn exposition() -> Exposition {
     let window = Window::close(&start, &end, &maxima, &meta);
     Exposition {
         version: "0.0.0-golden",
+        revision: "0123456789ab",
+        bpf: "fedcba987654",
         kernel: "6.18.0-golden".into(),
         clock: Clock::Monotonic,
         features: vec![

@@ -210,9 +210,9 @@ local p = import '../lib/panels.libsonnet';
         ),
         p.table(
           'Build',
-          'Version, kernel and clock of each daemon (runqlat_build_info).',
+          'Version, commit, kernel object, kernel and clock of each daemon (runqlat_build_info).',
           'none',
-          [p.target('max by (instance, version, kernel, clock) (runqlat_build_info%s)' % on())],
+          [p.target('max by (instance, version, revision, bpf, kernel, clock) (runqlat_build_info%s)' % on())],
           hide=['Value'],
         ),
       ];

@@ -26,6 +26,9 @@ pub const CGROUP_UNRESOLVED: [&str; 3] = ["not_found", "walk_truncated", "walk_f
 #[derive(Clone, Debug, Default)]
 pub struct Exposition {
     pub version: &'static str,
+    /// The git commit the binary was built from (`--version`'s), and its kernel object's id.
+    pub revision: &'static str,
+    pub bpf: &'static str,
     pub kernel: String,
     pub clock: Clock,
     /// Each optional kernel path and its state: on, off (not asked for), unavailable (asked for,

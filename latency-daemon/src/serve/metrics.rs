@@ -86,12 +86,19 @@ fn seconds(ns: u64) -> f64 {
 fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
     let mut info = enc.encode_descriptor(
         "runqlat_build_info",
-        "Constant 1, labelled with the monitor's version, the kernel it runs on and the clock it reads.",
+        "Constant 1, labelled with the monitor's version, the git commit it was built from, its kernel object's id, \
+         the kernel it runs on and the clock it reads.",
         None,
         MetricType::Gauge,
     )?;
-    info.encode_family(&[("version", e.version), ("kernel", e.kernel.as_str()), ("clock", clock_name(e.clock))])?
-        .encode_gauge(&1i64)?;
+    info.encode_family(&[
+        ("version", e.version),
+        ("revision", e.revision),
+        ("bpf", e.bpf),
+        ("kernel", e.kernel.as_str()),
+        ("clock", clock_name(e.clock)),
+    ])?
+    .encode_gauge(&1i64)?;
     let mut features = enc.encode_descriptor(
         "runqlat_feature_info",
         "Constant 1 per optional kernel path: on, off (not asked for) or unavailable (asked for; this kernel's BTF \

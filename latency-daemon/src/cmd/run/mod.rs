@@ -153,6 +153,8 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
 
     let first = Exposition {
         version: env!("CARGO_PKG_VERSION"),
+        revision: env!("LATENCY_DAEMON_COMMIT"),
+        bpf: env!("LATENCY_DAEMON_BPF_ID"),
         kernel: system::kernel_release(),
         clock: config.clock,
         window_seconds: config.window.as_secs_f64(),
