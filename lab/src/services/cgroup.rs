@@ -125,16 +125,35 @@ impl Drop for Waker {
 /// A top-level cgroup a container runtime creates in every hierarchy it uses (podman's
 /// `libpod_parent`, a kubelet-style `kubepods`): where it did not exist when the guard was made, it
 /// is removed on drop, deepest first, retrying for a few seconds while the runtime's last processes
-/// (conmon, a shim) leave it.
+/// (conmon, a shim) leave it; where it did, the children made meanwhile are (the runtime leaves a
+/// container's cgroup v2 directory behind on a hybrid host).
 #[derive(Debug)]
 pub(crate) struct RuntimeCgroups {
+    /// Parents that did not exist before us: removed whole.
     tops: Vec<PathBuf>,
+    /// Parents that did (left by a run that was killed, or by someone else), with the children
+    /// they had: only children that appeared while we ran go.
+    existing: Vec<(PathBuf, std::collections::BTreeSet<std::ffi::OsString>)>,
 }
 
 impl RuntimeCgroups {
     pub(crate) fn new(name: &str) -> RuntimeCgroups {
-        RuntimeCgroups { tops: cgroup_mounts().into_iter().map(|m| m.join(name)).filter(|p| !p.exists()).collect() }
+        let (existing, tops): (Vec<PathBuf>, Vec<PathBuf>) =
+            cgroup_mounts().into_iter().map(|m| m.join(name)).partition(|p| p.exists());
+        let existing = existing.into_iter().map(|p| (p.clone(), child_names(&p))).collect();
+        RuntimeCgroups { tops, existing }
     }
+}
+
+/// The names of `dir`'s subdirectories (child cgroups).
+fn child_names(dir: &std::path::Path) -> std::collections::BTreeSet<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name())
+        .collect()
 }
 
 impl Drop for RuntimeCgroups {
@@ -146,6 +165,10 @@ impl Drop for RuntimeCgroups {
                 }
             }
             let _ = std::fs::remove_dir(dir);
+        }
+        for (parent, before) in std::mem::take(&mut self.existing) {
+            let ours = child_names(&parent).into_iter().filter(|name| !before.contains(name)).map(|n| parent.join(n));
+            self.tops.extend(ours);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
