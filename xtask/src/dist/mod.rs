@@ -115,7 +115,8 @@ pub fn guest_xtask(arch: Arch) -> anyhow::Result<PathBuf> {
     let tools = tools_dir();
     std::fs::create_dir_all(&tools).with_context(|| format!("creating {}", tools.display()))?;
     // The daemon's target folder: std and the shared dependencies are built once.
-    let compiled = binaries::build(arch, binaries::XTASK, &build::target_dir().join("dist-build"))?;
+    let compiled = binaries::build(&[arch], binaries::XTASK, &build::target_dir().join("dist-build"))?;
+    let compiled = compiled.into_iter().next().context("one binary for one architecture")?;
     check_elf(arch, &compiled)?;
     let binary = tools.join(format!("xtask-{arch}-linux-musl"));
     place(arch, &compiled, &binary)?;
@@ -130,8 +131,8 @@ pub fn binaries(arches: &[Arch]) -> anyhow::Result<Vec<Built>> {
     let target_dir = build::target_dir().join("dist-build");
     let start = Instant::now();
     let mut built: Vec<Built> = Vec::new();
-    for &arch in arches {
-        let compiled = binaries::build(arch, binaries::DAEMON, &target_dir)?;
+    let compiled = binaries::build(arches, binaries::DAEMON, &target_dir)?;
+    for (&arch, compiled) in arches.iter().zip(compiled) {
         check_elf(arch, &compiled)?;
         let binary = dist.join(format!("latency-daemon-{VERSION}-{arch}-linux-musl"));
         place(arch, &compiled, &binary)?;
