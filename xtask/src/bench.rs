@@ -9,7 +9,7 @@ use crate::{build, dist, setup};
 pub fn run(args: &Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
     let binaries = Binaries {
-        daemon: if args.static_daemon { dist::static_daemon(dist::Arch::X86_64)? } else { build::daemon(true)? },
+        daemon: dist::daemon(args.static_daemon)?,
         floor: args.needs_floor().then(build::floor).transpose()?,
         pipeline: args.needs_pipeline().then(build::pipeline_bench).transpose()?,
     };

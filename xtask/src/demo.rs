@@ -6,14 +6,14 @@ use std::time::Instant;
 use anyhow::Context as _;
 use latency_lab::demo::{self, Args, Tools};
 
-use crate::{build, dist, setup};
+use crate::{dist, setup};
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let began = Instant::now();
     args.check()?;
     setup::ensure(setup::Report::ChangesOnly)?;
     demo::require_root()?;
-    let daemon = if args.static_daemon { dist::static_daemon(dist::Arch::X86_64)? } else { build::daemon(true)? };
+    let daemon = dist::daemon(args.static_daemon)?;
     let tools = Tools {
         daemon,
         workload: std::env::current_exe().context("finding this xtask binary")?,

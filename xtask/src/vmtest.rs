@@ -5,11 +5,11 @@
 //! target/dist's amd64 .deb for the lab's systemd guest.
 use anyhow::Context as _;
 
-use crate::{build, dist, setup};
+use crate::{dist, setup};
 
 pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly)?;
-    let daemon = if args.static_daemon { dist::static_daemon(dist::Arch::X86_64)? } else { build::daemon(true)? };
+    let daemon = dist::daemon(args.static_daemon)?;
     let xtask = std::env::current_exe().context("where this xtask binary is")?;
     let mut args = args.clone();
     // The arm64 guests' binaries: where the dist builds go unless told otherwise.

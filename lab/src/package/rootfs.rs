@@ -29,14 +29,12 @@ impl Rootfs {
     pub fn bookworm() -> anyhow::Result<Rootfs> {
         let cache = Path::new(CACHE);
         if !cache.is_file() {
-            bootstrap(cache)?;
+            let args = ["--variant=essential", "--architectures=amd64", "bookworm", TARBALL_ARG].map(str::to_owned);
+            bootstrap(cache, &args, "Debian bookworm, to install the .debs in")?;
         }
         let scratch = Scratch::new("runqlat-rootfs")?;
         let dir = scratch.join("root");
-        std::fs::create_dir_all(&dir)?;
-        let mut untar = Command::new("tar");
-        untar.arg("-C").arg(&dir).arg("-xf").arg(cache);
-        cmd::stdout(&mut untar)?;
+        unpack(cache, &dir)?;
         let rootfs = Rootfs { dir, _scratch: scratch };
         rootfs.dpkg(&["--add-architecture", "arm64"])?;
         Ok(rootfs)
@@ -98,12 +96,32 @@ impl Rootfs {
     }
 }
 
-/// `mmdebstrap --variant=essential bookworm` into `cache` (written beside it, then renamed).
-fn bootstrap(cache: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(cache.parent().context("the cache's directory")?)?;
-    let partial = cache.with_extension("partial.tar");
+/// Where the tarball goes among `bootstrap`'s arguments.
+pub const TARBALL_ARG: &str = "{tarball}";
+
+/// `mmdebstrap ARGS` (`TARBALL_ARG` standing for the tarball) into `tarball`, written beside it
+/// and then renamed, so a run that stops half-way leaves nothing a later run would take for a
+/// root; its progress shown. `what` says what it is for.
+pub(crate) fn bootstrap(tarball: &Path, args: &[String], what: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(tarball.parent().context("the cache's directory")?)?;
+    let partial = tarball.with_extension("partial.tar");
+    println!("bootstrapping {what} into {} (once; about a minute)", tarball.display());
     let mut c = Command::new("mmdebstrap");
-    c.args(["--quiet", "--variant=essential", "--architectures=amd64", "bookworm"]).arg(&partial);
-    cmd::stdout(&mut c).context("apt-get install mmdebstrap")?;
-    std::fs::rename(&partial, cache).with_context(|| format!("moving {} into place", partial.display()))
+    for arg in args {
+        if arg == TARBALL_ARG {
+            c.arg(&partial)
+        } else {
+            c.arg(arg)
+        };
+    }
+    cmd::run(&mut c).with_context(|| format!("bootstrapping {what} (apt-get install mmdebstrap)"))?;
+    std::fs::rename(&partial, tarball).with_context(|| format!("moving {} into place", partial.display()))
+}
+
+/// A bootstrapped tarball unpacked into `dir` (made if needed).
+pub(crate) fn unpack(tarball: &Path, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut untar = Command::new("tar");
+    untar.arg("-C").arg(dir).arg("-xf").arg(tarball);
+    cmd::stdout(&mut untar).map(drop)
 }

@@ -28,6 +28,7 @@ use super::qemu::{self, Guest};
 use super::unpacked::HOST_BUSYBOX;
 use crate::cmd;
 use crate::guard::Scratch;
+use crate::package::rootfs::{self, TARBALL_ARG};
 
 /// The kernel the .deb is booted on: the oldest we support.
 pub const KERNEL: &str = "5.10";
@@ -105,10 +106,7 @@ pub fn run(deb: &Deb<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result
     let built = Instant::now();
     let scratch = Scratch::new("runqlat-vmtest-deb")?;
     let root = scratch.join("root");
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-    let mut untar = Command::new("tar");
-    untar.arg("-C").arg(&root).arg("-xf").arg(&tarball);
-    cmd::stdout(&mut untar)?;
+    rootfs::unpack(&tarball, &root)?;
     let installed = install(&root, deb.deb)?;
     let listen = std::fs::read_to_string(root.join(CONFFILE)).with_context(|| format!("reading {CONFFILE}"))?;
     let (host, port) = probe_address(&listen).with_context(|| format!("{CONFFILE} names no listen address"))?;
@@ -187,26 +185,20 @@ fn release_of(suite: &str) -> String {
 }
 
 /// `mmdebstrap --variant=minbase --include=systemd,systemd-sysv SUITE` from the host's mirrors
-/// into `tarball` (written beside it, then renamed), its progress shown.
+/// into `tarball`, once.
 fn bootstrap(suite: &str, tarball: &Path) -> anyhow::Result<()> {
     let mirrors = Mirrors::of_host()?;
-    std::fs::create_dir_all(tarball.parent().context("the cache's directory")?)?;
-    let partial = tarball.with_extension("partial.tar");
-    println!(
-        "vmtest: deb: bootstrapping Debian {suite} with systemd into {} (once; about a minute)",
-        tarball.display()
-    );
-    let mut c = Command::new("mmdebstrap");
-    c.args(["--variant=minbase", "--architectures=amd64", "--include=systemd,systemd-sysv"]);
+    let mut args: Vec<String> =
+        ["--variant=minbase", "--architectures=amd64", "--include=systemd,systemd-sysv"].map(str::to_owned).to_vec();
     // Documentation is never read in the guest, and it is a quarter of the archive it boots from.
     for dir in ["doc", "man", "locale", "info"] {
-        c.arg(format!("--dpkgopt=path-exclude=/usr/share/{dir}/*"));
+        args.push(format!("--dpkgopt=path-exclude=/usr/share/{dir}/*"));
     }
-    c.arg(suite).arg(&partial);
-    c.arg(source_line(&mirrors.archive, suite).trim());
-    c.arg(source_line(&mirrors.security, &format!("{suite}-security")).trim());
-    cmd::run(&mut c).context("bootstrapping the .deb's guest (apt-get install mmdebstrap)")?;
-    std::fs::rename(&partial, tarball).with_context(|| format!("moving {} into place", partial.display()))
+    args.push(suite.to_owned());
+    args.push(TARBALL_ARG.to_owned());
+    args.push(source_line(&mirrors.archive, suite).trim().to_owned());
+    args.push(source_line(&mirrors.security, &format!("{suite}-security")).trim().to_owned());
+    rootfs::bootstrap(tarball, &args, &format!("Debian {suite} with systemd, for the .deb's guest"))
 }
 
 /// What installing the .deb left in the root.
@@ -236,9 +228,7 @@ fn install(root: &Path, deb: &Path) -> anyhow::Result<Installed> {
     let binary = exec_binary(&unit).context("the installed unit has no ExecStart=")?;
     let bytes = std::fs::read(root.join(binary.trim_start_matches('/')))
         .with_context(|| format!("the unit's ExecStart names {binary}, which the .deb does not install"))?;
-    let mut sum = Command::new("sha256sum");
-    sum.arg(root.join(binary.trim_start_matches('/')));
-    let sha256 = cmd::stdout(&mut sum)?.split_whitespace().next().unwrap_or_default().to_owned();
+    let sha256 = crate::package::sha256_file(&root.join(binary.trim_start_matches('/')))?;
     Ok(Installed {
         sha256,
         static_binary: elf_kind(&bytes).is_some_and(|(machine, dynamic)| machine == 62 && !dynamic),

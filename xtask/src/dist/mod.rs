@@ -96,13 +96,19 @@ pub fn dir() -> PathBuf {
 
 /// `arch`'s static daemon in the dist folder, for the commands that run the shipped binary
 /// (`--static`), or an error that says how to build it.
-pub fn static_daemon(arch: Arch) -> anyhow::Result<PathBuf> {
+fn static_daemon_of(arch: Arch) -> anyhow::Result<PathBuf> {
     let daemon = dir().join(format!("latency-daemon-{VERSION}-{arch}-linux-musl"));
     if !daemon.is_file() {
         bail!("--static: no {}; build it with `cargo xtask dist`", daemon.display());
     }
     println!("{arch} daemon: {} (static)", daemon.display());
     Ok(daemon)
+}
+
+/// The daemon a command runs: dist's static x86_64 binary with `--static`, else the host's
+/// release build (made now).
+pub fn daemon(static_daemon: bool) -> anyhow::Result<PathBuf> {
+    if static_daemon { static_daemon_of(Arch::X86_64) } else { build::daemon(true) }
 }
 
 /// Where the guests' tools go: `<target>/dist-tools`, read by vmtest (`--arm64-bins`).
