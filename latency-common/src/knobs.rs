@@ -55,7 +55,11 @@ pub struct Knobs {
     /// Offset of `task_struct.flags` (`PF_KTHREAD` tells a kernel thread): who held the CPU
     /// when a wait ended (used only with `cgroups`).
     pub task_flags: u32,
-    pub _pad: u32,
+    /// Offsets of `task_struct.on_rq`, `.on_cpu` and the CPU (`thread_info.cpu` or `cpu`): the
+    /// wait scan's test for a task waiting in a run queue (used only by `wait_scan`).
+    pub task_on_rq: u32,
+    pub task_on_cpu: u32,
+    pub task_cpu: u32,
 }
 
 impl Knobs {
@@ -86,7 +90,9 @@ impl Knobs {
         cgroup_root: 0,
         cgroup_root_hierarchy_id: 0,
         task_flags: 0,
-        _pad: 0,
+        task_on_rq: 0,
+        task_on_cpu: 0,
+        task_cpu: 0,
     };
 }
 
@@ -108,7 +114,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 112);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 120);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

@@ -50,6 +50,9 @@ pub mod names {
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
     /// The program attached with per-cgroup histograms only (not part of the bench's floor).
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
+    /// The task iterator (`iter/task`) the daemon runs once per drain: waits in progress. Never on
+    /// the scheduler's path; not part of the bench's floor.
+    pub const WAIT_SCAN: &str = "wait_scan";
 }
 
 /// Why a task was waiting on a run queue.
@@ -276,6 +279,51 @@ pub const RUNS_KEPT: usize = 8;
 
 /// `Incident::queue_depth` when the kernel's BTF lacks what is needed to read it.
 pub const DEPTH_UNKNOWN: u32 = u32::MAX;
+
+/// What [`Seen::kind`] says a task was doing when the wait scan saw it.
+pub const SEEN_WAITING_WAKEUP: u32 = Reason::Wakeup as u32;
+pub const SEEN_WAITING_PREEMPT: u32 = Reason::Preempt as u32;
+pub const SEEN_RUNNING: u32 = 2;
+
+/// One task the wait scan (the `iter/task` program) wrote: runnable but not on a CPU with a stamp
+/// (a wait in progress, kind = its [`Reason`]), or on a CPU now ([`SEEN_RUNNING`]: who holds it).
+/// A task that is stopped, traced, sleeping (D state included) or exiting is neither.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The program's clock (as the stamps) when the record was written.
+    pub now_ns: u64,
+    /// When the wait began (the stamp's time); 0 for a running task.
+    pub since_ns: u64,
+    /// cgroup v2 id (0 if not read: per-cgroup histograms off).
+    pub cgroup: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// The CPU whose run queue it is on (`task_cpu()`).
+    pub cpu: u32,
+    pub kind: u32,
+    pub prio: i32,
+    /// Run-queue depth when it was enqueued (as [`Incident::queue_depth`]), or [`DEPTH_UNKNOWN`].
+    pub queue_depth: u32,
+    pub comm: [u8; 16],
+}
+
+impl Seen {
+    pub const ZERO: Seen = Seen {
+        now_ns: 0,
+        since_ns: 0,
+        cgroup: 0,
+        tid: 0,
+        tgid: 0,
+        cpu: 0,
+        kind: 0,
+        prio: 0,
+        queue_depth: 0,
+        comm: [0; 16],
+    };
+}
+
+const _: () = assert!(core::mem::size_of::<Seen>() == 64);
 
 /// One stretch of a task running on a CPU.
 #[repr(C)]
@@ -512,6 +560,7 @@ mod pod {
     unsafe impl aya::Pod for super::CgroupSlot {}
     unsafe impl aya::Pod for super::RunRing {}
     unsafe impl aya::Pod for super::Incident {}
+    unsafe impl aya::Pod for super::Seen {}
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ fn default_options() -> ProbeOptions {
         max_cgroups: 1024,
         cgroup_removals: true,
         attribute_ns: 0,
+        wait_scan: false,
     }
 }
 

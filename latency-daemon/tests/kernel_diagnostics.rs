@@ -107,6 +107,7 @@ fn load_and_dump(object: Option<&[u8]>) -> Vec<(String, Xlated)> {
         max_cgroups: 1024,
         cgroup_removals: true,
         attribute_ns: 0,
+        wait_scan: false,
     };
     let mut probe = match object {
         None => Probe::load(&options),

@@ -113,3 +113,15 @@ pub fn rq_nr_running() -> u32 {
 pub fn task_flags() -> u32 {
     knob!(task_flags)
 }
+#[inline(always)]
+pub fn task_on_rq() -> u32 {
+    knob!(task_on_rq)
+}
+#[inline(always)]
+pub fn task_on_cpu() -> u32 {
+    knob!(task_on_cpu)
+}
+#[inline(always)]
+pub fn task_cpu() -> u32 {
+    knob!(task_cpu)
+}

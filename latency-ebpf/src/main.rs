@@ -12,4 +12,5 @@ mod object;
 mod observe;
 mod switch;
 mod task;
+mod wait_scan;
 mod wakeup;

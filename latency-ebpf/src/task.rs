@@ -17,6 +17,12 @@ impl Task {
         Task(ctx.arg::<*const u8>(n))
     }
 
+    /// A `task_struct *` the kernel handed over otherwise (the task iterator's context), not NULL.
+    #[inline(always)]
+    pub fn from_ptr(p: *const u8) -> Task {
+        Task(p)
+    }
+
     #[inline(always)]
     fn load<T: Copy>(self, offset: u32) -> T {
         // SAFETY: the pointer is a tracepoint's task_struct argument (never NULL for these
@@ -47,6 +53,24 @@ impl Task {
     #[inline(always)]
     pub fn state(self) -> u32 {
         self.load::<u32>(knobs::task_state())
+    }
+
+    /// `task_struct.on_rq`: non-zero while the task is in a run queue (queued or migrating).
+    #[inline(always)]
+    pub fn on_rq(self) -> u32 {
+        self.load::<u32>(knobs::task_on_rq())
+    }
+
+    /// `task_struct.on_cpu`: the task is running on a CPU (or being switched out of it).
+    #[inline(always)]
+    pub fn on_cpu(self) -> bool {
+        self.load::<u32>(knobs::task_on_cpu()) != 0
+    }
+
+    /// `task_cpu()`: the CPU whose run queue the task is on, or last ran on.
+    #[inline(always)]
+    pub fn cpu(self) -> u32 {
+        self.load::<u32>(knobs::task_cpu())
     }
 
     /// The kernel object a pointer field at `offset` points to, or `None` if it is NULL. Loads

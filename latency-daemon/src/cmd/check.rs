@@ -88,6 +88,7 @@ fn check() -> bool {
             max_cgroups: 16,
             cgroup_removals: true,
             attribute_ns: 1,
+            wait_scan: true,
         };
         match features::load(&options) {
             Ok((probe, degraded)) => {

@@ -18,11 +18,13 @@ pub enum Feature {
     Attribution,
     /// Attribution's queue depth: `rq->nr_running`; without it the depth is unknown.
     QueueDepth,
+    /// Waits in progress: the task iterator run once per drain (`task_struct.on_rq`, `.on_cpu`).
+    WaitScan,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 4] =
-        [Feature::RunQueueClock, Feature::PerCgroup, Feature::Attribution, Feature::QueueDepth];
+    pub const ALL: [Feature; 5] =
+        [Feature::RunQueueClock, Feature::PerCgroup, Feature::Attribution, Feature::QueueDepth, Feature::WaitScan];
 
     /// As in metrics and logs.
     pub fn name(self) -> &'static str {
@@ -31,6 +33,7 @@ impl Feature {
             Feature::PerCgroup => "per_cgroup",
             Feature::Attribution => "attribution",
             Feature::QueueDepth => "queue_depth",
+            Feature::WaitScan => "wait_scan",
         }
     }
 
@@ -39,6 +42,7 @@ impl Feature {
             Feature::RunQueueClock => o.clock == Clock::RunQueue,
             Feature::PerCgroup => o.cgroups,
             Feature::Attribution | Feature::QueueDepth => o.attribute_ns != 0,
+            Feature::WaitScan => o.wait_scan,
         }
     }
 
@@ -50,6 +54,7 @@ impl Feature {
             Feature::Attribution => o.attribute_ns = if on { from.attribute_ns } else { 0 },
             // Probe::load reads the depth only if BTF has it; nothing to switch here.
             Feature::QueueDepth => {}
+            Feature::WaitScan => o.wait_scan = on && from.wait_scan,
         }
     }
 }
@@ -86,6 +91,7 @@ pub fn load(asked: &ProbeOptions) -> Result<(Probe, Vec<Degraded>), ProbeError> 
         Feature::PerCgroup => btf.cgroup_layout().map(drop),
         Feature::Attribution => Ok(()),
         Feature::QueueDepth => btf.depth_layout().map(drop),
+        Feature::WaitScan => btf.wait_layout().map(drop),
     };
     let missing: Vec<Degraded> = Feature::ALL
         .iter()
@@ -111,7 +117,7 @@ pub fn degrade<T>(
     }
     let first = match load(&options) {
         Ok(probe) => return Ok((probe, off)),
-        Err(e @ (ProbeError::Verify { .. } | ProbeError::ProgramLoad { .. })) => e,
+        Err(e @ (ProbeError::Verify { .. } | ProbeError::ProgramLoad { .. } | ProbeError::WaitScan(_))) => e,
         Err(e) => return Err(e),
     };
     let optional: Vec<Feature> =
@@ -152,6 +158,7 @@ mod tests {
             max_cgroups: 8,
             cgroup_removals: true,
             attribute_ns: 5,
+            wait_scan: true,
         }
     }
 

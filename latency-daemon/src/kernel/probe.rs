@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{Array, HashMap, Map, MapData, MapError, RingBuf},
-    programs::{BtfTracePoint, ProgramError, tp_btf::BtfTracePointLinkId},
+    programs::{BtfTracePoint, Iter, ProgramError, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::{
     Knobs,
     knobs::{Clock, KNOBS_SYMBOL},
-    maps::{Control, REMOVED_BYTES, cgroup_slot_bits, names},
+    maps::{Control, REMOVED_BYTES, Seen, cgroup_slot_bits, names},
 };
 
 use super::btf::{Btf, BtfError, CgroupLayout, RqClockLayout, TaskLayout};
@@ -43,6 +43,8 @@ pub struct ProbeOptions {
     pub cgroup_removals: bool,
     /// Attribute delays at or above this (runs meanwhile, queue depth); 0: off.
     pub attribute_ns: u64,
+    /// Load the wait scan (`wait_scan`, a task iterator run once per drain: waits in progress).
+    pub wait_scan: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,8 @@ pub enum ProbeError {
     MissingMap { map: &'static str },
     #[error("map {map}: {source}")]
     Map { map: &'static str, source: MapError },
+    #[error("the wait scan failed: {0}")]
+    WaitScan(String),
 }
 
 /// The loaded, attached kernel program and its maps.
@@ -78,6 +82,8 @@ pub struct Probe {
     links: Vec<(&'static str, BtfTracePointLinkId)>,
     stamps: u32,
     loads: Vec<(&'static str, Duration)>,
+    /// The wait scan is loaded (asked for, and this kernel has what it needs).
+    wait_scan: bool,
 }
 
 /// The kernel program's aya-log ring, forwarded to the `log` facade at each drain.
@@ -118,8 +124,14 @@ impl Probe {
         let cgroup = if options.cgroups { Some(btf.cgroup_layout()?) } else { None };
         // Without these fields the queue depth is reported as unknown; attribution still works.
         let depth = if options.attribute_ns != 0 { btf.depth_layout().ok() } else { None };
+        let wait = if options.wait_scan { Some(btf.wait_layout()?) } else { None };
         drop(btf);
         let mut knobs = knobs(&layout, rq.as_ref(), cgroup.as_ref(), options);
+        if let Some(w) = wait {
+            knobs.task_on_rq = w.on_rq.offset;
+            knobs.task_on_cpu = w.on_cpu.offset;
+            knobs.task_cpu = w.cpu.offset;
+        }
         if let Some(d) = depth {
             knobs.depth_known = 1;
             knobs.rq_nr_running = d.rq_nr_running.offset;
@@ -149,7 +161,8 @@ impl Probe {
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
-        let mut probe = Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new() };
+        let mut probe =
+            Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new(), wait_scan: false };
         // Taken before the programs load: they refer to its map. Without it (an object built
         // without logging) the kernel's rare-condition lines are simply not forwarded.
         probe.kernel_log = aya_log::EbpfLogger::init(&mut probe.ebpf).ok().map(KernelLog);
@@ -160,7 +173,36 @@ impl Probe {
         }
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();
         probe.links = attached.into_iter().map(|a| (a.program, a.link)).collect();
+        if options.wait_scan {
+            let load = load_wait_scan(&mut probe.ebpf)?;
+            probe.loads.push((names::WAIT_SCAN, load));
+            probe.wait_scan = true;
+            // Once now, so a kernel that cannot run it is found at load (and the feature degrades).
+            probe.scan_waits()?;
+        }
         Ok(probe)
+    }
+
+    /// Run the wait scan once (None: not loaded): every task waiting in a run queue with a stamp,
+    /// and every task on a CPU, as the kernel saw them during this call. A fresh iterator each
+    /// time: an `iter/task` link and a read of its seq_file; nothing stays attached in between.
+    pub fn scan_waits(&mut self) -> Result<Option<Vec<Seen>>, ProbeError> {
+        if !self.wait_scan {
+            return Ok(None);
+        }
+        let program = names::WAIT_SCAN;
+        let prog: &mut Iter = self
+            .ebpf
+            .program_mut(program)
+            .ok_or(ProbeError::MissingProgram { program })?
+            .try_into()
+            .map_err(|source| ProbeError::ProgramType { program, source })?;
+        let id = prog.attach().map_err(|e| ProbeError::WaitScan(e.to_string()))?;
+        let link = prog.take_link(id).map_err(|e| ProbeError::WaitScan(e.to_string()))?;
+        let mut file = link.into_file().map_err(|e| ProbeError::WaitScan(e.to_string()))?;
+        let mut bytes = Vec::with_capacity(16 * 1024);
+        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| ProbeError::WaitScan(e.to_string()))?;
+        Ok(Some(seen_records(&bytes)))
     }
 
     fn fill_filter(&mut self, ids: &[u32]) -> Result<(), ProbeError> {
@@ -238,6 +280,30 @@ fn page_size() -> u32 {
     u32::try_from(size).unwrap_or(4096)
 }
 
+/// The wait scan's records in the bytes its seq_file gave (whole records only).
+fn seen_records(bytes: &[u8]) -> Vec<Seen> {
+    bytes
+        .chunks_exact(std::mem::size_of::<Seen>())
+        // SAFETY: `Seen` is #[repr(C)] plain integers (aya::Pod), any bit pattern is valid, and the
+        // chunk has exactly its size; read_unaligned needs no alignment.
+        .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<Seen>()) })
+        .collect()
+}
+
+/// Verify the wait scan (`iter/task`), loaded but not attached: the daemon attaches it for each scan.
+fn load_wait_scan(ebpf: &mut Ebpf) -> Result<Duration, ProbeError> {
+    let program = names::WAIT_SCAN;
+    let btf = kernel_btf()?;
+    let prog: &mut Iter = ebpf
+        .program_mut(program)
+        .ok_or(ProbeError::MissingProgram { program })?
+        .try_into()
+        .map_err(|source| ProbeError::ProgramType { program, source })?;
+    let start = Instant::now();
+    prog.load("task", &btf).map_err(|source| rejected(program, source))?;
+    Ok(start.elapsed())
+}
+
 /// The global handed to the kernel program.
 fn knobs(
     layout: &TaskLayout,
@@ -271,7 +337,9 @@ fn knobs(
         cgroup_root: cgroup.map_or(0, |c| c.cgroup_root.offset),
         cgroup_root_hierarchy_id: cgroup.map_or(0, |c| c.cgroup_root_hierarchy_id.offset),
         task_flags: cgroup.map_or(0, |c| c.task_flags.offset),
-        _pad: 0,
+        task_on_rq: 0,
+        task_on_cpu: 0,
+        task_cpu: 0,
     }
 }
 

@@ -70,6 +70,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         cgroup_removals: false,
         // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
         attribute_ns: 1,
+        wait_scan: false,
     };
     let (mut probe, degraded) = features::load(&options)?;
     for d in &degraded {

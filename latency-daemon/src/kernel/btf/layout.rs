@@ -52,7 +52,28 @@ pub struct DepthLayout {
     pub rq_nr_running: Member,
 }
 
+/// What the wait scan reads to tell a task waiting in a run queue: `task_struct.on_rq`, `.on_cpu`
+/// (CONFIG_SMP) and its CPU, `thread_info.cpu` (5.16+ with the thread info in the task) or `cpu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitLayout {
+    pub on_rq: Member,
+    pub on_cpu: Member,
+    pub cpu: Member,
+}
+
 impl Btf {
+    /// Offsets for the wait scan; an error names what this kernel's BTF lacks.
+    pub fn wait_layout(&self) -> Result<WaitLayout, BtfError> {
+        const TASK: &str = "task_struct";
+        let four = |member: &str| -> Result<Member, BtfError> { check_size(TASK, member, self.member(TASK, member)?, &[4]) };
+        let cpu = match self.member(TASK, "thread_info.cpu") {
+            Ok(m) => check_size(TASK, "thread_info.cpu", m, &[4])?,
+            Err(BtfError::MemberNotFound { .. }) => four("cpu")?,
+            Err(e) => return Err(e),
+        };
+        Ok(WaitLayout { on_rq: four("on_rq")?, on_cpu: four("on_cpu")?, cpu })
+    }
+
     /// Offsets to read a run queue's depth from a task; an error where this kernel's BTF lacks
     /// them (no `cfs_rq.rq` without CONFIG_FAIR_GROUP_SCHED), and the depth is then unknown.
     pub fn depth_layout(&self) -> Result<DepthLayout, BtfError> {
