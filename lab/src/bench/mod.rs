@@ -6,11 +6,13 @@
 //! - overhead.rs: added time per scheduler event of each tracer, from interleaved off/on pairs;
 //! - cost.rs: the daemon's own CPU, memory and scrape latency during a storm;
 //! - drain.rs: what a drain and an encode cost, by CPU count;
-//! - together.rs: this build against others, attached at once (`--together`).
+//! - together.rs: this build against others, attached at once (`--together`);
+//! - scan.rs: what the wait scan costs per drain, by task count and pid_max (`--wait-scan`).
 mod cost;
 mod drain;
 mod inprog;
 mod overhead;
+mod scan;
 mod together;
 
 use std::path::{Path, PathBuf};
@@ -56,6 +58,10 @@ pub struct Args {
     /// bench-report/daemon.md; the full report needs the whole run.
     #[arg(long, conflicts_with = "guard")]
     daemon_only: bool,
+    /// Only the wait scan's cost per drain (≈ 20 s): with the host's tasks, with 10,000 more
+    /// threads, and those at kernel.pid_max 4194304 (restored); writes bench-report/scan.md.
+    #[arg(long, conflicts_with_all = ["guard", "in_program", "daemon_only", "together"])]
+    wait_scan: bool,
     /// Other builds of latency-daemon (e.g. another checkout's target/release/latency-daemon)
     /// attached at once with this one, rotated, 4 rounds per build on each workload: each build's
     /// time inside its programs and its difference from this build, round by round (medians).
@@ -72,12 +78,12 @@ pub struct Args {
 impl Args {
     /// Whether this run attaches the floor program (the in-program and pair tables do).
     pub fn needs_floor(&self) -> bool {
-        !self.daemon_only && self.together.is_empty()
+        !self.daemon_only && !self.wait_scan && self.together.is_empty()
     }
 
     /// Whether this run times the drain pipeline on synthetic maps (the drain tables do).
     pub fn needs_pipeline(&self) -> bool {
-        !self.guard && !self.in_program && self.together.is_empty()
+        !self.guard && !self.in_program && !self.wait_scan && self.together.is_empty()
     }
 }
 
@@ -182,6 +188,15 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
         std::fs::write(dir.join("inprog.md"), md)?;
         std::fs::write(dir.join("inprog.json"), format!("{}\n", inprog::json(&rows)))?;
         println!("bench: wrote {} ({:.0} s)", dir.join("inprog.md").display(), started.elapsed().as_secs_f64());
+        return Ok(());
+    }
+    if args.wait_scan {
+        let rows = scan::measure(daemon)?;
+        let table = scan::table(&rows);
+        print!("{table}");
+        let dir = workspace_root().join("bench-report");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("scan.md"), format!("# The wait scan per drain\n\n{table}"))?;
         return Ok(());
     }
     if args.daemon_only {
