@@ -13,6 +13,9 @@
     windowMaxAlertSeconds: 0.010,
     // RunQueueDelayP99High fires on the 5-minute p99 above this.
     p99AlertSeconds: 0.005,
+    // RunQueueStallInProgress fires on a wait still in progress older than this; the dashboard's
+    // waits-in-progress panel draws it as a line. 2^-1 s, a classic bound like the others.
+    stallAlertSeconds: 0.5,
     // "Delays above" threshold: 2^-7 s = 7.8125 ms. It is a kernel bucket bound, so a boundary
     // of the native histogram (schema 3) and a classic `le` the daemon exports by default: both
     // histogram_fraction and the bucket difference are exact there, not interpolations.

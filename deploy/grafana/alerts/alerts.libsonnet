@@ -54,6 +54,38 @@
           },
         },
 
+        // A stall while it lasts. The two rules above see a wait only once it has ended: its delay
+        // reaches the histogram and the window max when the task finally runs, so a task that
+        // waits a minute is invisible for that minute (and one that never runs, for ever). Each
+        // drain, the daemon also scans the tasks that are runnable but have not run yet, and
+        // runqlat_wait_in_progress_seconds is the age of the oldest per reason (0 when none).
+        // Per node and reason, like the window max, so the alert names both.
+        //  - The threshold, 0.5 s, is a stall by any standard and clear of what a busy but
+        //    healthy node does: 50 times RunQueueDelayHigh's, and 5 of the default 100 ms CFS
+        //    bandwidth periods (a throttled cgroup's tasks count as waiting until its quota
+        //    refills, within one period). It still catches a SCHED_FIFO/RR hog under the kernel's
+        //    default RT throttling, which leaves fair tasks waiting up to 0.95 s of every second.
+        //    SCHED_IDLE and heavily niced tasks can legitimately wait this long on a saturated
+        //    node; raise it there.
+        //  - `for` is short because the gauge is continuous evidence: its value is itself a
+        //    duration (a reading of 2 s is a task that has waited 2 s), so `for` need not prove
+        //    that the problem lasts, as `for: 1m` does for the window max. 15 s is one evaluation
+        //    (at the usual 15 s to 1 m interval): it wants the stall seen twice in a row, so a wait
+        //    that one scan caught just before it ended, which RunQueueDelayHigh reports anyway,
+        //    goes pending and does not page and resolve in turn.
+        // With the wait scan off or unavailable (runqlat_feature_info{feature="wait_scan"}) the
+        // gauge is absent and this stays silent; the two rules above still work.
+        {
+          alert: 'RunQueueStallInProgress',
+          expr: 'max by (instance, reason) (runqlat_wait_in_progress_seconds{%s}) > %s' % [sel, c.stallAlertSeconds],
+          'for': '15s',
+          labels: { severity: 'warning' },
+          annotations: {
+            summary: 'Run-queue stall on {{ $labels.instance }}: a task waiting {{ $value | humanizeDuration }} so far ({{ $labels.reason }})',
+            description: "A task on {{ $labels.instance }} has been runnable for {{ $value | humanizeDuration }} without getting a CPU and is still waiting (reason {{ $labels.reason }}; the longest wait in progress at the daemon's last scan), and the node has had a wait over %gms in progress for 15s. Its delay reaches the histogram and the window max only when it ends. On that node, the daemon's live view (/) and /api/v1/waits name the waiting task, its cgroup and CPU, and what runs on that CPU now." % (c.stallAlertSeconds * 1000),
+          },
+        },
+
         // The only rules that look at `up`, and so the reason the selector exists: on a bare
         // `up == 0` every down target in Prometheus would page as a latency-daemon. One scrape
         // per node, so one `up` series per daemon.

@@ -1,6 +1,6 @@
 // The run-queue latency dashboard: the delay distribution as a heatmap,
 // quantiles per node and reason, the exact window max against the alert threshold, the share of
-// delays above 2^-7 s, who waits (top cgroups and their pods), who took the CPU (the cgroups
+// delays above 2^-7 s, the waits still in progress (stalls while they last), who waits (top cgroups and their pods), who took the CPU (the cgroups
 // that held others back, and the wait split by holder), per-CPU switches
 // and idle, what the monitor lost, the daemon's own health, and active alerts.
 local h = import '../lib/histogram.libsonnet';
@@ -65,6 +65,31 @@ local p = import '../lib/panels.libsonnet';
           [p.target(h.fractionAbove(c.overLe, delay, inside(reason), 'instance, reason', range), legend='{{instance}} {{reason}}')],
           max=1,
         ),
+      ];
+
+      // Waits still in progress at each drain, from the daemon's scan of runnable tasks that have
+      // not run yet: a stall shows here while it lasts, not only once it ends.
+      local stallPanels = [
+        p.timeseries(
+          'Waits in progress (stalls)',
+          "The oldest wait still in progress at the daemon's last drain, per node and reason: how long a task runnable since its wakeup or preemption has gone without a CPU so far (0, not drawn on the log axis, when none waits). A stall grows here while it lasts; its delay reaches the panels above only once the task runs. The dashed line is the threshold of the RunQueueStallInProgress alert. Empty where the daemon's wait scan is off or unavailable (runqlat_feature_info{feature=\"wait_scan\"}).",
+          's',
+          [p.target('max by (instance, reason) (runqlat_wait_in_progress_seconds%s)' % on(reason), legend='{{instance}} {{reason}}')],
+          log=true,
+          thresholdLine=c.stallAlertSeconds,
+        ) { width:: 10 },
+        p.table(
+          'Cgroups: longest wait in progress',
+          "Over the dashboard's time range, the longest wait in progress seen in each cgroup (and namespace and pod where the daemon sets them), the %d longest: the cgroups whose tasks stalled. The same cgroups as runqlat_cgroup_delay_seconds (the daemon's top N, the rest in cgroup=\"other\"). Each value is a sample at a drain, so a wait that ended between two scrapes may be missed here and show only in the delay panels." % c.topCgroups,
+          's',
+          [p.target('topk(%d, max by (instance, namespace, pod, cgroup) (max_over_time(runqlat_cgroup_wait_in_progress_seconds%s[$__range])))' % [c.topCgroups, on(pods)])],
+        ) { width:: 8 },
+        p.timeseries(
+          'Tasks waiting now',
+          'Tasks waiting for a CPU at the last drain, per node: over 0 s counts every waiting task, the other lines those waiting longer than each alert threshold the daemon has configured (over_seconds). A count at the moment of the scan, where "Tasks waiting, on average" below is the mean over the interval.',
+          'short',
+          [p.target('max by (instance, over_seconds) (runqlat_waiting_tasks%s)' % on(), legend='{{instance}} over {{over_seconds}} s')],
+        ) { width:: 6 },
       ];
 
       local volumePanels = [
@@ -222,7 +247,7 @@ local p = import '../lib/panels.libsonnet';
           'Prometheus alerts',
           "Pending and firing alerts of this mixin's rules for the selected nodes (and RunqlatAbsent, which has no instance).",
           'none',
-          [p.target('max by (alertname, alertstate, instance, map) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', alertNames))],
+          [p.target('max by (alertname, alertstate, instance, reason, map) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', alertNames))],
           hide=['Value'],
         ),
         p.table(
@@ -309,6 +334,7 @@ local p = import '../lib/panels.libsonnet';
           { title: 'Delay distribution', height: 9, panels: distribution },
           { title: 'Tails and the worst case', height: 8, panels: quantilePanels },
           { title: 'Thresholds', height: 8, panels: worstPanels },
+          { title: 'Waits in progress (stalls)', height: 8, panels: stallPanels },
           { title: 'How much waiting', height: 7, panels: volumePanels },
           { title: 'Who waits', height: 9, panels: whoPanels },
           { title: 'Who took the CPU', height: 8, panels: culpritPanels },
