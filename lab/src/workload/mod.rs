@@ -5,6 +5,7 @@
 mod crew;
 mod event;
 mod run;
+pub mod stall;
 pub mod weights;
 
 use serde::{Deserialize, Serialize};
