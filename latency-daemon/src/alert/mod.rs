@@ -1,7 +1,8 @@
-//! Alert rules + each closed window's attributed incidents → `Transition`s (fired, resolved).
-//! Pure: no clock reads, no I/O, so the hysteresis and cooldown are tested as tables. The sinks
-//! that deliver transitions are in `notify`.
+//! Alert rules + each closed window's attributed incidents, and each drain's waits in progress
+//! (`waiting`) → `Transition`s (fired, updated, resolved). Pure: no clock reads, no I/O, so the
+//! hysteresis and cooldown are tested as tables. The sinks that deliver transitions are in `notify`.
 pub mod notify;
+mod waiting;
 
 use std::collections::HashMap;
 
@@ -37,18 +38,30 @@ pub struct Alert {
     pub key: AlertKey,
     /// The threshold it crossed.
     pub threshold_ns: u64,
-    /// Unix ns of the window end at which it fired.
+    /// Unix ns of the window end (or, fired by a wait in progress, of the drain) at which it fired.
     pub since_unix_ns: u64,
-    /// The worst delay seen while firing.
+    /// The worst delay seen while firing: a wait still in progress (`worst.waiting`) while that is
+    /// the longest, replaced by its final delay once the task has run.
     pub worst: Attribution,
     /// Unix ns of the window end at which it resolved.
     pub resolved_unix_ns: Option<u64>,
+    /// `worst` is the final delay of a wait this alert carried while it was in progress: the task
+    /// finally ran (see [`Transition::Updated`]). Left out of JSON when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub ran_after_waiting: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Transition {
     Fired(Alert),
+    /// A firing alert whose worst was a wait in progress now carries that wait's final delay: the
+    /// task finally ran. Not sent as a wait in progress grows, which would be once per drain.
+    Updated(Alert),
     Resolved(Alert),
 }
 
@@ -61,7 +74,8 @@ pub struct Rules {
     pub per_reason_ns: [Option<u64>; Reason::COUNT],
     /// Per cgroup path; overrides the others for delays of tasks in that cgroup.
     pub per_cgroup_ns: Vec<(String, u64)>,
-    /// Consecutive windows over the threshold before firing.
+    /// Consecutive windows over the threshold before firing; for a wait in progress, consecutive
+    /// drains (see [`Engine::evaluate_waiting`]).
     pub for_windows: u32,
     /// Consecutive windows under it before resolving.
     pub resolve_after: u32,
@@ -91,8 +105,13 @@ impl Rules {
 
 #[derive(Clone, Debug, Default)]
 struct KeyState {
+    /// Consecutive windows with a finished delay over the threshold.
     over: u32,
+    /// Consecutive clean windows: no finished delay and no wait in progress over the threshold.
     under: u32,
+    /// Consecutive drains, up to the latest, with a wait in progress over the threshold. Nonzero:
+    /// one is in progress now, so no window resolves the key.
+    drains_over: u32,
     firing: Option<Alert>,
     quiet_until_unix_ns: u64,
 }
@@ -108,30 +127,33 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Feed one closed window: its attributed incidents (any CPU, any reason) and the Unix time
-    /// of its end. Returns what changed.
+    /// Feed one closed window: its attributed incidents (any CPU, any reason; finished delays —
+    /// waits in progress are [`evaluate_waiting`](Self::evaluate_waiting)'s and ignored here) and
+    /// the Unix time of its end. Returns what changed: fired, resolved, and updated where a firing
+    /// alert's worst was a wait in progress and this window holds that wait's final delay (the
+    /// same victim, at least as long). A key with a wait in progress over its threshold at the
+    /// latest drain is not resolved, however quiet the window.
     pub fn evaluate(&mut self, rules: &Rules, incidents: &[Attribution], window_end_unix_ns: u64) -> Vec<Transition> {
-        // The worst breach per key in this window.
-        let mut worst: HashMap<AlertKey, (&Attribution, u64)> = HashMap::new();
-        for a in incidents {
-            let Some(threshold) = rules.threshold(a.reason, &a.cgroup) else { continue };
-            if a.delay_ns <= threshold {
-                continue;
-            }
-            let key = AlertKey { reason: a.reason, cgroup: a.cgroup.clone() };
-            let slot = worst.entry(key).or_insert((a, threshold));
-            if a.delay_ns > slot.0.delay_ns {
-                *slot = (a, threshold);
-            }
-        }
+        let worst = worst_per_key(rules, incidents.iter().filter(|a| !a.waiting));
         let mut out = Vec::new();
         for (key, (a, threshold)) in &worst {
             let s = self.states.entry(key.clone()).or_default();
             s.over += 1;
             s.under = 0;
             match &mut s.firing {
-                Some(alert) if a.delay_ns > alert.worst.delay_ns => alert.worst = (*a).clone(),
-                Some(_) => {}
+                Some(alert) => {
+                    // The update tells of that wait; a longer delay of another task then grows
+                    // the alert as any would, without a transition.
+                    if let Some(ran) = final_delay(&alert.worst, key, incidents) {
+                        alert.worst = ran.clone();
+                        alert.ran_after_waiting = true;
+                        out.push(Transition::Updated(alert.clone()));
+                    }
+                    if a.delay_ns > alert.worst.delay_ns {
+                        alert.worst = (*a).clone();
+                        alert.ran_after_waiting = false;
+                    }
+                }
                 None if s.over >= rules.for_windows.max(1) => {
                     if window_end_unix_ns < s.quiet_until_unix_ns {
                         self.suppressed += 1;
@@ -143,6 +165,7 @@ impl Engine {
                         since_unix_ns: window_end_unix_ns,
                         worst: (*a).clone(),
                         resolved_unix_ns: None,
+                        ran_after_waiting: false,
                     };
                     s.firing = Some(alert.clone());
                     out.push(Transition::Fired(alert));
@@ -152,6 +175,12 @@ impl Engine {
         }
         for (key, s) in self.states.iter_mut() {
             if worst.contains_key(key) {
+                continue;
+            }
+            if s.drains_over > 0 {
+                // A wait over the threshold is in progress: not a clean window. Nor a window over
+                // it (`over`): its delay is not known until the task runs.
+                s.under = 0;
                 continue;
             }
             s.under += 1;
@@ -164,13 +193,19 @@ impl Engine {
                 out.push(Transition::Resolved(alert));
             }
         }
-        // Forget keys with nothing left to remember.
-        self.states.retain(|_, s| s.firing.is_some() || s.over > 0 || window_end_unix_ns < s.quiet_until_unix_ns);
+        self.forget(window_end_unix_ns);
+        out.sort_by(|a, b| key_of(a).cmp(key_of(b)));
+        out
+    }
+
+    /// Forgets keys with nothing left to remember.
+    fn forget(&mut self, now_unix_ns: u64) {
+        self.states.retain(|_, s| {
+            s.firing.is_some() || s.over > 0 || s.drains_over > 0 || now_unix_ns < s.quiet_until_unix_ns
+        });
         if self.states.len() > MAX_KEYS {
             self.states.retain(|_, s| s.firing.is_some());
         }
-        out.sort_by(|a, b| key_of(a).cmp(key_of(b)));
-        out
     }
 
     /// Alerts firing now, for `runqlat_alert_active` and re-sending.
@@ -183,8 +218,42 @@ impl Engine {
 
 fn key_of(t: &Transition) -> &AlertKey {
     match t {
-        Transition::Fired(a) | Transition::Resolved(a) => &a.key,
+        Transition::Fired(a) | Transition::Updated(a) | Transition::Resolved(a) => &a.key,
     }
+}
+
+/// The longest delay over its threshold per key, with that threshold.
+fn worst_per_key<'a>(
+    rules: &Rules,
+    delays: impl Iterator<Item = &'a Attribution>,
+) -> HashMap<AlertKey, (&'a Attribution, u64)> {
+    let mut worst: HashMap<AlertKey, (&Attribution, u64)> = HashMap::new();
+    for a in delays {
+        let Some(threshold) = rules.threshold(a.reason, &a.cgroup) else { continue };
+        if a.delay_ns <= threshold {
+            continue;
+        }
+        let key = AlertKey { reason: a.reason, cgroup: a.cgroup.clone() };
+        let slot = worst.entry(key).or_insert((a, threshold));
+        if a.delay_ns > slot.0.delay_ns {
+            *slot = (a, threshold);
+        }
+    }
+    worst
+}
+
+/// When `worst` is a wait in progress: the final delay of that wait among `incidents` — the same
+/// key and victim, finished, at least as long as the wait was when last seen (a later, shorter
+/// wait of the same task is another wait). The longest, if several.
+fn final_delay<'a>(worst: &Attribution, key: &AlertKey, incidents: &'a [Attribution]) -> Option<&'a Attribution> {
+    if !worst.waiting {
+        return None;
+    }
+    incidents
+        .iter()
+        .filter(|i| !i.waiting && i.victim_tid == worst.victim_tid && i.delay_ns >= worst.delay_ns)
+        .filter(|i| i.reason == key.reason && i.cgroup == key.cgroup)
+        .max_by_key(|i| i.delay_ns)
 }
 
 #[cfg(test)]
@@ -192,10 +261,10 @@ mod tests {
     use super::*;
     use Reason::{Preempt, Wakeup};
 
-    const MS: u64 = 1_000_000;
-    const S: u64 = 1_000_000_000;
+    pub(super) const MS: u64 = 1_000_000;
+    pub(super) const S: u64 = 1_000_000_000;
 
-    fn rules() -> Rules {
+    pub(super) fn rules() -> Rules {
         Rules {
             max_delay_ns: Some(10 * MS),
             per_reason_ns: [None, None],
@@ -206,7 +275,7 @@ mod tests {
         }
     }
 
-    fn incident(reason: Reason, cgroup: &str, delay_ns: u64) -> Attribution {
+    pub(super) fn incident(reason: Reason, cgroup: &str, delay_ns: u64) -> Attribution {
         Attribution {
             reason,
             delay_ns,
@@ -222,7 +291,18 @@ mod tests {
             queue_depth: Some(3),
             culprits: Vec::new(),
             culprits_truncated: false,
+            waiting: false,
         }
+    }
+
+    /// "+preempt/a" fired, "~preempt/a" updated, "-preempt/a" resolved.
+    pub(super) fn short(t: &Transition) -> String {
+        let (sign, a) = match t {
+            Transition::Fired(a) => ('+', a),
+            Transition::Updated(a) => ('~', a),
+            Transition::Resolved(a) => ('-', a),
+        };
+        format!("{sign}{}{}", a.key.reason.name(), a.key.cgroup)
     }
 
     /// Runs windows (each a list of (reason, cgroup, delay)) and returns, per window, what
@@ -234,13 +314,7 @@ mod tests {
             .enumerate()
             .map(|(i, w)| {
                 let incidents: Vec<Attribution> = w.iter().map(|(r, c, d)| incident(*r, c, *d)).collect();
-                e.evaluate(rules, &incidents, (i as u64 + 1) * 15 * S)
-                    .iter()
-                    .map(|t| match t {
-                        Transition::Fired(a) => format!("+{}{}", a.key.reason.name(), a.key.cgroup),
-                        Transition::Resolved(a) => format!("-{}{}", a.key.reason.name(), a.key.cgroup),
-                    })
-                    .collect()
+                e.evaluate(rules, &incidents, (i as u64 + 1) * 15 * S).iter().map(short).collect()
             })
             .collect()
     }

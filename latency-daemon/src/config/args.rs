@@ -198,7 +198,9 @@ settings! {
         #[arg(long, value_name = "N")]
         alert_for: u32 {
             help: "Consecutive windows (each --window long) with a delay over the threshold before an alert \
-                   fires, 1 to 100",
+                   fires, 1 to 100; a wait still in progress over it counts drains (each --interval long) \
+                   instead: it is continuous evidence, and waiting for whole windows would delay the page by \
+                   up to a window",
             default: "1",
             apply: Reload,
         },

@@ -55,6 +55,15 @@ pub struct Attribution {
     pub culprits: Vec<Culprit>,
     /// More tasks ran during the wait than the kernel keeps.
     pub culprits_truncated: bool,
+    /// The victim had still not run when this was seen (a wait in progress): `delay_ns` is its
+    /// wait so far, `end_ns`/`end_unix_ns` when it was seen. Left out of JSON when false, so a
+    /// finished delay serializes as it always did.
+    #[serde(skip_serializing_if = "is_false")]
+    pub waiting: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 pub fn attribution(
@@ -100,6 +109,7 @@ pub fn attribution(
         queue_depth: (inc.queue_depth != DEPTH_UNKNOWN).then_some(inc.queue_depth),
         culprits,
         culprits_truncated: inc.truncated != 0,
+        waiting: false,
     }
 }
 
@@ -207,5 +217,14 @@ mod tests {
         assert_eq!(a.cgroup, "unknown");
         assert_eq!(a.culprits.len(), RUNS_KEPT, "never more than the kernel keeps");
         assert!(a.culprits_truncated);
+    }
+
+    #[test]
+    fn waiting_is_in_json_only_when_true() {
+        let mut a = attribution(Reason::Wakeup, 0, &Incident::ZERO, WallClock::new(0, 0), |_| None);
+        assert!(!a.waiting, "a delay the kernel kept has ended");
+        assert!(serde_json::to_value(&a).unwrap().get("waiting").is_none(), "finished delays serialize as before");
+        a.waiting = true;
+        assert_eq!(serde_json::to_value(&a).unwrap()["waiting"], true);
     }
 }

@@ -305,6 +305,7 @@ fn fired(t: &[Transition]) -> Vec<String> {
     t.iter()
         .map(|t| match t {
             Transition::Fired(Alert { key, .. }) => format!("+{}", key.cgroup),
+            Transition::Updated(Alert { key, .. }) => format!("~{}", key.cgroup),
             Transition::Resolved(Alert { key, .. }) => format!("-{}", key.cgroup),
         })
         .collect()
@@ -376,4 +377,60 @@ fn attribution_off_reads_no_incidents_and_leaves_alerts_alone() {
     // On: the close asks for them.
     p.apply(alerting(1));
     assert!(p.begin().is_some_and(|c| c.incidents));
+}
+
+/// Cgroup 1's task waiting `age_ns` so far, seen at `seen_ns`, as the wait scan attributes it.
+fn wait(age_ns: u64, seen_ns: u64) -> crate::model::attribution::Attribution {
+    let (reason, cpu, inc) = incident(1, age_ns, seen_ns);
+    let wall = WallClock::new(0, BOOT_UNIX_NS);
+    let mut a = crate::model::attribution::attribution(reason, cpu, &inc, wall, |_| Some("/c1".into()));
+    a.waiting = true;
+    a
+}
+
+#[test]
+fn a_wait_in_progress_fires_grows_the_last_alert_and_its_final_delay_updates_it() {
+    let mut p = pipeline(alerting(1));
+    let mut names = Table::with_paths(&[1]);
+    let rules = p.settings.rules.clone();
+    // A drain's scan, as the wait path feeds the engine and the exposition.
+    let scan = |p: &mut Pipeline, age_ns: u64, at_ns: u64| {
+        let t = p.alerts.evaluate_waiting(&rules, &[wait(age_ns, at_ns)], BOOT_UNIX_NS + at_ns);
+        p.apply_transitions(&t);
+        t
+    };
+    let waiting = |p: &Pipeline| p.exposition().last_alert.as_ref().map(|l| l.worst.waiting);
+
+    assert_eq!(fired(&scan(&mut p, 20 * MS, S)), ["+/c1"]);
+    assert_eq!((last(&p), waiting(&p)), (Some(("/c1".into(), 20 * MS, false)), Some(true)));
+    assert_eq!(p.exposition().alerts_active, [(Reason::Preempt, "/c1".to_string())]);
+    // The window closes while the task still waits: nothing resolves.
+    let (_, t) = drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new());
+    assert!(t.is_empty());
+
+    // Still waiting at the next drain: the last alert grows, without a transition.
+    assert!(scan(&mut p, 30 * MS, 2 * S).is_empty());
+    assert_eq!((last(&p), waiting(&p)), (Some(("/c1".into(), 30 * MS, false)), Some(true)));
+
+    // It ran after 35 ms: the window's final delay updates the alert, which is not fired again.
+    let (_, t) = drain(&mut p, &mut names, snap(2 * S, 0, &[]), Vec::new(), vec![incident(1, 35 * MS, 2 * S - 1)]);
+    assert_eq!(fired(&t), ["~/c1"]);
+    assert_eq!((last(&p), waiting(&p)), (Some(("/c1".into(), 35 * MS, false)), Some(false)));
+    assert_eq!(p.exposition().last_alert.as_ref().map(|l| l.fired_unix_ns), Some(BOOT_UNIX_NS + S));
+    assert_eq!(p.exposition().alerts_total, [0, 1]);
+
+    // No wait left, a clean window: resolved.
+    assert!(scan_none(&mut p, 3 * S).is_empty());
+    let (_, t) = drain(&mut p, &mut names, snap(3 * S, 0, &[]), Vec::new(), Vec::new());
+    assert_eq!(fired(&t), ["-/c1"]);
+    assert_eq!(last(&p), Some(("/c1".into(), 35 * MS, true)));
+    assert!(p.exposition().alerts_active.is_empty());
+}
+
+/// A drain's scan that found no wait over any threshold.
+fn scan_none(p: &mut Pipeline, at_ns: u64) -> Vec<Transition> {
+    let rules = p.settings.rules.clone();
+    let t = p.alerts.evaluate_waiting(&rules, &[], BOOT_UNIX_NS + at_ns);
+    p.apply_transitions(&t);
+    t
 }

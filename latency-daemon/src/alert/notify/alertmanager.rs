@@ -1,6 +1,7 @@
 //! One Alertmanager: transitions in (applied by the dispatcher to this URL's [`Shared`] state),
 //! POSTs of every active alert plus the not-yet-delivered resolved ones out — at once on a change,
-//! then every `resend` while anything is left. Never more state than one entry per alert key.
+//! then every `resend` while anything is left. Never more state than one entry per alert key; an
+//! update replaces the active entry, so re-sends carry the alert as last fired or updated.
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -70,7 +71,7 @@ impl Shared {
         {
             let mut s = self.lock();
             match t {
-                Transition::Fired(a) => {
+                Transition::Fired(a) | Transition::Updated(a) => {
                     s.resolved.remove(&a.key);
                     if s.active.len() >= MAX_ALERTS && !s.active.contains_key(&a.key) {
                         stats.dropped(Sink::Alertmanager, 1);
@@ -227,6 +228,23 @@ mod tests {
         assert_eq!((b.active.len(), b.resolved.len()), (1, 0), "firing again supersedes the resolution");
         s.restore(vec![a]);
         assert!(s.lock().resolved.is_empty(), "nor does a late restore bring it back");
+    }
+
+    #[test]
+    fn an_update_replaces_the_active_entry_and_is_sent_at_once() {
+        let stats = NotifyStats::default();
+        let s = Shared::new([], origin(), Duration::from_secs(30));
+        let mut a = alert();
+        a.worst.waiting = true;
+        s.apply(&Transition::Fired(a.clone()), &stats);
+        assert!(s.take().unwrap().active[0].worst.waiting);
+        a.worst.waiting = false;
+        a.worst.delay_ns *= 2;
+        a.ran_after_waiting = true;
+        s.apply(&Transition::Updated(a.clone()), &stats);
+        let b = s.take().unwrap();
+        assert_eq!((b.active.len(), b.resolved.len()), (1, 0));
+        assert_eq!(b.active[0], a, "re-sends carry the final delay");
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Dispatcher {
 
     fn dispatch(&mut self, t: Transition) {
         match &t {
-            Transition::Fired(a) => {
+            Transition::Fired(a) | Transition::Updated(a) => {
                 self.active.insert(a.key.clone(), a.clone());
             }
             Transition::Resolved(a) => {

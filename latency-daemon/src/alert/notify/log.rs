@@ -46,6 +46,7 @@ mod tests {
         let stats = Arc::new(NotifyStats::default());
         let task = tokio::spawn(run(rx, writer, Arc::clone(&stats)));
         tx.send(Transition::Fired(alert())).await.unwrap();
+        tx.send(Transition::Updated(alert())).await.unwrap();
         tx.send(Transition::Resolved(alert())).await.unwrap();
         drop(tx);
         task.await.unwrap();
@@ -55,7 +56,7 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(events, ["fired", "resolved"]);
-        assert_eq!(stats.snapshot()[2], ("log", 2, 0, 0));
+        assert_eq!(events, ["fired", "updated", "resolved"]);
+        assert_eq!(stats.snapshot()[2], ("log", 3, 0, 0));
     }
 }

@@ -56,6 +56,8 @@ fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAle
         ("queue_depth", text::queue_depth(a)),
         ("culprits", text::culprits(a)),
         ("at", text::rfc3339(a.end_unix_ns)),
+        // "true": `delay` is a wait so far and `at` when it was seen; the task had not run yet.
+        ("still_waiting", a.waiting.to_string()),
     ]);
     PostableAlert {
         labels,
@@ -91,18 +93,23 @@ struct LogLine<'a> {
     event: &'static str,
     #[serde(flatten)]
     alert: &'a Alert,
+    /// The words for a reader of the log: still waiting, finally ran after, or waited.
+    summary: String,
 }
 
-/// `{"time":…,"level":"warn"|"info","msg":"alert fired"|"alert resolved","event":"fired"|"resolved",
-/// …the Alert…}`, no trailing newline: the keys of a `--log.format=json` event, so a JSON log
-/// reader takes it as one, and JSON under logfmt too, since the culprits are nested data.
-/// serde_json escapes every control character, so a hostile comm stays inside its string.
+/// `{"time":…,"level":"warn"|"info","msg":"alert fired"|"alert updated"|"alert resolved",
+/// "event":"fired"|"updated"|"resolved", …the Alert…, "summary":…}`, no trailing newline: the keys
+/// of a `--log.format=json` event, so a JSON log reader takes it as one, and JSON under logfmt too,
+/// since the culprits are nested data. serde_json escapes every control character, so a hostile
+/// comm stays inside its string.
 pub fn log_line(t: &Transition, now_unix_ns: u64) -> Result<String, serde_json::Error> {
     let (event, level, msg, alert) = match t {
         Transition::Fired(a) => ("fired", "warn", "alert fired", a),
+        Transition::Updated(a) => ("updated", "info", "alert updated", a),
         Transition::Resolved(a) => ("resolved", "info", "alert resolved", a),
     };
-    serde_json::to_string(&LogLine { time: text::rfc3339(now_unix_ns), level, msg, event, alert })
+    let summary = text::summary(alert);
+    serde_json::to_string(&LogLine { time: text::rfc3339(now_unix_ns), level, msg, event, alert, summary })
 }
 
 #[cfg(test)]
@@ -151,6 +158,7 @@ mod tests {
         assert!(ann["description"].as_str().unwrap().lines().count() > 3);
 
         assert_eq!(ann["culprit_pods"], "none recorded");
+        assert_eq!(ann["still_waiting"], "false");
         assert_eq!(alerts[1]["labels"]["reason"], "wakeup");
         assert_eq!(alerts[1]["endsAt"], "2023-11-14T22:14:59.000Z", "a resolved alert ends when it resolved");
     }
@@ -199,5 +207,42 @@ mod tests {
         assert_eq!(v["worst"]["victim_comm"], a.worst.victim_comm.as_str());
         assert_eq!(v["key"]["cgroup"], "/app.slice");
         assert!(log_line(&Transition::Fired(a), NOW).unwrap().contains(r#""event":"fired""#));
+    }
+
+    #[test]
+    fn a_wait_in_progress_and_its_end_in_every_sink() {
+        let mut waiting = alert();
+        waiting.worst.delay_ns = 1_200_000_000;
+        waiting.worst.waiting = true;
+        let mut ran = waiting.clone();
+        ran.worst.delay_ns = 1_900_000_000;
+        ran.worst.waiting = false;
+        ran.ran_after_waiting = true;
+
+        // Alertmanager: a re-send carries the alert as last fired or updated.
+        let body = alertmanager_body([&waiting], [], &origin(), NOW, NOW).unwrap();
+        let ann = &serde_json::from_slice::<Value>(&body).unwrap()[0]["annotations"];
+        assert_eq!((&ann["still_waiting"], &ann["delay"]), (&json!("true"), &json!("1.20 s")));
+        assert!(ann["summary"].as_str().unwrap().contains("has waited 1.20 s so far and has not run yet"), "{ann}");
+        let body = alertmanager_body([&ran], [], &origin(), NOW, NOW).unwrap();
+        let ann = &serde_json::from_slice::<Value>(&body).unwrap()[0]["annotations"];
+        assert_eq!((&ann["still_waiting"], &ann["delay"]), (&json!("false"), &json!("1.90 s")));
+        assert!(ann["summary"].as_str().unwrap().contains("myapp (tid 1234) finally ran after 1.90 s"), "{ann}");
+
+        // Log: the event, and the words.
+        let fired: Value = serde_json::from_str(&log_line(&Transition::Fired(waiting.clone()), NOW).unwrap()).unwrap();
+        assert_eq!((&fired["event"], &fired["worst"]["waiting"]), (&json!("fired"), &json!(true)));
+        assert!(fired["summary"].as_str().unwrap().contains("has not run yet"), "{fired}");
+        let line = log_line(&Transition::Updated(ran.clone()), NOW).unwrap();
+        assert!(line.contains(r#""level":"info","msg":"alert updated","event":"updated""#), "{line}");
+        let updated: Value = serde_json::from_str(&line).unwrap();
+        assert!(updated["worst"].get("waiting").is_none() && updated["ran_after_waiting"] == true, "{updated}");
+        assert!(updated["summary"].as_str().unwrap().contains("finally ran after 1.90 s"), "{updated}");
+
+        // Webhook: the Transition itself.
+        let hook = serde_json::to_value(Transition::Updated(ran)).unwrap();
+        assert_eq!((&hook["event"], &hook["worst"]["delay_ns"]), (&json!("updated"), &json!(1_900_000_000u64)));
+        let hook = serde_json::to_value(Transition::Fired(waiting)).unwrap();
+        assert_eq!((&hook["worst"]["waiting"], hook.get("ran_after_waiting")), (&json!(true), None));
     }
 }

@@ -194,6 +194,31 @@ async fn alertmanager_gets_fired_at_once_then_resends_then_resolved_once() {
 }
 
 #[tokio::test]
+async fn a_wait_that_finally_ran_is_sent_as_an_update_at_once() {
+    let mut am = fake(Behaviour::Answer, "/").await;
+    let mut hook = fake(Behaviour::Answer, "/hook").await;
+    let stats = Arc::new(NotifyStats::default());
+    let cfg = SinkConfig { alertmanagers: vec![am.url.clone()], webhooks: vec![hook.url.clone()], ..config() };
+    let n = Notifier::spawn_with(cfg, Arc::clone(&stats), fast());
+    let mut a = alert();
+    a.worst.waiting = true;
+    n.send(Transition::Fired(a.clone()));
+    assert_eq!(am.next().await.body[0]["annotations"]["still_waiting"], "true");
+    assert_eq!(hook.next().await.body["event"], "fired");
+
+    a.worst.waiting = false;
+    a.worst.delay_ns = 1_900_000_000;
+    a.ran_after_waiting = true;
+    n.send(Transition::Updated(a));
+    let got = am.next().await;
+    assert_eq!(got.body.as_array().unwrap().len(), 1, "the same alert, replaced: {}", got.body);
+    assert_eq!(got.body[0]["annotations"]["still_waiting"], "false");
+    assert_eq!(got.body[0]["annotations"]["delay"], "1.90 s");
+    let got = hook.next().await;
+    assert_eq!((got.body["event"].as_str(), got.body["worst"].get("waiting")), (Some("updated"), None));
+}
+
+#[tokio::test]
 async fn a_dead_alertmanager_does_not_delay_a_live_one() {
     let mut live = fake(Behaviour::Answer, "/").await;
     let hung = fake(Behaviour::Hang, "/").await;

@@ -113,19 +113,46 @@ pub fn culprits(a: &Attribution) -> String {
     if parts.is_empty() { "none recorded".into() } else { parts.join("; ") }
 }
 
+/// What an alert's worst delay is, for the words about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Worst {
+    /// A delay that ended (the task ran) before anyone saw it in progress.
+    Ended,
+    /// A wait still in progress: the task has not run yet.
+    Waiting,
+    /// A wait in progress when last seen, on an alert since resolved: its end was never seen.
+    LastSeenWaiting,
+    /// The final delay of a wait the alert carried in progress: the task finally ran.
+    FinallyRan,
+}
+
+fn worst(alert: &Alert) -> Worst {
+    match (alert.worst.waiting, alert.resolved_unix_ns.is_some(), alert.ran_after_waiting) {
+        (true, false, _) => Worst::Waiting,
+        (true, true, _) => Worst::LastSeenWaiting,
+        (false, _, true) => Worst::FinallyRan,
+        (false, _, false) => Worst::Ended,
+    }
+}
+
 /// "preempt delay 12.3 ms on cpu 1: myapp (tid 1234) waited; ran meanwhile: hog (tid 99) 11.8 ms"
-/// — the culprit named is the one that ran longest.
+/// — the culprit named is the one that ran longest. For a wait in progress "preempt delay on cpu 1:
+/// myapp (tid 1234) has waited 1.20 s so far and has not run yet; …", and once it ended "… finally
+/// ran after 1.90 s; …".
 pub fn summary(alert: &Alert) -> String {
     let a = &alert.worst;
-    let mut s = format!(
-        "{} delay {} on cpu {}: {} (tid {}){} waited; ran meanwhile: ",
-        a.reason.name(),
-        duration(a.delay_ns),
-        a.cpu,
-        printable(&a.victim_comm),
-        a.victim_tid,
-        in_pod(&a.names)
-    );
+    let (reason, cpu, d) = (a.reason.name(), a.cpu, duration(a.delay_ns));
+    let who = format!("{} (tid {}){}", printable(&a.victim_comm), a.victim_tid, in_pod(&a.names));
+    let mut s = match worst(alert) {
+        Worst::Ended => format!("{reason} delay {d} on cpu {cpu}: {who} waited; ran meanwhile: "),
+        Worst::Waiting => {
+            format!("{reason} delay on cpu {cpu}: {who} has waited {d} so far and has not run yet; ran meanwhile: ")
+        }
+        Worst::LastSeenWaiting => {
+            format!("{reason} delay on cpu {cpu}: {who} had waited {d} and not run yet when last seen; ran meanwhile: ")
+        }
+        Worst::FinallyRan => format!("{reason} delay on cpu {cpu}: {who} finally ran after {d}; ran meanwhile: "),
+    };
     if idle_only(a) {
         let _ = write!(s, "only the idle task, {}: {IDLE_HINT}", duration(a.delay_ns));
         return s;
@@ -172,14 +199,23 @@ pub fn description(alert: &Alert) -> String {
         a.reason.name(),
         printable(&alert.key.cgroup)
     );
-    let _ = writeln!(
-        s,
-        "Firing since {}; worst delay {} on cpu {}, ended {}.",
-        rfc3339(alert.since_unix_ns),
-        duration(a.delay_ns),
-        a.cpu,
-        rfc3339(a.end_unix_ns)
-    );
+    let (since, d, cpu, at) = (rfc3339(alert.since_unix_ns), duration(a.delay_ns), a.cpu, rfc3339(a.end_unix_ns));
+    let _ = match worst(alert) {
+        Worst::Ended => writeln!(s, "Firing since {since}; worst delay {d} on cpu {cpu}, ended {at}."),
+        Worst::Waiting => {
+            writeln!(
+                s,
+                "Firing since {since}; worst delay {d} so far on cpu {cpu}: still waiting at {at}, not run yet."
+            )
+        }
+        Worst::LastSeenWaiting => writeln!(
+            s,
+            "Firing since {since}; worst delay at least {d} on cpu {cpu}: still waiting when last seen, at {at}."
+        ),
+        Worst::FinallyRan => {
+            writeln!(s, "Firing since {since}; worst delay {d} on cpu {cpu}: it finally ran at {at}.")
+        }
+    };
     let _ = writeln!(s, "Victim: {}, prio {}.", victim(a), a.victim_prio);
     let _ = writeln!(s, "Other runnable tasks on that CPU when it was enqueued: {}.", queue_depth(a));
     if a.culprits.is_empty() && !a.culprits_truncated {
@@ -237,8 +273,10 @@ pub(super) mod tests {
                     Culprit { tid: 23, pid: 23, comm: "kworker/1:0".into(), ran_ns: 200_000, ..Culprit::default() },
                 ],
                 culprits_truncated: true,
+                waiting: false,
             },
             resolved_unix_ns: None,
+            ran_after_waiting: false,
         }
     }
 
@@ -285,6 +323,44 @@ pub(super) mod tests {
         let s = summary(&a);
         assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
         assert!(s.contains(r"evil\n\u{1b}[31mname"), "{s}");
+    }
+
+    #[test]
+    fn a_wait_in_progress_says_so_and_its_end_says_it_finally_ran() {
+        let mut a = alert();
+        a.worst.delay_ns = 1_200_000_000;
+        a.worst.waiting = true;
+        let cases = [
+            // (waiting, ran after waiting, resolved) → summary, description's second line
+            (
+                (false, false, false),
+                "preempt delay 1.20 s on cpu 1: myapp (tid 1234) waited; ran meanwhile: hog",
+                "worst delay 1.20 s on cpu 1, ended 2023-11-14T22:13:19.500Z.",
+            ),
+            (
+                (true, false, false),
+                "preempt delay on cpu 1: myapp (tid 1234) has waited 1.20 s so far and has not run yet; ran meanwhile: hog",
+                "worst delay 1.20 s so far on cpu 1: still waiting at 2023-11-14T22:13:19.500Z, not run yet.",
+            ),
+            (
+                (true, false, true),
+                "preempt delay on cpu 1: myapp (tid 1234) had waited 1.20 s and not run yet when last seen; ran",
+                "worst delay at least 1.20 s on cpu 1: still waiting when last seen, at 2023-11-14T22:13:19.500Z.",
+            ),
+            (
+                (false, true, false),
+                "preempt delay on cpu 1: myapp (tid 1234) finally ran after 1.20 s; ran meanwhile: hog",
+                "worst delay 1.20 s on cpu 1: it finally ran at 2023-11-14T22:13:19.500Z.",
+            ),
+        ];
+        for ((waiting, ran, resolved), want_summary, want_description) in cases {
+            a.worst.waiting = waiting;
+            a.ran_after_waiting = ran;
+            a.resolved_unix_ns = resolved.then_some(1_700_000_060_000_000_000);
+            let s = summary(&a);
+            assert!(s.starts_with(want_summary), "{s}");
+            assert!(description(&a).contains(want_description), "{}", description(&a));
+        }
     }
 
     #[test]

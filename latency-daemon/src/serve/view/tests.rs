@@ -81,6 +81,7 @@ fn exposition() -> Exposition {
             Culprit { tid: 8, pid: 8, comm: "gone".into(), ran_ns: 1, cgroup: "unknown".into(), ..Culprit::default() },
         ],
         culprits_truncated: false,
+        waiting: false,
     };
     Exposition {
         version: "test",
