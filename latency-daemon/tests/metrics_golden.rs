@@ -26,6 +26,7 @@ use latency_daemon::{
         exposition::{Exposition, ProcessSample},
         report::Meta,
         snapshot::{CpuMax, Snapshot},
+        waits::WaitsNow,
         wall::WallClock,
         window::Window,
     },
@@ -124,6 +125,7 @@ fn exposition() -> Exposition {
             ("per_cgroup", "on"),
             ("attribution", "unavailable"),
             ("queue_depth", "unavailable"),
+            ("wait_scan", "on"),
         ],
         window_seconds: config.window.as_secs_f64(),
         classic: config.classic_buckets.clone(),
@@ -156,6 +158,22 @@ fn exposition() -> Exposition {
         drain_errors: 1,
         drain_cpu_seconds: 0.0015,
         last_drain_unix: 1_700_000_015.0,
+        // A stall in progress: a task of the pod has waited 1.25 s, two others less.
+        waits: Some(Arc::new(WaitsNow {
+            oldest_ns: [1_250_000_000, 3_000_000],
+            over: vec![(0, 3), (10_000_000, 1)],
+            cgroups: vec![
+                ("/system.slice/web.service".into(), 3_000_000),
+                ("/we\"ird\\name with space\nand a line".into(), 0),
+                (POD_PATH.into(), 1_250_000_000),
+                ("other".into(), 40_000),
+            ],
+            per_cpu: vec![(1, 1_250_000_000, 43)],
+            longest: Vec::new(),
+            scans: 15,
+            scan_errors: 1,
+            scan_seconds: 0.0042,
+        })),
         ..Exposition::default()
     }
 }

@@ -61,11 +61,8 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
         let (since, reason) = stamp_unpack(stamp);
         seen.since_ns = since;
         seen.kind = reason as u32;
-        seen.queue_depth = if knobs::attribute_ns() != 0 {
-            DEPTHS.get(tid).copied().unwrap_or(DEPTH_UNKNOWN)
-        } else {
-            DEPTH_UNKNOWN
-        };
+        seen.queue_depth =
+            if knobs::attribute_ns() != 0 { DEPTHS.get(tid).copied().unwrap_or(DEPTH_UNKNOWN) } else { DEPTH_UNKNOWN };
     }
     seen.tid = task.tid();
     seen.tgid = task.tgid();

@@ -66,7 +66,9 @@ fn one(daemon: &std::path::Path, case: &str) -> anyhow::Result<ScanCost> {
 }
 
 pub fn measure(daemon: &std::path::Path) -> anyhow::Result<Vec<ScanCost>> {
-    println!("bench: the wait scan's cost (5 s at 10 scans/s per case: host tasks; +{THREADS} threads; at pid_max 4194304)…");
+    println!(
+        "bench: the wait scan's cost (5 s at 10 scans/s per case: host tasks; +{THREADS} threads; at pid_max 4194304)…"
+    );
     let mut rows = vec![one(daemon, "the host's tasks")?];
     let (gate, handles) = sleepers()?;
     let many = one(daemon, "+10 k sleeping threads");
@@ -87,7 +89,10 @@ pub fn measure(daemon: &std::path::Path) -> anyhow::Result<Vec<ScanCost>> {
 pub fn table(rows: &[ScanCost]) -> String {
     let mut out = String::from("| case | tasks | pid_max | scans | µs per scan |\n|---|---:|---:|---:|---:|\n");
     for r in rows {
-        out.push_str(&format!("| {} | {} | {} | {:.0} | {:.0} |\n", r.case, r.tasks, r.pid_max, r.scans, r.us_per_scan));
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {:.0} |\n",
+            r.case, r.tasks, r.pid_max, r.scans, r.us_per_scan
+        ));
     }
     out
 }

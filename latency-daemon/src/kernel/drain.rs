@@ -4,7 +4,7 @@
 use aya::maps::{HashMap, MapError, PerCpuArray};
 use latency_common::{
     CpuStats, Histogram, Reason, TaskStats,
-    maps::{names, window_index},
+    maps::{RunRing, names, window_index},
 };
 
 use super::probe::{Probe, ProbeError};
@@ -58,6 +58,13 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
     }
 
     Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups: Vec::new() })
+}
+
+/// Each CPU's run ring (index = CPU): who ran there lately, for the waits still in progress.
+pub fn run_rings(probe: &Probe) -> Result<Vec<RunRing>, ProbeError> {
+    let map = names::RUNS;
+    let rings: PerCpuArray<_, RunRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    Ok(rings.get(&0, 0).map_err(map_err(map))?.to_vec())
 }
 
 /// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it.

@@ -15,6 +15,7 @@ use super::{
     distribution::{cgroup_bound, native_bound},
     snapshot::Snapshot,
     timeline::{LastAlert, Timeline},
+    waits::WaitsNow,
     window::Window,
 };
 
@@ -78,6 +79,8 @@ pub struct Exposition {
     pub timeline: Arc<Timeline>,
     /// The most recent alert fired, with its attribution.
     pub last_alert: Option<Arc<LastAlert>>,
+    /// The last wait scan (None: the scan is off or unavailable).
+    pub waits: Option<Arc<WaitsNow>>,
 }
 
 /// Classic buckets (non-cumulative counts per `le` in `bounds`, native indices) from kernel

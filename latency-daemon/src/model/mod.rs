@@ -12,6 +12,7 @@ pub mod sink_url;
 pub mod snapshot;
 pub mod timeline;
 pub mod units;
+pub mod waits;
 pub mod wall;
 pub mod window;
 

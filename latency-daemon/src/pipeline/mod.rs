@@ -9,6 +9,7 @@ mod alerts;
 mod cgroups;
 #[cfg(test)]
 mod tests;
+mod waits;
 
 use std::sync::Arc;
 

@@ -30,6 +30,7 @@ use crate::{
             CGROUP_UNRESOLVED, Exposition, ProcessSample, cgroup_classic_buckets, classic_buckets, native_buckets,
         },
         snapshot::Snapshot,
+        waits::WaitsNow,
         window::{QUANTILES, Window},
     },
 };
@@ -120,6 +121,9 @@ fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Er
     }
     if e.snapshot.is_some() {
         cgroup_histograms(e, enc)?;
+    }
+    if let Some(w) = &e.waits {
+        wait_metrics(e, w, enc)?;
     }
     alert_metrics(e, enc)?;
     self_metrics(e, enc)
@@ -311,6 +315,53 @@ fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), 
             .encode_counter::<NoLabelSet, _, f64>(&seconds(h.held_others_ns), None)?;
     }
     Ok(())
+}
+
+fn wait_metrics(e: &Exposition, w: &WaitsNow, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_wait_in_progress_seconds",
+        "Longest run-queue wait still in progress at the last drain: a task runnable since its wakeup or \
+         preemption that had not got a CPU yet (0 if none), exact from its stamp; a stall shows here \
+         while it lasts, its delay reaches runqlat_delay_seconds once the task runs.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for reason in Reason::ALL {
+        family.encode_family(&[("reason", reason.name())])?.encode_gauge(&seconds(w.oldest_ns[reason as usize]))?;
+    }
+    let mut family = enc.encode_descriptor(
+        "runqlat_waiting_tasks",
+        "Tasks waiting in a run queue at the last drain for longer than over_seconds: \"0\" counts every \
+         waiting task, the others are the alert thresholds in force.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (threshold, n) in &w.over {
+        let over = seconds(*threshold).to_string();
+        family.encode_family(&[("over_seconds", over.as_str())])?.encode_gauge(&(*n as i64))?;
+    }
+    if !w.cgroups.is_empty() {
+        let mut family = enc.encode_descriptor(
+            "runqlat_cgroup_wait_in_progress_seconds",
+            "Longest run-queue wait still in progress at the last drain of a task of this cgroup (0 if \
+             none); same series as runqlat_cgroup_delay_seconds (the rest in cgroup=\"other\").",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (label, ns) in &w.cgroups {
+            family
+                .encode_family(&with_container(e, &[("cgroup", label.as_str())], label))?
+                .encode_gauge(&seconds(*ns))?;
+        }
+    }
+    counter(enc, "runqlat_wait_scans", "Wait scans run (one per drain) since start.", w.scans)?;
+    counter(enc, "runqlat_wait_scan_errors", "Wait scans that failed (the gauges then read 0).", w.scan_errors)?;
+    counter(
+        enc,
+        "runqlat_wait_scan_seconds",
+        "Wall time spent in wait scans (the kernel's task iterator and reading its records).",
+        w.scan_seconds,
+    )
 }
 
 /// `labels` + namespace, pod, container and container_id of `cgroup` where it is a container. Empty

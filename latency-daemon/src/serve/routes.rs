@@ -221,6 +221,24 @@ impl Handler for Routes {
                     ),
                 }
             }
+            "/api/v1/waits" => {
+                let e = self.latest.borrow().clone();
+                match &e.waits {
+                    Some(w) => match serde_json::to_vec_pretty(&**w) {
+                        Ok(body) => Reply::new(StatusCode::OK, "application/json", Bytes::from(body)),
+                        Err(_) => Reply::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "text/plain; charset=utf-8",
+                            "encoding failed\n",
+                        ),
+                    },
+                    None => Reply::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "text/plain; charset=utf-8",
+                        "waits in progress are not scanned (runqlat_feature_info{feature=\"wait_scan\"})\n",
+                    ),
+                }
+            }
             _ => Reply::new(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n"),
         }
     }

@@ -22,7 +22,7 @@ use crate::{
         probe::{Probe, ProbeError},
         removals::Removals,
     },
-    model::{container::ContainerLabels, exposition::Exposition, report::Meta, snapshot::Snapshot},
+    model::{container::ContainerLabels, exposition::Exposition, report::Meta, snapshot::Snapshot, waits::Waits},
     pipeline::{Closed, Closing, Names, Pipeline, Settings},
 };
 
@@ -80,6 +80,8 @@ pub(super) struct Drainer {
     retire_errors: u64,
     notifier: Option<Notifier>,
     pipeline: Pipeline,
+    /// The last wait scan failed (logged once until one succeeds).
+    scan_failing: bool,
 }
 
 impl Drainer {
@@ -134,6 +136,7 @@ impl Drainer {
             retire_errors: 0,
             notifier,
             pipeline,
+            scan_failing: false,
         }
     }
 
@@ -198,7 +201,35 @@ impl Drainer {
             processes: &mut self.processes,
             now: Instant::now(),
         };
-        for t in self.pipeline.end(now, closed, &mut names) {
+        let mut transitions = self.pipeline.end(now, closed, &mut names);
+        let started = Instant::now();
+        let scan = self.probe.scan_waits();
+        self.pipeline.scan_done(started.elapsed().as_secs_f64(), scan.is_err());
+        let seen = match scan {
+            Ok(seen) => {
+                self.scan_failing = false;
+                seen
+            }
+            Err(e) => {
+                // Once per failing stretch; the gauges read 0 meanwhile (no evidence, no alert).
+                if !self.scan_failing {
+                    log::error!("waits in progress are not seen: {e} (runqlat_wait_scan_errors_total)");
+                }
+                self.scan_failing = true;
+                Some(Vec::new())
+            }
+        };
+        if let Some(seen) = seen {
+            let waits = Waits::from_seen(&seen);
+            let lowest = self.config.alert.attribute_ns();
+            let rings = if lowest != 0 && waits.over(lowest) > 0 {
+                drain::run_rings(&self.probe).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            transitions.extend(self.pipeline.waits(&waits, &rings, clock::realtime_ns(), &mut names));
+        }
+        for t in transitions {
             if let Some(n) = &self.notifier {
                 n.send(t);
             }

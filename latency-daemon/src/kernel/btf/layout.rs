@@ -65,7 +65,8 @@ impl Btf {
     /// Offsets for the wait scan; an error names what this kernel's BTF lacks.
     pub fn wait_layout(&self) -> Result<WaitLayout, BtfError> {
         const TASK: &str = "task_struct";
-        let four = |member: &str| -> Result<Member, BtfError> { check_size(TASK, member, self.member(TASK, member)?, &[4]) };
+        let four =
+            |member: &str| -> Result<Member, BtfError> { check_size(TASK, member, self.member(TASK, member)?, &[4]) };
         let cpu = match self.member(TASK, "thread_info.cpu") {
             Ok(m) => check_size(TASK, "thread_info.cpu", m, &[4])?,
             Err(BtfError::MemberNotFound { .. }) => four("cpu")?,

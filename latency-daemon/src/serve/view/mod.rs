@@ -96,13 +96,15 @@ pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
         }
         None => out.push_str("<p id=\"waiting\">No window has closed yet; this page fills in when one does.</p>\n"),
     }
+    waiting_now(&mut out, e);
     alerts(&mut out, e, config);
     let _ = write!(
         out,
         "<h2 id=\"about\">Endpoints</h2>\n<ul><li><a href=\"/metrics\">/metrics</a></li>\
          <li><a href=\"/healthz\">/healthz</a></li><li><a href=\"/api/v1/snapshot\">/api/v1/snapshot</a> (the last \
          window, as <code>record --json</code>)</li><li><a href=\"/heatmap.svg\">/heatmap.svg</a> (the heatmap \
-         alone)</li></ul>\n<h2>Effective configuration</h2>\n<pre>{}</pre>\n</body></html>\n",
+         alone)</li><li><a href=\"/api/v1/waits\">/api/v1/waits</a> (waits in progress at the last \
+         drain)</li></ul>\n<h2>Effective configuration</h2>\n<pre>{}</pre>\n</body></html>\n",
         escape_text(config_json)
     );
     out
@@ -213,6 +215,45 @@ fn name_attributes(names: &ContainerLabels) -> String {
         }
     }
     out
+}
+
+/// The waits still in progress at the last drain: stalls while they happen.
+fn waiting_now(out: &mut String, e: &Exposition) {
+    let Some(w) = &e.waits else { return };
+    out.push_str("<h2 id=\"waiting-now\">Waiting now</h2>\n");
+    if w.longest.is_empty() {
+        out.push_str("<p class=\"note\">No task was waiting for a CPU at the last drain.</p>\n");
+        return;
+    }
+    let _ = write!(
+        out,
+        "<p class=\"note\">{} tasks were waiting for a CPU at the last drain; the longest:</p>\n<table id=\"waits\">\
+         <tr><th class=\"name\">who</th><th class=\"name\">cgroup</th><th>CPU</th><th class=\"name\">reason</th>\
+         <th>waited so far</th><th class=\"name\">on its CPU now</th></tr>\n",
+        w.over.first().map_or(0, |(_, n)| *n)
+    );
+    for n in &w.longest {
+        let holder = n
+            .holder
+            .as_ref()
+            .map_or("idle or switching".to_string(), |h| format!("<code>{}</code> (tid {})", escape(&h.comm), h.tid));
+        let _ = writeln!(
+            out,
+            "<tr data-tid=\"{}\"{}><td class=\"name\"><code>{}</code> (tid {}, pid {})</td><td class=\"name\">{}</td>\
+             <td>{}</td><td class=\"name\">{}</td><td data-value=\"{}\">{}</td><td class=\"name\">{holder}</td></tr>",
+            n.wait.tid,
+            name_attributes(&n.names),
+            escape(&n.wait.comm),
+            n.wait.tid,
+            n.wait.pid,
+            who(&n.cgroup, &n.names),
+            n.wait.cpu,
+            n.wait.reason.name(),
+            n.wait.waited_ns,
+            escape(&fmt_ns(n.wait.waited_ns)),
+        );
+    }
+    out.push_str("</table>\n");
 }
 
 fn alerts(out: &mut String, e: &Exposition, config: &Config) {
