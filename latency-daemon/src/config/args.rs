@@ -129,6 +129,16 @@ settings! {
 
         #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
               value_parser = BoolishValueParser::new())]
+        wait_scan: bool {
+            help: "At each drain, list the tasks still waiting for a CPU (a kernel task iterator, off the \
+                   scheduler's path; about 0.6 µs per task on the host): stalls are seen and alerted on while \
+                   they last",
+            default: "true",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              value_parser = BoolishValueParser::new())]
         per_task: bool {
             help: "Keep per-task statistics in the kernel (a hash update per context switch)",
             default: "false",

@@ -89,6 +89,7 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
         classic_buckets,
         cgroup_buckets,
         per_cgroup: merged.per_cgroup.unwrap_or(d.per_cgroup),
+        wait_scan: merged.wait_scan.unwrap_or(d.wait_scan),
         per_task: merged.per_task.unwrap_or(d.per_task),
         max_tasks: merged.max_tasks.unwrap_or(d.max_tasks),
         ceiling: merged.ceiling.unwrap_or(d.ceiling),

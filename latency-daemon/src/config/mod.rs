@@ -61,6 +61,8 @@ pub struct Config {
     #[serde(serialize_with = "format::ser_cgroup_buckets")]
     pub cgroup_buckets: Vec<u8>,
     pub per_cgroup: bool,
+    /// Scan the tasks waiting for a CPU at each drain (waits in progress).
+    pub wait_scan: bool,
     pub per_task: bool,
     pub max_tasks: u32,
     /// Delays above this are discarded (and counted).
@@ -147,6 +149,7 @@ impl Default for Config {
             classic_buckets: (-20..=6).map(|octave| 8 * octave).collect(),
             cgroup_buckets: (0..buckets::CGROUP.rungs as u8).collect(),
             per_cgroup: true,
+            wait_scan: true,
             per_task: false,
             // The kernel's default pid_max.
             max_tasks: 32768,
@@ -213,6 +216,7 @@ impl Config {
                 "interval" => keep(key, &mut config.interval, self.interval, r),
                 "max_cgroups" => keep(key, &mut config.max_cgroups, self.max_cgroups, r),
                 "per_cgroup" => keep(key, &mut config.per_cgroup, self.per_cgroup, r),
+                "wait_scan" => keep(key, &mut config.wait_scan, self.wait_scan, r),
                 "per_task" => keep(key, &mut config.per_task, self.per_task, r),
                 "max_tasks" => keep(key, &mut config.max_tasks, self.max_tasks, r),
                 "ceiling" => keep(key, &mut config.ceiling, self.ceiling, r),

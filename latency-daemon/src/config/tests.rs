@@ -600,6 +600,7 @@ fn every_setting_reloads_as_the_table_says() {
             "classic_buckets" => "[0.5, 1.0]".into(),
             "cgroup_buckets" => "[1.0]".into(),
             "per_cgroup" => "false".into(),
+            "wait_scan" => "false".into(),
             "per_task" => "true".into(),
             "max_tasks" => "100".into(),
             "ceiling" => "\"1m\"".into(),

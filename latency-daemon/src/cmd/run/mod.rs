@@ -130,7 +130,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         max_cgroups: config.max_cgroups,
         cgroup_removals: true,
         attribute_ns: config.alert.attribute_ns(),
-        wait_scan: true,
+        wait_scan: config.wait_scan,
     };
     let (probe, degraded) = features::load(&options)?;
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
