@@ -434,3 +434,93 @@ fn scan_none(p: &mut Pipeline, at_ns: u64) -> Vec<Transition> {
     p.apply_transitions(&t);
     t
 }
+
+/// A wait scan: task 7 of cgroup 1 waiting on CPU 0 since `since_ns` (seen at `now_ns`), while
+/// pid 77 holds that CPU; task 8 of cgroup 2 waiting 1 ms on CPU 1.
+fn scan(since_ns: u64, now_ns: u64) -> crate::model::waits::Waits {
+    use latency_common::maps::{SEEN_RUNNING, SEEN_WAITING_PREEMPT, SEEN_WAITING_WAKEUP, Seen};
+    let seen = |kind, tid, tgid, cpu, cgroup, since_ns| Seen {
+        now_ns,
+        since_ns,
+        cgroup,
+        tid,
+        tgid,
+        cpu,
+        kind,
+        queue_depth: 1,
+        comm: [b'v'; 16],
+        ..Seen::ZERO
+    };
+    crate::model::waits::Waits::from_seen(&[
+        seen(SEEN_WAITING_PREEMPT, 7, 7, 0, 1, since_ns),
+        seen(SEEN_RUNNING, 78, 77, 0, 1, 0),
+        seen(SEEN_WAITING_WAKEUP, 8, 8, 1, 2, now_ns - MS),
+    ])
+}
+
+fn kinds(ts: &[Transition]) -> Vec<&'static str> {
+    ts.iter()
+        .map(|t| match t {
+            Transition::Fired(a) if a.worst.waiting => "fired waiting",
+            Transition::Fired(_) => "fired",
+            Transition::Updated(_) => "updated",
+            Transition::Resolved(_) => "resolved",
+        })
+        .collect()
+}
+
+#[test]
+fn a_stall_fires_while_it_lasts_and_the_final_delay_updates_the_alert() {
+    let mut p = pipeline(alerting(3));
+    let mut names = Table::with_paths(&[1, 2]);
+    // Drain 1: the victim has waited 5 ms (under 10 ms): gauges move, nothing fires.
+    drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new());
+    let t = p.waits(&scan(S - 5 * MS, S), &[], BOOT_UNIX_NS + S, &mut names);
+    assert!(t.is_empty());
+    let w = p.exposition().waits.clone().expect("published");
+    assert_eq!(w.oldest_ns, [MS, 5 * MS]);
+    assert_eq!(w.over, vec![(0, 2), (10 * MS, 0)]);
+    // Drain 2: 1.005 s: fires, before the window closes and before the task ran.
+    drain(&mut p, &mut names, snap(2 * S, 0, &[]), Vec::new(), Vec::new());
+    let t = p.waits(&scan(S - 5 * MS, 2 * S), &[], BOOT_UNIX_NS + 2 * S, &mut names);
+    assert_eq!(kinds(&t), ["fired waiting"]);
+    let Transition::Fired(a) = &t[0] else { unreachable!() };
+    assert_eq!((a.worst.victim_tid, a.worst.cgroup.as_str(), a.worst.delay_ns), (7, "/c1", S + 5 * MS));
+    assert_eq!(p.exposition().alerts_active, vec![(Reason::Preempt, "/c1".to_string())]);
+    assert!(p.exposition().last_alert.as_ref().is_some_and(|l| l.worst.waiting));
+    // Drain 3 closes the window: the task ran after 1.5 s; its final delay updates the alert.
+    let (closing, t) =
+        drain(&mut p, &mut names, snap(3 * S, 0, &[]), Vec::new(), vec![incident(1, 1_500 * MS, 2 * S + 495 * MS)]);
+    assert!(closing.is_some());
+    assert_eq!(kinds(&t), ["updated"]);
+    let t = p.waits(&crate::model::waits::Waits::default(), &[], BOOT_UNIX_NS + 3 * S, &mut names);
+    assert!(t.is_empty());
+    let last = p.exposition().last_alert.clone().expect("the alert");
+    assert_eq!((last.worst.delay_ns, last.worst.waiting), (1_500 * MS, false));
+    assert_eq!(p.exposition().waits.as_ref().map(|w| w.oldest_ns), Some([0, 0]));
+}
+
+#[test]
+fn without_attribution_a_wait_in_progress_never_fires() {
+    let mut s = alerting(3);
+    s.attribute = false;
+    let mut p = pipeline(s);
+    let mut names = Table::with_paths(&[1, 2]);
+    drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new());
+    assert!(p.waits(&scan(MS, 2 * S), &[], BOOT_UNIX_NS + S, &mut names).is_empty());
+    assert_eq!(p.exposition().waits.as_ref().map(|w| w.oldest_ns[Reason::Preempt as usize]), Some(2 * S - MS));
+}
+
+#[test]
+fn exported_cgroups_get_their_longest_wait_and_the_rest_go_to_other() {
+    let mut p = pipeline(settings(1));
+    let mut names = Table::with_paths(&[1, 2]);
+    // One window: cgroup 1 is exported (top 5 of one), 2 never delayed and not.
+    drain(&mut p, &mut names, snap(S, 0, &[(1, 3)]), Vec::new(), Vec::new());
+    p.waits(&scan(S / 2, S), &[], BOOT_UNIX_NS + S, &mut names);
+    let w = p.exposition().waits.clone().expect("published");
+    let cgroups: Vec<(&str, u64)> = w.cgroups.iter().map(|(l, ns)| (l.as_str(), *ns)).collect();
+    assert!(cgroups.contains(&("/c1", S / 2)), "{cgroups:?}");
+    assert_eq!(w.longest.iter().map(|n| (n.wait.tid, n.cgroup.as_str())).collect::<Vec<_>>(), [(7, "/c1"), (8, "/c2")]);
+    assert_eq!(w.longest[0].holder.as_ref().map(|h| h.pid), Some(77));
+}
