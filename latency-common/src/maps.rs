@@ -45,6 +45,10 @@ pub mod names {
     pub const INCIDENTS: &str = "INCIDENTS";
     /// Run-queue depth when each tid was last enqueued (`Array<u32>`, sized like `STAMPS`).
     pub const DEPTHS: &str = "DEPTHS";
+    /// Per-CPU ring of the last delays at or above the attribution threshold
+    /// (`PerCpuArray<FinalRing>`, one entry): an alert fired on a wait in progress finds its
+    /// task's final delay here, whatever else was the window's worst on that CPU.
+    pub const FINALS: &str = "FINALS";
 
     /// Programs, one per tracepoint; the program name is the tracepoint name.
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
@@ -325,6 +329,33 @@ impl Seen {
 
 const _: () = assert!(core::mem::size_of::<Seen>() == 64);
 
+/// How many final delays (at or above the attribution threshold) a CPU remembers.
+pub const FINALS_KEPT: usize = 8;
+
+/// One delay at or above the attribution threshold: who, why, how long, when it ended.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Final {
+    pub tid: u32,
+    /// A [`Reason`] as `u32`.
+    pub reason: u32,
+    pub delay_ns: u64,
+    pub end_ns: u64,
+}
+
+/// The last [`FINALS_KEPT`] such delays on one CPU; the next goes to `finals[head % FINALS_KEPT]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalRing {
+    pub head: u64,
+    pub finals: [Final; FINALS_KEPT],
+}
+
+impl FinalRing {
+    pub const ZERO: FinalRing =
+        FinalRing { head: 0, finals: [Final { tid: 0, reason: 0, delay_ns: 0, end_ns: 0 }; FINALS_KEPT] };
+}
+
 /// One stretch of a task running on a CPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -561,6 +592,7 @@ mod pod {
     unsafe impl aya::Pod for super::RunRing {}
     unsafe impl aya::Pod for super::Incident {}
     unsafe impl aya::Pod for super::Seen {}
+    unsafe impl aya::Pod for super::FinalRing {}
 }
 
 #[cfg(test)]

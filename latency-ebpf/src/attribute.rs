@@ -1,19 +1,22 @@
 //! Attribution, on only when a threshold is set (the verifier prunes all of it otherwise):
 //! `remember_run` at every switch (who ran on this CPU, from when to when), `remember_depth` at
 //! every enqueue (how many tasks were runnable on its CPU), and `incident` when a delay reaches
-//! the threshold: the worst such delay per reason, CPU and window, with the runs meanwhile.
+//! the threshold: the worst such delay per reason, CPU and window, with the runs meanwhile, and
+//! every such delay in a per-CPU ring of the last few (`FINALS`: the end of a wait alerted on while
+//! in progress).
 use latency_common::{
     Reason,
-    maps::{DEPTH_UNKNOWN, Incident, RUNS_KEPT, Run, window_index},
+    maps::{DEPTH_UNKNOWN, FINALS_KEPT, Incident, RUNS_KEPT, Run, window_index},
 };
 
 use crate::{
     knobs,
-    maps::{DEPTHS, INCIDENTS, RUNS},
+    maps::{DEPTHS, FINALS, INCIDENTS, RUNS},
     task::Task,
 };
 
 const RING_MASK: u64 = RUNS_KEPT as u64 - 1;
+const FINALS_MASK: u64 = FINALS_KEPT as u64 - 1;
 
 /// `prev` leaves this CPU: append its run to the CPU's ring.
 #[inline(always)]
@@ -50,6 +53,16 @@ pub fn remember_depth(task: Task, tid: u32) {
 /// this CPU, with the runs on this CPU since the victim was enqueued, most recent first.
 #[inline(always)]
 pub fn incident(delay: u64, reason: Reason, now: u64, epoch: u64, next: Task, next_tid: u32, cgroup: u64) {
+    if let Some(ring) = FINALS.get_ptr_mut(0) {
+        // SAFETY: this CPU's ring; sched_switch does not nest on one CPU.
+        let ring = unsafe { &mut *ring };
+        let slot = &mut ring.finals[(ring.head & FINALS_MASK) as usize];
+        slot.tid = next_tid;
+        slot.reason = reason as u32;
+        slot.delay_ns = delay;
+        slot.end_ns = now;
+        ring.head += 1;
+    }
     let Some(inc) = INCIDENTS.get_ptr_mut(window_index(epoch, reason)) else { return };
     // SAFETY: this CPU's slot; user space reads it only after the epoch moved on.
     let inc: &mut Incident = unsafe { &mut *inc };

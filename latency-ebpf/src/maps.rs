@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, CpuStats, Histogram, Incident, REMOVED_BYTES, Reason, RunRing, TaskStats,
-    WINDOW_SLOTS, WindowMax,
+    CgroupHist, CgroupSlot, Control, CpuStats, FinalRing, Histogram, Incident, REMOVED_BYTES, Reason, RunRing,
+    TaskStats, WINDOW_SLOTS, WindowMax,
 };
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
@@ -75,6 +75,11 @@ pub static RUNS: PerCpuArray<RunRing> = PerCpuArray::with_max_entries(1, 0);
 /// The worst attributed delay per reason, per CPU and window slot (like `WINDOW_MAX`).
 #[map]
 pub static INCIDENTS: PerCpuArray<Incident> = PerCpuArray::with_max_entries(WINDOW_SLOTS * Reason::COUNT as u32, 0);
+
+/// The last delays at or above the attribution threshold on each CPU (see latency-common's
+/// `FinalRing`), written only with attribution on and only for those delays.
+#[map]
+pub static FINALS: PerCpuArray<FinalRing> = PerCpuArray::with_max_entries(1, 0);
 
 /// Run-queue depth at each tid's last enqueue; the daemon sizes it like `STAMPS` when
 /// attribution is on and to 1 entry otherwise.

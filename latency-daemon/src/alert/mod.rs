@@ -4,6 +4,8 @@
 pub mod notify;
 mod waiting;
 
+pub use waiting::Ran;
+
 use std::collections::HashMap;
 
 use latency_common::Reason;

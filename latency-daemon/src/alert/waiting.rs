@@ -61,6 +61,53 @@ impl Engine {
     }
 }
 
+/// A delay the kernel measured when its task finally ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ran {
+    pub reason: latency_common::Reason,
+    pub tid: u32,
+    pub delay_ns: u64,
+    /// When it ended: the program's clock and Unix ns.
+    pub end_ns: u64,
+    pub end_unix_ns: u64,
+}
+
+impl Engine {
+    /// Whether a firing alert still carries a wait in progress: its final delay is wanted.
+    pub fn awaiting_final(&self) -> bool {
+        self.states.values().any(|s| s.firing.as_ref().is_some_and(|a| a.worst.waiting))
+    }
+
+    /// Final delays as the kernel recorded them when their tasks ran (its per-CPU ring of delays
+    /// at or above the attribution threshold, read every drain while
+    /// [`awaiting_final`](Self::awaiting_final)): a firing alert whose worst is a wait in progress
+    /// of the same task and reason, at least as long as seen, takes that final delay and is
+    /// [`Transition::Updated`] — within a drain of the task running, whatever else was the
+    /// window's worst on that CPU.
+    pub fn ran(&mut self, finals: &[Ran]) -> Vec<Transition> {
+        let mut out = Vec::new();
+        for s in self.states.values_mut() {
+            let Some(alert) = s.firing.as_mut().filter(|a| a.worst.waiting) else { continue };
+            let w = &alert.worst;
+            let found = finals
+                .iter()
+                .filter(|r| r.reason == w.reason && r.tid == w.victim_tid && r.delay_ns >= w.delay_ns)
+                .max_by_key(|r| r.delay_ns);
+            if let Some(r) = found {
+                let w = &mut alert.worst;
+                w.delay_ns = r.delay_ns;
+                w.end_ns = r.end_ns;
+                w.end_unix_ns = r.end_unix_ns;
+                w.waiting = false;
+                alert.ran_after_waiting = true;
+                out.push(Transition::Updated(alert.clone()));
+            }
+        }
+        out.sort_by(|a, b| key_of(a).cmp(key_of(b)));
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use latency_common::Reason::{self, Preempt, Wakeup};

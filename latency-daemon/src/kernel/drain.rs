@@ -4,7 +4,7 @@
 use aya::maps::{HashMap, MapError, PerCpuArray};
 use latency_common::{
     CpuStats, Histogram, Reason, TaskStats,
-    maps::{RunRing, names, window_index},
+    maps::{FinalRing, RunRing, names, window_index},
 };
 
 use super::probe::{Probe, ProbeError};
@@ -64,6 +64,13 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
 pub fn run_rings(probe: &Probe) -> Result<Vec<RunRing>, ProbeError> {
     let map = names::RUNS;
     let rings: PerCpuArray<_, RunRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    Ok(rings.get(&0, 0).map_err(map_err(map))?.to_vec())
+}
+
+/// Each CPU's ring of the last delays at or above the attribution threshold (index = CPU).
+pub fn final_rings(probe: &Probe) -> Result<Vec<FinalRing>, ProbeError> {
+    let map = names::FINALS;
+    let rings: PerCpuArray<_, FinalRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
     Ok(rings.get(&0, 0).map_err(map_err(map))?.to_vec())
 }
 

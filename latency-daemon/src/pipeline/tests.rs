@@ -524,3 +524,37 @@ fn exported_cgroups_get_their_longest_wait_and_the_rest_go_to_other() {
     assert_eq!(w.longest.iter().map(|n| (n.wait.tid, n.cgroup.as_str())).collect::<Vec<_>>(), [(7, "/c1"), (8, "/c2")]);
     assert_eq!(w.longest[0].holder.as_ref().map(|h| h.pid), Some(77));
 }
+
+#[test]
+fn the_final_delay_comes_from_the_ring_when_another_task_was_the_windows_worst() {
+    use latency_common::maps::{Final, FinalRing};
+    let mut p = pipeline(alerting(3));
+    let mut names = Table::with_paths(&[1, 2]);
+    drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new());
+    assert!(!p.awaiting_final());
+    let t = p.waits(&scan(S / 2, S), &[], BOOT_UNIX_NS + S, &mut names);
+    assert_eq!(kinds(&t), ["fired waiting"]);
+    assert!(p.awaiting_final());
+    // Another task's delay on that CPU in the ring, and an older, shorter one of the victim's
+    // (a wait before this one): neither is this wait's end.
+    let mut ring = FinalRing::ZERO;
+    ring.finals[0] = Final { tid: 7, reason: Reason::Preempt as u32, delay_ns: 20 * MS, end_ns: S / 4 };
+    ring.finals[1] = Final { tid: 9, reason: Reason::Preempt as u32, delay_ns: 900 * MS, end_ns: S + MS };
+    ring.head = 2;
+    assert!(p.finals(&[ring]).is_empty());
+    // The victim ran after 600 ms: the alert is updated with it, and no longer waits for one.
+    ring.finals[2] = Final { tid: 7, reason: Reason::Preempt as u32, delay_ns: 600 * MS, end_ns: S + 100 * MS };
+    ring.head = 3;
+    let t = p.finals(&[FinalRing::ZERO, ring]);
+    assert_eq!(kinds(&t), ["updated"]);
+    let Transition::Updated(a) = &t[0] else { unreachable!() };
+    assert_eq!(
+        (a.worst.delay_ns, a.worst.waiting, a.worst.end_unix_ns),
+        (600 * MS, false, BOOT_UNIX_NS + S + 100 * MS)
+    );
+    assert!(!p.awaiting_final());
+    assert_eq!(
+        p.exposition().last_alert.as_ref().map(|l| (l.worst.delay_ns, l.worst.waiting)),
+        Some((600 * MS, false))
+    );
+}

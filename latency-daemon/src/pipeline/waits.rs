@@ -3,11 +3,14 @@
 //! threshold, the longest ones named) and the alert engine's in-progress transitions.
 use std::{collections::HashMap, sync::Arc};
 
-use latency_common::maps::RunRing;
+use latency_common::{
+    Reason,
+    maps::{FINALS_KEPT, FinalRing, RunRing},
+};
 
 use super::{Names, Pipeline};
 use crate::{
-    alert::Transition,
+    alert::{Ran, Transition},
     model::waits::{LISTED, NamedWait, Waits, WaitsNow},
 };
 
@@ -98,6 +101,35 @@ impl Pipeline {
         };
         self.apply_transitions(&transitions);
         self.exposition.waits = Some(Arc::new(now));
+        transitions
+    }
+
+    /// Whether an alert waits for a task's final delay: the caller then reads the kernel's rings
+    /// of final delays and hands them to [`finals`](Self::finals).
+    pub fn awaiting_final(&self) -> bool {
+        self.alerts.awaiting_final()
+    }
+
+    /// The CPUs' rings of delays at or above the attribution threshold (index = CPU): an alert
+    /// fired on a wait in progress takes its task's final delay from them as soon as it ran.
+    pub fn finals(&mut self, rings: &[FinalRing]) -> Vec<Transition> {
+        let wall = self.meta.wall;
+        let ran: Vec<Ran> = rings
+            .iter()
+            .flat_map(|ring| ring.finals.iter().take(ring.head.min(FINALS_KEPT as u64) as usize))
+            .filter_map(|f| {
+                let reason = Reason::ALL.into_iter().find(|r| *r as u32 == f.reason)?;
+                Some(Ran {
+                    reason,
+                    tid: f.tid,
+                    delay_ns: f.delay_ns,
+                    end_ns: f.end_ns,
+                    end_unix_ns: wall.unix_ns(f.end_ns),
+                })
+            })
+            .collect();
+        let transitions = self.alerts.ran(&ran);
+        self.apply_transitions(&transitions);
         transitions
     }
 

@@ -229,6 +229,12 @@ impl Drainer {
             };
             transitions.extend(self.pipeline.waits(&waits, &rings, clock::realtime_ns(), &mut names));
         }
+        if self.pipeline.awaiting_final() {
+            match drain::final_rings(&self.probe) {
+                Ok(rings) => transitions.extend(self.pipeline.finals(&rings)),
+                Err(e) => log::debug!("final delays not read: {e}"),
+            }
+        }
         for t in transitions {
             if let Some(n) = &self.notifier {
                 n.send(t);
