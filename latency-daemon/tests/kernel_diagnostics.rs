@@ -202,3 +202,44 @@ fn diagnostics_add_nothing_but_their_calls_to_the_hot_programs() {
         );
     }
 }
+
+/// `kernel.pid_max` bounds new tids only: lowered below a running task's tid (here a sleeper's,
+/// woken every millisecond), the stamp array still reaches that task — no stamp lost, no warning —
+/// and the log says where its size came from. pid_max is restored, pass or fail.
+#[test]
+fn a_task_above_a_lowered_pid_max_is_still_measured() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let flag = std::sync::Arc::clone(&stop);
+    let sleeper = std::thread::spawn(move || {
+        // SAFETY: gettid has no arguments and cannot fail.
+        tx.send(unsafe { libc::gettid() } as u32).unwrap();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let tid = rx.recv().unwrap();
+    // pid_max cannot go below 301 (RESERVED_PIDS + 1).
+    if tid < 400 {
+        eprintln!("skipped: the sleeper's tid {tid} is too low to put pid_max under it");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        sleeper.join().unwrap();
+        return;
+    }
+    let lowered = (tid - 50).to_string();
+    let mut guard = latency_lab::guard::Sysctl::set("kernel.pid_max", &lowered).expect("lowering kernel.pid_max");
+    let daemon = Daemon::start(DAEMON, &["--interval", "500ms"]).expect("the daemon starts");
+    std::thread::sleep(Duration::from_secs(2));
+    let metrics = daemon.metrics().unwrap();
+    let log = daemon.log();
+    daemon.stop().unwrap();
+    guard.restore().expect("kernel.pid_max restored");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sleeper.join().unwrap();
+    let lost = sample(&metrics, "runqlat_lost_total{map=\"stamps\"}").unwrap();
+    println!("pid_max {lowered} under tid {tid}: {lost} stamps lost\n{}", log.join("\n"));
+    assert!(log.iter().any(|l| l.contains("one past the highest tid running")), "{}", log.join("\n"));
+    assert!(!log.iter().any(|l| l.contains("beyond the stamp array")), "{}", log.join("\n"));
+    assert_eq!(lost, 0.0, "stamps lost with pid_max {lowered} under tid {tid}");
+}

@@ -30,6 +30,29 @@ pub fn pid_max() -> std::io::Result<u32> {
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {:?}", text.trim())))
 }
 
+/// The highest thread id running now (0 if /proc cannot be read). `kernel.pid_max` bounds new
+/// tids only: a task started before it was lowered keeps a larger one (a kernel worker made while
+/// it was raised lives on), and the stamp array must reach it too.
+pub fn highest_tid() -> u32 {
+    let tids = |dir: std::path::PathBuf| -> Vec<u32> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).collect())
+            .unwrap_or_default()
+    };
+    tids(super::paths::proc(""))
+        .into_iter()
+        .flat_map(|pid| tids(super::paths::proc(&format!("{pid}/task"))))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Stamp slots for this host: `kernel.pid_max`, or one past the highest tid running if that is
+/// larger, never more than the kernel's PID_MAX_LIMIT (4194304).
+pub fn stamp_slots() -> std::io::Result<u32> {
+    const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
+    Ok(pid_max()?.max(highest_tid().saturating_add(1)).min(PID_MAX_LIMIT))
+}
+
 /// The inode of the initial PID namespace, fixed by the kernel (`PROC_PID_INIT_INO`).
 const INIT_PID_NS: &str = "pid:[4026531836]";
 
@@ -53,7 +76,12 @@ fn is_initial_pid_namespace(link: &str) -> bool {
 
 /// One line saying where the stamp array's size came from, for the log and `check`.
 pub fn stamp_slots_reason(slots: u32) -> String {
-    if in_host_pid_namespace() {
+    if pid_max().is_ok_and(|max| slots > max) {
+        format!(
+            "{slots} stamp slots = one past the highest tid running, above kernel.pid_max (lowered after that \
+             task started)"
+        )
+    } else if in_host_pid_namespace() {
         format!("{slots} stamp slots = kernel.pid_max of the host PID namespace")
     } else {
         format!(

@@ -138,8 +138,9 @@ impl Probe {
             knobs.task_se_cfs_rq = d.task_se_cfs_rq.offset;
             knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
         }
-        // The stamp array is indexed by tid, and no tid reaches `kernel.pid_max`.
-        let stamps = system::pid_max()
+        // The stamp array is indexed by tid: no new tid reaches `kernel.pid_max`, and no running
+        // one is left out where it was lowered after that task started.
+        let stamps = system::stamp_slots()
             .map_err(|source| ProbeError::Proc { path: system::pid_max_path().display().to_string(), source })?;
         let slots = 1u32 << knobs.cgroup_slot_bits;
         // aya's own BTF for relocations, from the same sysfs (`--path.sysfs`).
