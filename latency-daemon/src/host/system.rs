@@ -41,7 +41,7 @@ pub fn highest_tid() -> u32 {
     };
     tids(super::paths::proc(""))
         .into_iter()
-        .flat_map(|pid| tids(super::paths::proc(&format!("{pid}/task"))))
+        .flat_map(|pid| tids(super::paths::proc(format!("{pid}/task"))))
         .max()
         .unwrap_or(0)
 }
