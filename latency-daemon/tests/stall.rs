@@ -474,6 +474,9 @@ fn a_stall_is_seen_and_alerted_while_it_lasts() {
             );
         }
     }
+    // While the victim waits, Alertmanager's copy grows with it (the re-sends carry the wait so far).
+    let growing = changes.iter().filter(|(at, _, waiting)| *at < ran_ns && waiting == "\"true\"").count();
+    check(growing >= 2, format!("b: Alertmanager's alert did not grow while the victim waited: {changes:?}"));
     // … and once it ran, the alert there carries the final delay — also when other tasks' longer
     // waits ended on that CPU at the same time (the fair server runs every queued task at once)
     // and took the window's one incident per CPU: the kernel's ring of final delays has it.

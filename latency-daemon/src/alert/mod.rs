@@ -65,6 +65,9 @@ pub enum Transition {
     /// task finally ran. Not sent as a wait in progress grows, which would be once per drain.
     Updated(Alert),
     Resolved(Alert),
+    /// A firing alert's wait in progress grew (at most once per drain and alert). Only the state
+    /// Alertmanager re-sends (`--alert-resend`) takes it; no sink sends or logs it by itself.
+    Grown(Alert),
 }
 
 /// Thresholds and timing.
@@ -220,7 +223,7 @@ impl Engine {
 
 fn key_of(t: &Transition) -> &AlertKey {
     match t {
-        Transition::Fired(a) | Transition::Updated(a) | Transition::Resolved(a) => &a.key,
+        Transition::Fired(a) | Transition::Updated(a) | Transition::Resolved(a) | Transition::Grown(a) => &a.key,
     }
 }
 
@@ -303,6 +306,7 @@ mod tests {
             Transition::Fired(a) => ('+', a),
             Transition::Updated(a) => ('~', a),
             Transition::Resolved(a) => ('-', a),
+            Transition::Grown(a) => ('^', a),
         };
         format!("{sign}{}{}", a.key.reason.name(), a.key.cgroup)
     }

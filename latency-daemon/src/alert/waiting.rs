@@ -26,6 +26,7 @@ impl Engine {
                 Some(alert) if a.delay_ns > alert.worst.delay_ns => {
                     alert.worst = (*a).clone();
                     alert.ran_after_waiting = false;
+                    out.push(Transition::Grown(alert.clone()));
                 }
                 Some(_) => {}
                 None if s.drains_over >= need => {
@@ -184,7 +185,7 @@ mod tests {
         let mut e = Engine::default();
         let r = rules();
         let out = run(&mut e, &r, &[Drain(&[(Preempt, "/", 7, 20 * MS)]), Drain(&[(Preempt, "/", 7, 30 * MS)])]);
-        assert_eq!(out, vec!["+preempt/", ""], "growing is no transition");
+        assert_eq!(out, vec!["+preempt/", "^preempt/"], "growing is only the quiet Grown");
         assert_eq!(worst(&e), (30 * MS, true, 7));
 
         // The task ran after 35 ms: the window carries that delay; the alert has it now.
@@ -276,7 +277,7 @@ mod tests {
                 Window(&[(Preempt, "/", 2, 60 * MS)]),
             ],
         );
-        assert_eq!(out, vec!["+preempt/", "", "", "~preempt/"]);
+        assert_eq!(out, vec!["+preempt/", "^preempt/", "", "~preempt/"]);
         assert_eq!(worst(&e), (60 * MS, false, 2));
         // A shorter wait in progress leaves a longer final delay alone.
         run(&mut e, &r, &[Drain(&[(Preempt, "/", 3, 40 * MS)])]);

@@ -68,7 +68,7 @@ impl Pipeline {
 fn note_last_alert(last: &mut Option<Arc<LastAlert>>, t: &Transition) {
     match t {
         Transition::Fired(a) => *last = Some(Arc::new(last_alert(a))),
-        Transition::Updated(a) | Transition::Resolved(a) => {
+        Transition::Updated(a) | Transition::Resolved(a) | Transition::Grown(a) => {
             if last.as_deref().is_some_and(|l| same_alert(a, l)) {
                 *last = Some(Arc::new(last_alert(a)));
             }

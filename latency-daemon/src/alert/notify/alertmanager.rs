@@ -79,6 +79,12 @@ impl Shared {
                     }
                     s.active.insert(a.key.clone(), a.clone());
                 }
+                Transition::Grown(a) => {
+                    if let Some(active) = s.active.get_mut(&a.key) {
+                        *active = a.clone();
+                    }
+                    return;
+                }
                 Transition::Resolved(a) => {
                     s.active.remove(&a.key);
                     if s.resolved.len() >= MAX_ALERTS && !s.resolved.contains_key(&a.key) {
@@ -90,6 +96,13 @@ impl Shared {
             }
         }
         self.wake.notify_one();
+    }
+
+    /// A firing alert grew: its next re-send carries it; nothing is sent now.
+    pub fn refresh(&self, a: &Alert) {
+        if let Some(active) = self.lock().active.get_mut(&a.key) {
+            *active = a.clone();
+        }
     }
 
     /// New labels or re-send period (SIGHUP); sends at once so the new ones take effect.
@@ -245,6 +258,39 @@ mod tests {
         let b = s.take().unwrap();
         assert_eq!((b.active.len(), b.resolved.len()), (1, 0));
         assert_eq!(b.active[0], a, "re-sends carry the final delay");
+    }
+
+    #[test]
+    fn a_grown_alert_is_what_the_next_resend_carries_and_wakes_nobody() {
+        let stats = NotifyStats::default();
+        let s = Shared::new([], origin(), Duration::from_secs(30));
+        let mut a = alert();
+        a.worst.waiting = true;
+        s.apply(&Transition::Fired(a.clone()), &stats);
+        s.take();
+        // The firing woke the sender (its permit is taken here); growing must not wake it again.
+        let fired = s.wake.notified();
+        tokio::pin!(fired);
+        assert!(futures_poll(fired.as_mut()), "the firing woke the sender");
+        a.worst.delay_ns *= 3;
+        s.apply(&Transition::Grown(a.clone()), &stats);
+        s.refresh(&a);
+        let grown = s.wake.notified();
+        tokio::pin!(grown);
+        assert!(!futures_poll(grown.as_mut()), "a grown alert woke the sender");
+        assert_eq!(s.take().unwrap().active[0], a, "the next re-send carries the grown wait");
+        // An alert not firing here is not added by growing.
+        let mut other = alert();
+        other.key.cgroup = "/elsewhere".into();
+        s.apply(&Transition::Grown(other), &stats);
+        assert_eq!(s.take().unwrap().active.len(), 1);
+    }
+
+    /// Whether a future is ready at its first poll.
+    fn futures_poll<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> bool {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        f.poll(&mut cx).is_ready()
     }
 
     #[test]

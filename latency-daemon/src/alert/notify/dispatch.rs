@@ -76,6 +76,16 @@ impl Dispatcher {
     }
 
     fn dispatch(&mut self, t: Transition) {
+        if let Transition::Grown(a) = &t {
+            // Only what Alertmanagers re-send grows; nothing is sent or logged for it.
+            if let Some(active) = self.active.get_mut(&a.key) {
+                *active = a.clone();
+            }
+            for am in &self.alertmanagers {
+                am.shared.refresh(a);
+            }
+            return;
+        }
         match &t {
             Transition::Fired(a) | Transition::Updated(a) => {
                 self.active.insert(a.key.clone(), a.clone());
@@ -83,6 +93,7 @@ impl Dispatcher {
             Transition::Resolved(a) => {
                 self.active.remove(&a.key);
             }
+            Transition::Grown(_) => {}
         }
         for am in &self.alertmanagers {
             am.shared.apply(&t, &self.stats);

@@ -107,6 +107,8 @@ pub fn log_line(t: &Transition, now_unix_ns: u64) -> Result<String, serde_json::
         Transition::Fired(a) => ("fired", "warn", "alert fired", a),
         Transition::Updated(a) => ("updated", "info", "alert updated", a),
         Transition::Resolved(a) => ("resolved", "info", "alert resolved", a),
+        // Never logged (the dispatcher keeps it from the log), named for completeness.
+        Transition::Grown(a) => ("grown", "info", "alert grown", a),
     };
     let summary = text::summary(alert);
     serde_json::to_string(&LogLine { time: text::rfc3339(now_unix_ns), level, msg, event, alert, summary })
