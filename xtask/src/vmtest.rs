@@ -8,6 +8,10 @@ use anyhow::Context as _;
 use crate::{dist, setup};
 
 pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
+    // Inside a guest (its init runs this binary): no setup, no build, only the stall.
+    if let Some(addr) = &args.guest_stall {
+        return latency_lab::vmtest::stall::guest(addr, args.guest_stall_pid);
+    }
     setup::ensure(setup::Report::ChangesOnly)?;
     let daemon = dist::daemon(args.static_daemon)?;
     let xtask = std::env::current_exe().context("where this xtask binary is")?;

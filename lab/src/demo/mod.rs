@@ -2,8 +2,10 @@
 //! cross-checked. In: a release build of the daemon, a program that runs the workload (xtask's
 //! `workload` subcommand), perf, runqlat, bpftool, root. Out: for each
 //! workload mode, our numbers beside perf sched latency's, runqlat's and the kernel's run_delay;
-//! demo-report/report.md, report.json and delays.svg; with `--check`, a non-zero exit if any
-//! agreement figure is outside its tolerance (the test suite runs `--secs 2 --check`).
+//! demo-report/report.md, report.json and delays.svg; with the stall mode also the stall made
+//! exact and alerted on while it lasts (`stall_alert`, stall-alert.svg); with `--check`, a
+//! non-zero exit if any agreement figure is outside its tolerance (the test suite runs `--secs 2
+//! --check`).
 //!
 //! Whatever happens — a failed step, Ctrl-C — every child is killed by its own pid and
 //! kernel.task_delayacct gets its old value back (guards), and the end checks that none of our
@@ -13,6 +15,8 @@ mod figure;
 mod histogram;
 mod report;
 mod session;
+mod stall_alert;
+mod timeline;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -120,6 +124,16 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
     // run_delay is only kept while delay accounting is on: on before the first thread starts.
     let mut delayacct = Sysctl::set("kernel.task_delayacct", "1")?;
     let measured = measure_all(&ctx, &modes);
+    // With the stall mode, the same stall made exact and alerted on while it lasts.
+    let alerted = (modes.contains(&Mode::Stall) && measured.is_ok()).then(|| {
+        println!(
+            "demo: [stall alert] a SCHED_FIFO hog on CPU {} for {:?} beside a 1 ms sleeper there, watched by run \
+             with an alert…",
+            stall_alert::PLAN.cpu,
+            stall_alert::PLAN.spin
+        );
+        stall_alert::measure(&ctx.daemon)
+    });
     let restored = delayacct.restore();
     let _ = std::fs::remove_dir_all(&ctx.scratch);
     let leftovers = bpftool::leftovers(&maps_before);
@@ -138,6 +152,17 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
 
     let summaries: Vec<_> = measured.iter().map(|m| analysis::summarize(m, 1_000_000_000 / hz.max(1))).collect();
     let mut checks = analysis::ordering_checks(&summaries);
+    let stall_alert = match alerted {
+        Some(Ok(a)) => {
+            checks.extend(a.checks());
+            Some(a)
+        }
+        Some(Err(e)) => {
+            checks.push(stall_alert::failed(&e));
+            None
+        }
+        None => None,
+    };
     let took_s = began.elapsed().as_secs_f64();
     let projected_full_s = took_s + modes.len() as f64 * (FULL_SECS - args.secs);
     checks.push(Check {
@@ -167,6 +192,7 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         took_s,
         projected_full_s,
         summaries,
+        stall_alert,
         checks,
     };
     write(&out, &report)?;
@@ -243,7 +269,11 @@ fn write(out: &std::path::Path, report: &Report) -> anyhow::Result<()> {
             Some(figure::Series { label, color, buckets: &s.buckets, max_ns: s.max_ns })
         })
         .collect();
-    for (name, text) in [("report.md", md), ("report.json", json + "\n"), ("delays.svg", figure::svg(&series))] {
+    let mut files = vec![("report.md", md), ("report.json", json + "\n"), ("delays.svg", figure::svg(&series))];
+    if let Some(a) = &report.stall_alert {
+        files.push(("stall-alert.svg", timeline::svg(a)));
+    }
+    for (name, text) in files {
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -253,6 +283,9 @@ fn write(out: &std::path::Path, report: &Report) -> anyhow::Result<()> {
 fn print_outcome(out: &std::path::Path, report: &Report) {
     println!("\n{}", report::experiment_table(report));
     println!("{}", report::agreement_table(report));
+    if let Some(line) = report::stall_alert_line(report) {
+        println!("{line}\n");
+    }
     let failures = report.failures();
     let total = report.all_checks().count();
     println!("demo: {} of {total} agreement figures inside their tolerance", total - failures.len());

@@ -219,10 +219,12 @@ pub fn scrape(prom: &str, cpus: usize, sleepers: Option<(&str, u64)>) -> Vec<Che
             sample(prom, &format!("runqlat_context_switches_total{{cpu=\"{c}\",kind=\"voluntary\"}}")).is_some()
         })
         .count();
-    // A path this kernel did not give would leave the column untested: it fails here.
+    // A path this kernel did not give would leave the column untested: it fails here (the wait
+    // scan, which may be missing on a kernel, is judged by `wait_scan`).
     let unavailable: Vec<&str> = prom
         .lines()
         .filter(|l| l.starts_with("runqlat_feature_info{") && l.contains("state=\"unavailable\""))
+        .filter(|l| !l.contains(WAIT_SCAN_LABEL))
         .collect();
     let mut checks = vec![
         Check::new("counts", wakeup > 0.0 && preempt > 0.0, format!("wakeup {wakeup}, preempt {preempt}")),
@@ -236,6 +238,105 @@ pub fn scrape(prom: &str, cpus: usize, sleepers: Option<(&str, u64)>) -> Vec<Che
         checks.push(Check::new("sleepers", ok, format!("cgroup {cgroup}: {got} delays, record saw {expected}")));
     }
     checks
+}
+
+const WAIT_SCAN_LABEL: &str = "feature=\"wait_scan\"";
+
+/// The wait scan's state in a scrape: on, or unavailable with the daemon's one-line reason in its
+/// log (`wait_scan unavailable on this kernel, running without it: …`). The figure says which.
+pub fn wait_scan(prom: &str, log: &str) -> Check {
+    let state = prom
+        .lines()
+        .filter(|l| l.starts_with("runqlat_feature_info{") && l.contains(WAIT_SCAN_LABEL))
+        .find(|l| l.trim_end().ends_with(" 1"))
+        .and_then(|l| l.split("state=\"").nth(1)?.split('"').next());
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("wait_scan unavailable on this kernel")).collect();
+    let (ok, detail) = match (state, said.as_slice()) {
+        (Some("on"), []) => (true, "on".to_owned()),
+        (Some("unavailable"), [line]) => (true, format!("unavailable: {}", line.trim())),
+        (state, lines) => (false, format!("state {state:?}; the log's reasons: {lines:?}")),
+    };
+    Check::new("wait scan", ok, detail)
+}
+
+/// The stall as the guest's watcher saw it (`stall::Watched`): the victim's wait shown growing
+/// past 1 s by the scan before it ran, the wakeup gauge too, its final delay (≥ the last wait
+/// shown in progress) counted in the histogram and the window's max, and neither the stopped
+/// nor the blocked task of that CPU ever listed as waiting.
+pub fn stall(watched: Option<&super::stall::Watched>, rc: Option<i32>, err: &str) -> Vec<Check> {
+    const SECOND: u64 = 1_000_000_000;
+    let Some(w) = watched.filter(|w| w.error.is_none() && rc == Some(0)) else {
+        let why = watched.and_then(|w| w.error.clone()).unwrap_or_else(|| format!("exit {rc:?}; {}", last(err)));
+        return vec![Check::new("stall", false, why)];
+    };
+    let s = |ns: u64| ns as f64 / 1e9;
+    let since = |ns: u64| s(ns.saturating_sub(w.began_ns));
+    let longest = w.longest_before_run();
+    let shown = longest.map_or(0, |(_, n)| n);
+    let seen = longest.map_or_else(
+        || "never listed".to_owned(),
+        |(l, n)| {
+            format!(
+                "waited {:.2} s when the scan saw it at {:.2} s (scraped at {:.2} s, run yet: {})",
+                s(n),
+                since(l.seen_ns.unwrap_or(0)),
+                since(l.at_ns),
+                l.ran
+            )
+        },
+    );
+    let idle = w.looks.iter().map(|l| l.idle_listed).max().unwrap_or(0);
+    // Each scan once, before the run: the wait must grow from one to the next.
+    let mut scans: Vec<(u64, u64)> =
+        w.looks.iter().filter_map(|l| Some((l.seen_ns?, l.waited_ns?))).filter(|(seen, _)| *seen < w.ran_ns).collect();
+    scans.dedup();
+    let growing = scans.len() >= 2 && scans.windows(2).all(|p| p[1].1 > p[0].1);
+    let grew: Vec<String> = scans.iter().map(|(_, n)| format!("{:.2}", s(*n))).collect();
+    vec![
+        Check::new(
+            "stall: seen in progress",
+            shown >= SECOND && w.ran_ns > 0 && growing,
+            format!(
+                "CPU {}: SCHED_FIFO {} spin {:.2} s; victim tid {} woken at {:.2} s, ran at {:.2} s ({:.2} s late); \
+                 {seen}; scans before it ran: {} s; {} looks",
+                w.cpu,
+                w.priority,
+                s(w.ends_ns - w.began_ns),
+                w.victim_tid,
+                since(w.wake_ns),
+                since(w.ran_ns),
+                s(w.late_ns()),
+                grew.join(" → "),
+                w.looks.len()
+            ),
+        ),
+        Check::new(
+            "stall: gauge",
+            w.gauge_before_run() >= SECOND,
+            format!(
+                "runqlat_wait_in_progress_seconds{{reason=\"wakeup\"}} up to {:.2} s before it ran",
+                s(w.gauge_before_run())
+            ),
+        ),
+        Check::new(
+            "stall: final delay",
+            w.above_after > w.above_before && w.window_max_ns >= shown && shown > 0,
+            format!(
+                "wakeup delays over {} s: {} → {}; window max {:.3} s ≥ {:.3} s shown in progress (the victim's own {:.3} s)",
+                w.floor_s,
+                w.above_before,
+                w.above_after,
+                s(w.window_max_ns),
+                s(shown),
+                s(w.late_ns())
+            ),
+        ),
+        Check::new("stall: idle not waiting", idle == 0, format!("stopped/blocked tasks listed: {idle}")),
+    ]
+}
+
+fn last(text: &str) -> &str {
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
 }
 
 #[cfg(test)]
@@ -344,6 +445,59 @@ mod tests {
         assert!(!scrape(prom, 2, None).iter().all(|c| c.ok));
         let lossy = prom.replace("{map=\"stamps\"} 0", "{map=\"stamps\"} 3");
         assert!(!scrape(&lossy, 1, None).iter().all(|c| c.ok));
+    }
+
+    #[test]
+    fn the_wait_scan_is_on_or_says_why_not() {
+        let on = "runqlat_feature_info{feature=\"wait_scan\",state=\"on\"} 1\n\
+                  runqlat_feature_info{feature=\"wait_scan\",state=\"off\"} 0\n";
+        assert!(wait_scan(on, "").ok && wait_scan(on, "").detail == "on");
+        let off = "runqlat_feature_info{feature=\"wait_scan\",state=\"unavailable\"} 1\n";
+        let said = "level=warn msg=\"wait_scan unavailable on this kernel, running without it: no iter/task\"";
+        let c = wait_scan(off, said);
+        assert!(c.ok && c.detail.contains("no iter/task"), "{c:?}");
+        assert!(!wait_scan(off, "").ok, "unavailable without a reason passed");
+        assert!(!wait_scan("", "").ok, "no state passed");
+        // Unavailable, it is no longer a missing path of the column.
+        let prom = format!("runqlat_delay_seconds_count{{reason=\"wakeup\"}} 1\n{off}");
+        assert!(scrape(&prom, 0, None).iter().any(|c| c.what == "every path given" && c.ok));
+    }
+
+    #[test]
+    fn a_stall_is_seen_growing_before_the_victim_ran() {
+        use crate::vmtest::stall::{Look, Watched};
+        const S: u64 = 1_000_000_000;
+        let look = |seen_ns: u64, waited_ns: u64| Look {
+            at_ns: seen_ns + 1,
+            ran: false,
+            waited_ns: Some(waited_ns),
+            seen_ns: Some(seen_ns),
+            gauge_ns: Some(waited_ns),
+            window_max_ns: None,
+            idle_listed: 0,
+        };
+        let w = Watched {
+            began_ns: 10 * S,
+            ends_ns: 13 * S,
+            wake_ns: 10 * S + S / 5,
+            ran_ns: 13 * S,
+            looks: vec![look(11 * S, S * 4 / 5), look(12 * S, S * 9 / 5), look(12 * S, S * 9 / 5)],
+            floor_s: 1.5,
+            above_before: 0,
+            above_after: 1,
+            window_max_ns: 2_800_000_000,
+            ..Watched::default()
+        };
+        let all = |w: &Watched| stall(Some(w), Some(0), "");
+        assert!(all(&w).iter().all(|c| c.ok), "{:?}", all(&w));
+        let short = Watched { looks: vec![look(11 * S, S / 2), look(12 * S, S * 9 / 10)], ..w.clone() };
+        assert!(all(&short).iter().any(|c| c.what == "stall: seen in progress" && !c.ok), "0.9 s passed");
+        let after = Watched { ran_ns: 11 * S + 1, ..w.clone() };
+        assert!(all(&after).iter().any(|c| c.what == "stall: seen in progress" && !c.ok), "seen after the run");
+        let uncounted = Watched { above_after: 0, ..w.clone() };
+        assert!(all(&uncounted).iter().any(|c| c.what == "stall: final delay" && !c.ok));
+        assert!(!stall(Some(&w), Some(1), "boom").iter().all(|c| c.ok));
+        assert!(stall(None, Some(0), "").iter().all(|c| !c.ok));
     }
 
     #[test]

@@ -89,6 +89,12 @@ pub struct GuestResult {
     /// The daemon the guest ran: its file on the host, and whether it is a static build.
     #[serde(default)]
     pub daemon: String,
+    /// The wait scan as `run` reported it: `on`, or `unavailable: <the log's reason>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_scan: Option<String>,
+    /// The stall (`vmt.stall=1` guests): what the daemon showed while the victim waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<super::stall::Watched>,
 }
 
 /// Boots `guest` (twice at most) and judges what it produced.
@@ -169,6 +175,8 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         console_tail: if ok { Vec::new() } else { tail(boot) },
         load: String::new(),
         daemon: String::new(),
+        wait_scan: None,
+        stall: None,
     }
 }
 
@@ -241,7 +249,8 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
             Some(rec) => list.extend(checks::recording(rec, &cx.load, cx.cpus)),
             None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
         }
-        let degraded: Vec<&str> = log.lines().filter(|l| l.contains("unavailable on this kernel")).collect();
+        let degraded: Vec<&str> =
+            log.lines().filter(|l| l.contains("unavailable on this kernel") && !l.contains("wait_scan")).collect();
         list.push(Check::new("every path given", degraded.is_empty(), format!("{degraded:?}")));
     } else {
         let prom = cx.data.text(&section("prom"));
@@ -249,6 +258,7 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
         let per_cgroup = !config.command.contains("--per-cgroup=false");
         let cgroup = cx.sleepers_seen.filter(|_| per_cgroup).map(|n| (SLEEPERS_CGROUP, n));
         list.extend(checks::scrape(prom, cx.cpus, cgroup));
+        list.push(checks::wait_scan(prom, log));
     }
     ConfigResult {
         name: name.to_owned(),
@@ -314,6 +324,16 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     if let Some(agreement) = cx.record_rq.as_ref().and_then(|r| checks::run_delay(r, &cx.load)) {
         list.push(agreement);
     }
+    let stall = guest.append.contains("vmt.stall=1").then(|| {
+        let watched = serde_json::from_str::<super::stall::Watched>(text("stall").trim()).ok();
+        list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
+        watched
+    });
+    let wait_scan = configs
+        .iter()
+        .find(|c| c.name == "run")
+        .and_then(|c| c.checks.iter().find(|k| k.what == "wait scan"))
+        .map(|k| k.detail.clone());
     if !boot.finished {
         let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
         list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
@@ -341,6 +361,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         console_tail: tail,
         load: String::new(),
         daemon: String::new(),
+        wait_scan,
+        stall: stall.flatten(),
     }
 }
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The vmtest guest's /init (busybox sh). In: the initramfs (latency-daemon, xtask, busybox) and
-# `vmt.secs=S vmt.port=TTY [vmt.smoke=1]` on the kernel command line; out: `@@ PHASE uptime=…`
+# `vmt.secs=S vmt.port=TTY [vmt.smoke=1] [vmt.stall=1]` on the kernel command line; out: `@@ PHASE uptime=…`
 # markers on the console and every result as `@@begin NAME` … `@@end NAME RC` sections on the
 # data port (x86_64: ttyS1, arm64: ttyAMA1), then power off. A smoke boot writes `meta` only.
 # Order matters under TCG: `check` alone, then every configuration attached at once, and only
@@ -24,11 +24,13 @@ ip link set lo up
 SECS=3
 PORT=ttyS1
 SMOKE=0
+STALL=0
 for word in $(cat /proc/cmdline); do
   case $word in
     vmt.secs=*) SECS=${word#vmt.secs=} ;;
     vmt.port=*) PORT=${word#vmt.port=} ;;
     vmt.smoke=*) SMOKE=${word#vmt.smoke=} ;;
+    vmt.stall=*) STALL=${word#vmt.stall=} ;;
   esac
 done
 CPUS=$(nproc)
@@ -128,6 +130,14 @@ for name in run run-per-task run-alerting run-core; do
   echo $? > /tmp/$name.scrape
   port=$((port + 1))
 done
+# The stall (vmt.stall=1): a 3 s SCHED_FIFO spinner on CPU 1 and a victim woken there, watched
+# through `run`'s /api/v1/waits and /metrics; the crews are parked, so nothing of theirs waits.
+if [ "$STALL" = 1 ]; then
+  mark stall
+  xtask vmtest --guest-stall 127.0.0.1:9101 --guest-stall-pid "$(cat /tmp/run.pid)" > /tmp/stall.json 2> /tmp/stall.err
+  echo $? > /tmp/stall.rc
+  mark stalled
+fi
 # Stop while the crews are still parked: records report, services detach.
 for name in $CONFIGS; do
   case $name in record*) kill -INT "$(cat /tmp/$name.pid)" ;; *) kill -TERM "$(cat /tmp/$name.pid)" ;; esac
@@ -172,6 +182,10 @@ done
 for name in run run-per-task run-alerting run-core; do
   put "$name.prom" /tmp/$name.prom "$(cat /tmp/$name.scrape)"
 done
+if [ "$STALL" = 1 ]; then
+  put stall /tmp/stall.json "$(cat /tmp/stall.rc)"
+  put stall.err /tmp/stall.err
+fi
 put workload-io /tmp/io.json
 put workload-spin /tmp/spin.json
 put schedstat /tmp/schedstat

@@ -7,9 +7,10 @@
 //! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `unpacked` and
 //! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
 //! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
-//! `checks` judges what came back, `report` writes it down. With `--deb`, `systemd` boots 5.10
-//! once more with our .deb installed in a Debian root under systemd, and `deb_checks` judges its
-//! unit.
+//! `checks` judges what came back, `report` writes it down; `stall` runs inside the guests of
+//! `STALL_KERNELS` (this binary's `vmtest --guest-stall`): a stall watched through the daemon's
+//! wait scan. With `--deb`, `systemd` boots 5.10 once more with our .deb installed in a Debian
+//! root under systemd, and `deb_checks` judges its unit.
 mod apt;
 mod arch;
 mod binaries;
@@ -20,6 +21,7 @@ mod initramfs;
 mod kernels;
 mod qemu;
 mod report;
+pub mod stall;
 mod systemd;
 mod unpacked;
 mod vmlinux;
@@ -80,7 +82,18 @@ pub struct Args {
     /// The .deb of `--deb` (xtask names target/dist's).
     #[arg(skip)]
     pub deb_file: Option<PathBuf>,
+    /// Inside a guest: run the stall beside the daemon listening here and print what it saw
+    /// (`stall::guest`); nothing else runs.
+    #[arg(long, hide = true, value_name = "ADDR")]
+    pub guest_stall: Option<String>,
+    /// With --guest-stall: the daemon's pid, pinned away from the stalled CPU.
+    #[arg(long, hide = true, value_name = "PID")]
+    pub guest_stall_pid: Option<u32>,
 }
+
+/// The kernels whose guests run the stall (`stall::GUEST_PLAN`): x86_64 without the fair server
+/// (before 6.12 an RT spinner with throttling off starves a normal task for as long as it spins).
+pub const STALL_KERNELS: [&str; 2] = ["5.10", "6.1"];
 
 /// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
 /// clean` empties): $XDG_CACHE_HOME/runqlat-vmtest, else /var/cache/runqlat-vmtest.
@@ -184,12 +197,19 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         println!("vmtest: [{}/{}] {label}: {} {}", n + 1, plan.len(), kernel.package, kernel.version);
         let (_, initramfs, accel, binaries) =
             setups.iter().find(|setup| setup.0 == kernel.arch).context("every architecture was set up")?;
+        // The stall needs a second vCPU: the daemon and the watcher run on CPU 0.
+        let stall = !args.smoke && *cpus >= 2 && *cpus == args.cpus && STALL_KERNELS.contains(&kernel.id.as_str());
         let guest = Guest {
             kernel,
             initramfs,
             cpus: *cpus,
             accel: &accel.name,
-            append: format!("vmt.secs={}{}", args.secs, if args.smoke { " vmt.smoke=1" } else { "" }),
+            append: format!(
+                "vmt.secs={}{}{}",
+                args.secs,
+                if args.smoke { " vmt.smoke=1" } else { "" },
+                if stall { " vmt.stall=1" } else { "" }
+            ),
             dir: guests_dir.join(format!("{}-{cpus}cpu", kernel.id)),
             deadline: deadline(kernel.arch, *cpus, args.smoke),
             done: "@@ done",

@@ -52,14 +52,36 @@ pub fn one_line(g: &GuestResult) -> String {
         .collect();
     let verdict = if g.ok { "PASS".to_owned() } else { format!("FAIL — {}", failed.join("; ")) };
     format!(
-        "{}: boot {}, check {}, attach (all at once) {}, guest {:.0} s{}",
+        "{}: boot {}, check {}, attach (all at once) {}, guest {:.0} s{}{}",
         verdict,
         secs(g.boot_s),
         secs(g.check_s),
         secs(g.attach_all_s),
         g.guest_s,
-        if g.attempts > 1 { " (second boot)" } else { "" }
+        if g.attempts > 1 { " (second boot)" } else { "" },
+        waits(g)
     )
+}
+
+/// `; wait scan on; stall: …` for a guest that reported them.
+fn waits(g: &GuestResult) -> String {
+    let mut out = String::new();
+    if let Some(state) = &g.wait_scan {
+        let _ = write!(out, "; wait scan {state}");
+    }
+    if let Some(w) = &g.stall {
+        let shown = w.longest_before_run().map_or(0, |(_, n)| n);
+        let _ = write!(
+            out,
+            "; stall: victim waited {:.2} s, shown waiting {:.2} s before it ran (gauge {:.2} s), final delay (window \
+             max) {:.2} s",
+            w.late_ns() as f64 / 1e9,
+            shown as f64 / 1e9,
+            w.gauge_before_run() as f64 / 1e9,
+            w.window_max_ns as f64 / 1e9
+        );
+    }
+    out
 }
 
 /// The kernel table (docs/kernels.md's and report.md's).
@@ -129,6 +151,10 @@ fn markdown(report: &Report) -> String {
         let _ = writeln!(out, "Start → `attached`, all six loading at once: {}\n", attach.join(", "));
         if !g.daemon.is_empty() {
             let _ = writeln!(out, "Daemon: {}\n", g.daemon);
+        }
+        let waits = waits(g);
+        if !waits.is_empty() {
+            let _ = writeln!(out, "Waits in progress:{}.\n", waits.trim_start_matches(';'));
         }
         if !g.load.is_empty() && !g.kernel.arch.is_host() {
             let _ = writeln!(out, "Load: {}\n", g.load);

@@ -5,10 +5,13 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+mod alerted;
 mod findings;
 
+pub use self::alerted::stall_alert_line;
 use self::findings::{answers, nice, stall, tolerances};
 use super::analysis::{Check, PERF_MIN_DELAYS, Summary};
+use super::stall_alert::StallAlert;
 use crate::workload::Mode;
 
 #[derive(Debug, Serialize)]
@@ -25,6 +28,8 @@ pub struct Report {
     /// What the run would take at 6 s a mode (the budget: 90 s).
     pub projected_full_s: f64,
     pub summaries: Vec<Summary>,
+    /// The stall made exact and alerted on while it lasts (with the stall mode).
+    pub stall_alert: Option<StallAlert>,
     /// Across modes (ordering), time, cleanup.
     pub checks: Vec<Check>,
 }
@@ -297,6 +302,10 @@ pub fn markdown(report: &Report) -> String {
     histograms(&mut out, report);
     out.push_str("\n## stall: lat3's loop gap is a preemption delay\n\n");
     stall(&mut out, report);
+    if let Some(a) = &report.stall_alert {
+        out.push_str("\n## The stall, alerted on while it lasts\n\n");
+        alerted::section(&mut out, a);
+    }
     out.push_str("\n## nice: CPU share follows the kernel's weights, delay follows the share\n\n");
     nice(&mut out, report);
     out.push_str("\n## Short answers\n\n");
