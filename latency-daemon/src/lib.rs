@@ -39,7 +39,7 @@
 //!
 //! Each layer imports only those named here: `model` → latency-common, std, serde, hdrhistogram;
 //! `host` → `model`; `kernel` → `model`, `host`; `alert` → `model`; `pipeline` → `model`, the
-//! alert engine (`alert::{Engine, Rules, Transition, Alert}`, not `notify`); `config` → `model`,
+//! alert engine (`alert::{Engine, Rules, Transition, Alert, Ran}`, not `notify`); `config` → `model`,
 //! `alert::Rules`; `serve` → `model`, `config`, `alert::notify::NotifyStats` (the sinks' counters
 //! it exports); `cli` → `config`; `cmd` → anything; nothing imports `cmd`. Nor do two files import
 //! each other, directly or around a loop (a parent module and its children count as one).

@@ -13,7 +13,7 @@ const RULE: &[(&str, &[&str])] = &[
     ("kernel", &["model", "host"]),
     ("alert", &["model"]),
     // The alert engine, not its sinks: the pipeline decides, `cmd` delivers.
-    ("pipeline", &["model", "alert::Engine", "alert::Rules", "alert::Transition", "alert::Alert"]),
+    ("pipeline", &["model", "alert::Engine", "alert::Rules", "alert::Transition", "alert::Alert", "alert::Ran"]),
     // The CA file is checked with the call the sinks' client makes.
     ("config", &["model", "alert::Rules", "alert::notify::ca_roots"]),
     // The stats types of alert::notify: what /metrics reports of the sinks.
