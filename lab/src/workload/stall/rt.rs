@@ -129,7 +129,11 @@ impl Spinner {
         }
         let ends_ns = monotonic_ns() + spin.as_nanos() as u64;
         let (child, _) = Forked::spawn("stall-spinner", Some(cpu), None, move |tell| {
-            let param = libc::sched_param { sched_priority: priority };
+            // Zeroed, then the priority: musl's sched_param has more fields than glibc's (the
+            // guests' static xtask is built for musl).
+            // SAFETY: sched_param is plain integers; all zeros is a valid value.
+            let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+            param.sched_priority = priority;
             // SAFETY: sched_setscheduler on ourselves with a valid parameter.
             if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
                 return 2;
