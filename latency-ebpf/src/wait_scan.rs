@@ -44,6 +44,7 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
         return 0;
     }
     let task = Task::from_ptr(task);
+    let tid = task.tid();
     let mut seen = Seen::ZERO;
     if task.on_cpu() {
         seen.kind = SEEN_RUNNING;
@@ -53,7 +54,6 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
         if task.on_rq() == 0 || task.state() != TASK_RUNNING {
             return 0;
         }
-        let tid = task.tid();
         let Some(stamp) = STAMPS.get(tid).copied() else { return 0 };
         if stamp == 0 {
             return 0;
@@ -64,7 +64,7 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
         seen.queue_depth =
             if knobs::attribute_ns() != 0 { DEPTHS.get(tid).copied().unwrap_or(DEPTH_UNKNOWN) } else { DEPTH_UNKNOWN };
     }
-    seen.tid = task.tid();
+    seen.tid = tid;
     seen.tgid = task.tgid();
     seen.cpu = task.cpu();
     seen.prio = task.prio();

@@ -57,6 +57,20 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+impl Alert {
+    /// An alert firing now (at `since_unix_ns`) for `key`, its worst delay `worst`.
+    fn fired(key: &AlertKey, threshold_ns: u64, since_unix_ns: u64, worst: &Attribution) -> Alert {
+        Alert {
+            key: key.clone(),
+            threshold_ns,
+            since_unix_ns,
+            worst: worst.clone(),
+            resolved_unix_ns: None,
+            ran_after_waiting: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Transition {
@@ -164,14 +178,7 @@ impl Engine {
                         self.suppressed += 1;
                         continue;
                     }
-                    let alert = Alert {
-                        key: key.clone(),
-                        threshold_ns: *threshold,
-                        since_unix_ns: window_end_unix_ns,
-                        worst: (*a).clone(),
-                        resolved_unix_ns: None,
-                        ran_after_waiting: false,
-                    };
+                    let alert = Alert::fired(key, *threshold, window_end_unix_ns, a);
                     s.firing = Some(alert.clone());
                     out.push(Transition::Fired(alert));
                 }

@@ -37,14 +37,7 @@ impl Engine {
                         }
                         continue;
                     }
-                    let alert = Alert {
-                        key: key.clone(),
-                        threshold_ns: *threshold,
-                        since_unix_ns: now_unix_ns,
-                        worst: (*a).clone(),
-                        resolved_unix_ns: None,
-                        ran_after_waiting: false,
-                    };
+                    let alert = Alert::fired(key, *threshold, now_unix_ns, a);
                     s.firing = Some(alert.clone());
                     out.push(Transition::Fired(alert));
                 }

@@ -62,16 +62,18 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
 
 /// Each CPU's run ring (index = CPU): who ran there lately, for the waits still in progress.
 pub fn run_rings(probe: &Probe) -> Result<Vec<RunRing>, ProbeError> {
-    let map = names::RUNS;
-    let rings: PerCpuArray<_, RunRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
-    Ok(rings.get(&0, 0).map_err(map_err(map))?.to_vec())
+    per_cpu_entry(probe, names::RUNS)
 }
 
 /// Each CPU's ring of the last delays at or above the attribution threshold (index = CPU).
 pub fn final_rings(probe: &Probe) -> Result<Vec<FinalRing>, ProbeError> {
-    let map = names::FINALS;
-    let rings: PerCpuArray<_, FinalRing> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
-    Ok(rings.get(&0, 0).map_err(map_err(map))?.to_vec())
+    per_cpu_entry(probe, names::FINALS)
+}
+
+/// Each CPU's value of a one-entry per-CPU array (index = CPU).
+fn per_cpu_entry<T: aya::Pod>(probe: &Probe, map: &'static str) -> Result<Vec<T>, ProbeError> {
+    let values: PerCpuArray<_, T> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    Ok(values.get(&0, 0).map_err(map_err(map))?.to_vec())
 }
 
 /// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it.

@@ -204,44 +204,41 @@ impl Handler for Routes {
             "/api/v1/snapshot" => {
                 let e = self.latest.borrow().clone();
                 match &e.window {
-                    Some(w) => match self.snapshot.get_or(w, || {
-                        serde_json::to_vec_pretty(&w.report).map(|b| ("application/json", Bytes::from(b)))
-                    }) {
-                        Ok((_, body)) => Reply::new(StatusCode::OK, "application/json", body),
-                        Err(_) => Reply::new(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "text/plain; charset=utf-8",
-                            "encoding failed\n",
-                        ),
-                    },
-                    None => Reply::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "text/plain; charset=utf-8",
-                        "no window has closed yet\n",
+                    Some(w) => json(
+                        self.snapshot
+                            .get_or(w, || {
+                                serde_json::to_vec_pretty(&w.report).map(|b| ("application/json", Bytes::from(b)))
+                            })
+                            .map(|(_, body)| body),
                     ),
+                    None => unavailable("no window has closed yet\n"),
                 }
             }
             "/api/v1/waits" => {
                 let e = self.latest.borrow().clone();
                 match &e.waits {
-                    Some(w) => match serde_json::to_vec_pretty(&**w) {
-                        Ok(body) => Reply::new(StatusCode::OK, "application/json", Bytes::from(body)),
-                        Err(_) => Reply::new(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "text/plain; charset=utf-8",
-                            "encoding failed\n",
-                        ),
-                    },
-                    None => Reply::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "text/plain; charset=utf-8",
-                        "waits in progress are not scanned (runqlat_feature_info{feature=\"wait_scan\"})\n",
-                    ),
+                    Some(w) => json(serde_json::to_vec_pretty(&**w).map(Bytes::from)),
+                    None => {
+                        unavailable("waits in progress are not scanned (runqlat_feature_info{feature=\"wait_scan\"})\n")
+                    }
                 }
             }
             _ => Reply::new(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n"),
         }
     }
+}
+
+/// A JSON body, or 500 if it could not be encoded.
+fn json<E>(body: Result<Bytes, E>) -> Reply {
+    match body {
+        Ok(body) => Reply::new(StatusCode::OK, "application/json", body),
+        Err(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n"),
+    }
+}
+
+/// 503 with why, one line.
+fn unavailable(why: &'static str) -> Reply {
+    Reply::new(StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", why)
 }
 
 #[cfg(test)]
