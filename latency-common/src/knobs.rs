@@ -60,6 +60,17 @@ pub struct Knobs {
     pub task_on_rq: u32,
     pub task_on_cpu: u32,
     pub task_cpu: u32,
+    /// 1 to split each wait's throttled part off (see `Cause::Throttled`): the offsets of
+    /// `cfs_rq.throttled_clock_self` and `.throttled_clock_self_time` (6.8+) and of
+    /// `task_struct.se.nr_migrations`, with the `task_se_cfs_rq`/`cfs_rq_rq`/`rq_clock` chain.
+    pub split_throttle: u32,
+    pub cfs_rq_throttled_clock_self: u32,
+    pub cfs_rq_throttled_clock_self_time: u32,
+    pub task_se_nr_migrations: u32,
+    /// 1 to split each wait's irq+steal part off (see `Cause::IrqSteal`): `rq.clock -
+    /// rq.clock_task` grows by exactly the IRQ and steal time the kernel accounts.
+    pub split_stolen: u32,
+    pub rq_clock_task: u32,
 }
 
 impl Knobs {
@@ -93,6 +104,12 @@ impl Knobs {
         task_on_rq: 0,
         task_on_cpu: 0,
         task_cpu: 0,
+        split_throttle: 0,
+        cfs_rq_throttled_clock_self: 0,
+        cfs_rq_throttled_clock_self_time: 0,
+        task_se_nr_migrations: 0,
+        split_stolen: 0,
+        rq_clock_task: 0,
     };
 }
 
@@ -114,7 +131,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 120);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 144);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

@@ -49,6 +49,9 @@ pub mod names {
     /// (`PerCpuArray<FinalRing>`, one entry): an alert fired on a wait in progress finds its
     /// task's final delay here, whatever else was the window's worst on that CPU.
     pub const FINALS: &str = "FINALS";
+    /// Per tid, the throttle snapshot of its last enqueue and its migration count then
+    /// (`Array<u32>`, sized like `STAMPS` when the throttle split is on, 1 entry otherwise).
+    pub const SPLITS: &str = "SPLITS";
 
     /// Programs, one per tracepoint; the program name is the tracepoint name.
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
@@ -147,23 +150,102 @@ impl Lost {
     }
 }
 
-/// A stamp packs the enqueue time (monotonic ns) and the reason in one `u64`, so stamping is a
-/// single store: bit 63 is set for [`Reason::Preempt`]. `0` means "no stamp".
-pub const STAMP_PREEMPT_BIT: u64 = 1 << 63;
+/// A stamp packs, in one `u64`, the enqueue time (monotonic ns, its low [`STAMP_TIME_BITS`]
+/// bits), the reason (bit [`STAMP_TIME_BITS`], set for [`Reason::Preempt`]) and, with the cause
+/// split on, the low bits of the run queue's irq+steal clock at that moment (the rest, in
+/// [`SPLIT_UNIT_SHIFT`] units). `0` means "no stamp". The time is kept modulo 2^41 ns (36 min):
+/// every delay is below the ceiling ([`MAX_CEILING_NS`]), so `now - at` modulo that is exact, and a
+/// difference of more than half of it is a stamp from the future.
+pub const STAMP_TIME_BITS: u32 = 41;
+pub const STAMP_TIME_MASK: u64 = (1 << STAMP_TIME_BITS) - 1;
+pub const STAMP_PREEMPT_BIT: u64 = 1 << STAMP_TIME_BITS;
+/// Where the irq+steal snapshot starts, and how many bits it has.
+pub const STAMP_STOLEN_SHIFT: u32 = STAMP_TIME_BITS + 1;
+pub const STAMP_STOLEN_BITS: u32 = 64 - STAMP_STOLEN_SHIFT;
+/// The ceiling's largest value: half the stamp's time range (18 min).
+pub const MAX_CEILING_NS: u64 = 1 << (STAMP_TIME_BITS - 1);
+/// The cause split's snapshots count in units of 2^10 ns (1.024 µs): the parts of a wait are
+/// differences of two such snapshots, exact to a unit each, and the holder's part is the rest, so
+/// the parts always add up to the wait exactly.
+pub const SPLIT_UNIT_SHIFT: u32 = 10;
+/// Bits of the throttle snapshot in a `SPLITS` entry (the rest, [`SPLIT_MIGRATION_BITS`], is the
+/// task's migration count): a throttled part wraps at 2^(28+10) ns ≈ 275 s, an irq+steal part at
+/// 2^(22+10) ns ≈ 4.3 s (longer parts are taken modulo that).
+pub const SPLIT_THROTTLE_BITS: u32 = 28;
+pub const SPLIT_MIGRATION_BITS: u32 = 32 - SPLIT_THROTTLE_BITS;
 
 #[inline(always)]
-pub const fn stamp_pack(now_ns: u64, reason: Reason) -> u64 {
-    match reason {
-        Reason::Wakeup => now_ns & !STAMP_PREEMPT_BIT,
-        Reason::Preempt => now_ns | STAMP_PREEMPT_BIT,
-    }
+pub const fn stamp_pack(now_ns: u64, reason: Reason, stolen_units: u64) -> u64 {
+    let s = (now_ns & STAMP_TIME_MASK)
+        | match reason {
+            Reason::Wakeup => 0,
+            Reason::Preempt => STAMP_PREEMPT_BIT,
+        }
+        | (stolen_units << STAMP_STOLEN_SHIFT);
+    // 0 means "no stamp": a wakeup at a multiple of 2^41 ns with nothing stolen is 1 ns late.
+    if s == 0 { 1 } else { s }
 }
 
-/// `(enqueue time, reason)` of a non-zero stamp.
+/// `(enqueue time modulo 2^41 ns, reason, irq+steal snapshot)` of a non-zero stamp.
 #[inline(always)]
-pub const fn stamp_unpack(stamp: u64) -> (u64, Reason) {
+pub const fn stamp_unpack(stamp: u64) -> (u64, Reason, u64) {
     let reason = if stamp & STAMP_PREEMPT_BIT != 0 { Reason::Preempt } else { Reason::Wakeup };
-    (stamp & !STAMP_PREEMPT_BIT, reason)
+    (stamp & STAMP_TIME_MASK, reason, stamp >> STAMP_STOLEN_SHIFT)
+}
+
+/// How long ago (ns) a stamp's time `at` (from [`stamp_unpack`]) was at `now`, or `None` if it is
+/// in the future (more than half the stamp's range away).
+#[inline(always)]
+pub const fn stamp_age(at: u64, now_ns: u64) -> Option<u64> {
+    let age = now_ns.wrapping_sub(at) & STAMP_TIME_MASK;
+    if age >= MAX_CEILING_NS { None } else { Some(age) }
+}
+
+/// `(snapshot - earlier) mod 2^bits`, in ns: a part of a wait from two wrapped snapshots.
+#[inline(always)]
+pub const fn split_part(now_units: u64, then_units: u64, bits: u32) -> u64 {
+    (now_units.wrapping_sub(then_units) & ((1 << bits) - 1)) << SPLIT_UNIT_SHIFT
+}
+
+/// What a wait was spent on. The first two come from the kernel's own clocks over the wait; the
+/// rest of the wait is charged to who held the CPU when it ended (`prev` at that switch). All six
+/// add up to the wait exactly.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The waiting task's cgroup (or an ancestor) was throttled by its CPU limit (CFS bandwidth)
+    /// on that CPU.
+    Throttled = 0,
+    /// The CPU was in hard or soft IRQ (where the kernel accounts IRQ time) or taken by the
+    /// hypervisor (steal, where the kernel accounts it).
+    IrqSteal = 1,
+    /// A task of the waiting task's own cgroup held the CPU.
+    Same = 2,
+    /// A user task of another cgroup (named, with how long it ran, in that cgroup's
+    /// [`CgroupHist::held_others_ns`]). With per-cgroup histograms off, any user task.
+    Other = 3,
+    /// A kernel thread (`PF_KTHREAD`).
+    Kernel = 4,
+    /// The CPU's idle task: nothing held the CPU; the wait is the wakeup's own latency.
+    Idle = 5,
+}
+
+impl Cause {
+    pub const COUNT: usize = 6;
+    pub const ALL: [Cause; Self::COUNT] =
+        [Cause::Throttled, Cause::IrqSteal, Cause::Same, Cause::Other, Cause::Kernel, Cause::Idle];
+
+    /// As a label value (`cause`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Cause::Throttled => "throttled",
+            Cause::IrqSteal => "irq_steal",
+            Cause::Same => "same",
+            Cause::Other => "other",
+            Cause::Kernel => "kernel",
+            Cause::Idle => "idle",
+        }
+    }
 }
 
 /// One reason's delays on one CPU: bucket counts (see [`crate::buckets`]) and the exact sum.
@@ -193,36 +275,6 @@ pub const fn cgroup_bucket(k: usize) -> usize {
     if m < CGROUP_BUCKETS - 1 { m } else { CGROUP_BUCKETS - 1 }
 }
 
-/// Who held the CPU until a waiting task got it: `prev` at the switch that ended the wait.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holder {
-    /// A task of the waiting task's own cgroup.
-    Same = 0,
-    /// A user task of another cgroup (named, with how long it ran, in that cgroup's
-    /// [`CgroupHist::held_others_ns`]).
-    Other = 1,
-    /// A kernel thread (`PF_KTHREAD`).
-    Kernel = 2,
-    /// The CPU's idle task: nothing held the CPU; the wait is the wakeup's own latency.
-    Idle = 3,
-}
-
-impl Holder {
-    pub const COUNT: usize = 4;
-    pub const ALL: [Holder; Self::COUNT] = [Holder::Same, Holder::Other, Holder::Kernel, Holder::Idle];
-
-    /// As a label value (`by`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Holder::Same => "same",
-            Holder::Other => "other",
-            Holder::Kernel => "kernel",
-            Holder::Idle => "idle",
-        }
-    }
-}
-
 /// One cgroup's delays on one CPU, and the delays of other cgroups' tasks it ended by giving the
 /// CPU up. The small fields come first: a delay touches `sum_ns` and one `waited_by_ns` (same
 /// cache line as the slot's id) and one bucket.
@@ -230,11 +282,10 @@ impl Holder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CgroupHist {
     pub sum_ns: u64,
-    /// `sum_ns` split by who held the CPU when each wait ended (indexed by [`Holder`]); the four
-    /// add up to `sum_ns` exactly.
-    pub waited_by_ns: [u64; Holder::COUNT],
+    /// `sum_ns` split by [`Cause`]; the six add up to `sum_ns` exactly.
+    pub waited_ns: [u64; Cause::COUNT],
     /// How long tasks of this cgroup ran while a task of another cgroup waited for their CPU:
-    /// at each switch that ends a [`Holder::Other`] wait, the part of the wait that `prev` (of
+    /// at each switch that ends a wait held by [`Cause::Other`], the part of the wait that `prev` (of
     /// this cgroup) was running, i.e. `min(delay, prev's run)`. Who held others back, and for how
     /// long; a task that ran 50 µs at the end of a 3 ms wait is charged 50 µs, not 3 ms.
     pub held_others_ns: u64,
@@ -243,7 +294,7 @@ pub struct CgroupHist {
 
 impl CgroupHist {
     pub const ZERO: CgroupHist =
-        CgroupHist { sum_ns: 0, waited_by_ns: [0; Holder::COUNT], held_others_ns: 0, buckets: [0; CGROUP_BUCKETS] };
+        CgroupHist { sum_ns: 0, waited_ns: [0; Cause::COUNT], held_others_ns: 0, buckets: [0; CGROUP_BUCKETS] };
 }
 
 /// One slot of the per-cgroup table on one CPU: the cgroup it holds (0: free) and its delays.
@@ -458,6 +509,11 @@ pub struct CpuStats {
     /// with per-cgroup histograms on); 0 otherwise. Saves reading it again when that task is the
     /// `prev` that ends someone else's wait.
     pub running_cgroup: u64,
+    /// Waits not split by cause because the task migrated between CPUs while it waited (the
+    /// clocks of its first CPU are not this one's): the whole wait is its holder's.
+    pub unsplit: u64,
+    /// Time waited on this CPU, by [`Cause`] (adds up to the histograms' sums).
+    pub waited_ns: [u64; Cause::COUNT],
     pub discarded: [u64; Discard::COUNT],
     pub lost: [u64; Lost::COUNT],
 }
@@ -542,6 +598,8 @@ pub struct TaskStats {
     /// Switches in or out of this task the kernel raised no tracepoint for ([`Lost::Switches`]):
     /// its run time and delays miss what happened around them.
     pub untraced: u32,
+    /// `delay_sum_ns` split by [`Cause`].
+    pub waited_ns: [u64; Cause::COUNT],
 }
 
 impl TaskStats {
@@ -559,22 +617,23 @@ impl TaskStats {
         delay_max_at_ns: 0,
         delay_max_reason: 0,
         untraced: 0,
+        waited_ns: [0; Cause::COUNT],
     };
 }
 
 // Layouts are shared with the kernel program byte for byte: pin their sizes so an accidental
 // field change shows up here, not as garbage in user space.
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
-const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (8 + Discard::COUNT + Lost::COUNT));
+const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (9 + Cause::COUNT + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
-const _: () = assert!(core::mem::size_of::<CgroupHist>() == 168);
-const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 176);
+const _: () = assert!(core::mem::size_of::<CgroupHist>() == 184);
+const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 192);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
 const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
 const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 16 + 40 * RUNS_KEPT);
 const _: () = assert!(RUNS_KEPT.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<WindowMax>() == 80);
-const _: () = assert!(core::mem::size_of::<TaskStats>() == 104);
+const _: () = assert!(core::mem::size_of::<TaskStats>() == 104 + 8 * Cause::COUNT);
 const _: () = assert!(core::mem::align_of::<WindowMax>() == 8);
 const _: () = assert!(core::mem::align_of::<TaskStats>() == 8);
 
@@ -603,10 +662,28 @@ mod tests {
     fn stamp_round_trip() {
         for reason in Reason::ALL {
             for now in [1u64, 123_456_789, (1 << 62) + 7] {
-                assert_eq!(stamp_unpack(stamp_pack(now, reason)), (now, reason));
+                for stolen in [0u64, 5, (1 << STAMP_STOLEN_BITS) - 1] {
+                    let (at, r, s) = stamp_unpack(stamp_pack(now, reason, stolen));
+                    assert_eq!((at, r, s), (now & STAMP_TIME_MASK, reason, stolen));
+                    // The age is exact across the wrap of the stamp's time.
+                    assert_eq!(stamp_age(at, now + 600_000_000_000), Some(600_000_000_000));
+                    assert_eq!(stamp_age(at, now), Some(0));
+                }
             }
         }
-        assert_ne!(stamp_pack(1, Reason::Wakeup), 0);
+        assert_ne!(stamp_pack(1 << STAMP_TIME_BITS, Reason::Wakeup, 0), 0);
+        // A stamp later than now is not an age.
+        assert_eq!(stamp_age(1000, 999), None);
+        assert_eq!(stamp_age(0, MAX_CEILING_NS - 1), Some(MAX_CEILING_NS - 1));
+    }
+
+    #[test]
+    fn split_parts_survive_the_wrap() {
+        let bits = SPLIT_THROTTLE_BITS;
+        let top = (1u64 << bits) - 1;
+        assert_eq!(split_part(3, top, bits), 4 << SPLIT_UNIT_SHIFT);
+        assert_eq!(split_part(10, 10, bits), 0);
+        assert_eq!(split_part((1 << 40) + 10, 4, STAMP_STOLEN_BITS), 6 << SPLIT_UNIT_SHIFT);
     }
 
     #[test]
@@ -656,8 +733,8 @@ mod tests {
         for (i, l) in Lost::ALL.iter().enumerate() {
             assert_eq!(*l as usize, i);
         }
-        for (i, h) in Holder::ALL.iter().enumerate() {
-            assert_eq!(*h as usize, i);
+        for (i, c) in Cause::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
         }
     }
 }

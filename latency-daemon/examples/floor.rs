@@ -39,6 +39,8 @@ fn default_options() -> ProbeOptions {
         cgroup_removals: true,
         attribute_ns: 0,
         wait_scan: false,
+        split_throttle: true,
+        split_stolen: true,
     }
 }
 

@@ -108,6 +108,8 @@ fn load_and_dump(object: Option<&[u8]>) -> Vec<(String, Xlated)> {
         cgroup_removals: true,
         attribute_ns: 0,
         wait_scan: false,
+        split_throttle: false,
+        split_stolen: false,
     };
     let mut probe = match object {
         None => Probe::load(&options),

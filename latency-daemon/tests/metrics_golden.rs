@@ -17,7 +17,7 @@ use latency_common::{
     CpuStats, Discard, Lost, Reason, WindowMax,
     buckets::bucket_of,
     knobs::Clock,
-    maps::{CgroupHist, Holder, cgroup_bucket},
+    maps::{Cause, CgroupHist, cgroup_bucket},
 };
 use latency_daemon::{
     config::Config,
@@ -52,13 +52,13 @@ fn comm(s: &str) -> [u8; 16] {
     c
 }
 
-/// Each delay's holder in turn: same, other, kernel, idle, same, …
+/// Each delay's cause in turn: throttled, irq_steal, same, other, kernel, idle, throttled, …
 fn cgroup_hist(delays: &[u64]) -> CgroupHist {
     let mut h = CgroupHist::ZERO;
     for (i, &d) in delays.iter().enumerate() {
         h.buckets[cgroup_bucket(bucket_of(d))] += 1;
         h.sum_ns += d;
-        h.waited_by_ns[i % Holder::COUNT] += d;
+        h.waited_ns[i % Cause::COUNT] += d;
     }
     h
 }
@@ -90,6 +90,8 @@ fn exposition() -> Exposition {
         last_next: 0,
         running_since_ns: 24 * S,
         running_cgroup: 7,
+        unsplit: 3,
+        waited_ns: [S / 2, S / 100, S / 10, S / 5, S / 50, S / 20],
         discarded: [1; Discard::COUNT],
         lost: [2; Lost::COUNT],
     };

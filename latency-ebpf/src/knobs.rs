@@ -125,3 +125,32 @@ pub fn task_on_cpu() -> u32 {
 pub fn task_cpu() -> u32 {
     knob!(task_cpu)
 }
+#[inline(always)]
+pub fn split_throttle() -> bool {
+    knob!(split_throttle) != 0
+}
+#[inline(always)]
+pub fn split_stolen() -> bool {
+    knob!(split_stolen) != 0
+}
+/// Either part of the cause split is on (then `SPLITS` holds each task's migration count).
+#[inline(always)]
+pub fn split() -> bool {
+    split_throttle() || split_stolen()
+}
+#[inline(always)]
+pub fn cfs_rq_throttled_clock_self() -> u32 {
+    knob!(cfs_rq_throttled_clock_self)
+}
+#[inline(always)]
+pub fn cfs_rq_throttled_clock_self_time() -> u32 {
+    knob!(cfs_rq_throttled_clock_self_time)
+}
+#[inline(always)]
+pub fn task_se_nr_migrations() -> u32 {
+    knob!(task_se_nr_migrations)
+}
+#[inline(always)]
+pub fn rq_clock_task() -> u32 {
+    knob!(rq_clock_task)
+}

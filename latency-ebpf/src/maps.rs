@@ -15,6 +15,12 @@ use latency_common::maps::{
 #[map]
 pub static STAMPS: Array<u64> = Array::with_max_entries(4 * 1024 * 1024, 0);
 
+/// Per tid, the cause split's throttle snapshot and migration count at its last enqueue (see
+/// latency-common's `SPLIT_THROTTLE_BITS`); the daemon sizes it like `STAMPS` when the split is on
+/// and to 1 entry otherwise.
+#[map]
+pub static SPLITS: Array<u32> = Array::with_max_entries(1, 0);
+
 /// One histogram per reason per CPU: no atomics, no contention.
 #[map]
 pub static HISTOGRAMS: PerCpuArray<Histogram> = PerCpuArray::with_max_entries(Reason::COUNT as u32, 0);

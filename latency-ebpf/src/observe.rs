@@ -4,7 +4,10 @@ use aya_ebpf::{helpers::generated::bpf_ktime_get_ns, programs::BtfTracePointCont
 use latency_common::{
     CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
-    maps::{CgroupHist, CgroupSlot, Holder, cgroup_bucket, cgroup_slot, stamp_pack, stamp_unpack, window_index},
+    maps::{
+        Cause, CgroupHist, CgroupSlot, SPLIT_MIGRATION_BITS, SPLIT_THROTTLE_BITS, STAMP_STOLEN_BITS, cgroup_bucket,
+        cgroup_slot, split_part, stamp_age, stamp_pack, stamp_unpack, window_index,
+    },
 };
 
 use crate::{
@@ -12,8 +15,8 @@ use crate::{
     diag::{self, Rare},
     knobs,
     maps::{
-        CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, STAMPS, TASKS,
-        WINDOW_MAX,
+        CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, SPLITS, STAMPS,
+        TASKS, WINDOW_MAX,
     },
     task::Task,
 };
@@ -48,17 +51,42 @@ pub fn count_lost(what: Lost) {
     }
 }
 
+/// A delay measured at a switch-in, with the parts of it the kernel's clocks account for (see
+/// latency-common's `Cause`): both 0 when the split is off or the task migrated meanwhile.
+#[derive(Clone, Copy)]
+pub struct Delay {
+    pub ns: u64,
+    pub reason: Reason,
+    pub throttled_ns: u64,
+    pub stolen_ns: u64,
+}
+
+const THROTTLE_MASK: u32 = (1 << SPLIT_THROTTLE_BITS) - 1;
+const MIGRATION_MASK: u32 = (1 << SPLIT_MIGRATION_BITS) - 1;
+
 /// Remember when `task` (tid `tid`) entered a run queue and why: a single store, plus the
-/// queue depth when attribution is on.
+/// queue depth when attribution is on and the cause split's snapshots when it is on.
 #[inline(always)]
 pub fn stamp(ctx: &BtfTracePointContext, task: Task, tid: u32, now: u64, reason: Reason) {
     if knobs::attribute_ns() != 0 {
         attribute::remember_depth(task, tid);
     }
+    let mut stolen = 0;
+    if knobs::split() {
+        let c = task.split_clocks();
+        stolen = c.stolen;
+        if let Some(slot) = SPLITS.get_ptr_mut(tid) {
+            // SAFETY: an element of an array map, written only for this tid's own events.
+            unsafe {
+                *slot = (c.throttled as u32 & THROTTLE_MASK)
+                    | ((c.migrations as u32 & MIGRATION_MASK) << SPLIT_THROTTLE_BITS)
+            };
+        }
+    }
     match STAMPS.get_ptr_mut(tid) {
         // SAFETY: an element of an array map; a racing writer for the same tid can only be
         // another event of that task, and the last stamp wins either way.
-        Some(slot) => unsafe { *slot = stamp_pack(now, reason) },
+        Some(slot) => unsafe { *slot = stamp_pack(now, reason, stolen) },
         None => {
             count_lost(Lost::Stamps);
             diag::rare(ctx, Rare::LostStamp, tid as u64);
@@ -75,10 +103,10 @@ pub fn forget(tid: u32) {
     }
 }
 
-/// Consume `tid`'s stamp: the delay and its reason, or `None` if there is none (the task was
-/// queued before we attached) or it is not believable (counted).
+/// Consume `next`'s stamp (tid `tid`): the delay, its reason and its split, or `None` if there
+/// is none (the task was queued before we attached) or it is not believable (counted).
 #[inline(always)]
-pub fn take(ctx: &BtfTracePointContext, tid: u32, now: u64, cpu: &mut CpuStats) -> Option<(u64, Reason)> {
+pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mut CpuStats) -> Option<Delay> {
     let slot = STAMPS.get_ptr_mut(tid)?;
     // SAFETY: an element of an array map, see `stamp`.
     let stamp = unsafe { *slot };
@@ -87,18 +115,38 @@ pub fn take(ctx: &BtfTracePointContext, tid: u32, now: u64, cpu: &mut CpuStats) 
     }
     // SAFETY: as above.
     unsafe { *slot = 0 };
-    let (at, reason) = stamp_unpack(stamp);
-    if at > now {
+    let (at, reason, stolen_then) = stamp_unpack(stamp);
+    let Some(delay) = stamp_age(at, now) else {
         cpu.discarded[Discard::FutureStamp as usize] += 1;
         diag::rare(ctx, Rare::FutureStamp, tid as u64);
         return None;
-    }
-    let delay = now - at;
+    };
     if delay > knobs::ceiling_ns() {
         cpu.discarded[Discard::OverCeiling as usize] += 1;
         return None;
     }
-    Some((delay, reason))
+    let mut d = Delay { ns: delay, reason, throttled_ns: 0, stolen_ns: 0 };
+    if knobs::split() {
+        // SAFETY: an element of an array map, see `stamp`.
+        let then = SPLITS.get(tid).copied().unwrap_or(0);
+        let c = next.split_clocks();
+        if (c.migrations as u32 & MIGRATION_MASK) != then >> SPLIT_THROTTLE_BITS {
+            // The wait began on another CPU, whose clocks these are not: not split (counted).
+            cpu.unsplit += 1;
+            return Some(d);
+        }
+        if knobs::split_throttle() {
+            let t = split_part(c.throttled, (then & THROTTLE_MASK) as u64, SPLIT_THROTTLE_BITS);
+            // The run queue's clock and the stamps' may differ by a little over a wait.
+            d.throttled_ns = if t < delay { t } else { delay };
+        }
+        if knobs::split_stolen() {
+            let s = split_part(c.stolen, stolen_then, STAMP_STOLEN_BITS);
+            let left = delay - d.throttled_ns;
+            d.stolen_ns = if s < left { s } else { left };
+        }
+    }
+    Some(d)
 }
 
 /// Add a delay to this CPU's histogram for its reason and to the window maximum; returns
@@ -109,8 +157,8 @@ pub fn take(ctx: &BtfTracePointContext, tid: u32, now: u64, cpu: &mut CpuStats) 
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     ctx: &BtfTracePointContext,
-    delay: u64,
-    reason: Reason,
+    d: Delay,
+    cpu: &mut CpuStats,
     now: u64,
     prev: Task,
     prev_tid: u32,
@@ -118,12 +166,18 @@ pub fn record(
     prev_cgroup: u64,
     next: Task,
     next_tid: u32,
-) -> u64 {
+) -> (u64, Cause) {
+    let (delay, reason) = (d.ns, d.reason);
     // Find the cgroup's entry first, so the bucket index below is used by both histograms at
     // one spot and dies right after.
     let cgroups = knobs::cgroups();
     let cgroup_id = if cgroups { next.cgroup_id() } else { 0 };
     let cgroup = if cgroups { cgroup_entry(ctx, cgroup_id) } else { None };
+    let (holder, holder_cgroup) = holder(prev, prev_tid, prev_cgroup, cgroup_id, cgroups);
+    let held = delay - d.throttled_ns - d.stolen_ns;
+    cpu.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+    cpu.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+    cpu.waited_ns[holder as usize] += held;
     let bucket = bucket_of(delay) & (BUCKETS - 1);
     if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
         // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
@@ -136,12 +190,13 @@ pub fn record(
             *count += 1;
         }
         c.sum_ns += delay;
-        let (holder, holder_cgroup) = holder(prev, prev_tid, prev_cgroup, cgroup_id);
-        c.waited_by_ns[holder as usize & (Holder::COUNT - 1)] += delay;
-        // The other side of `Holder::Other`: the cgroup that held the CPU is charged the part
+        c.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+        c.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+        c.waited_ns[holder as usize] += held;
+        // The other side of `Cause::Other`: the cgroup that held the CPU is charged the part
         // of the wait it ran, so it can be named. A second slot lookup, only for waits that end
         // on another cgroup's task.
-        if holder == Holder::Other && holder_cgroup != 0 {
+        if holder == Cause::Other && holder_cgroup != 0 {
             if let Some(h) = cgroup_entry(ctx, holder_cgroup) {
                 // How long prev ran (since 0: unknown, so the whole wait may be its).
                 let prev_ran = if prev_since == 0 { u64::MAX } else { now.saturating_sub(prev_since) };
@@ -174,22 +229,25 @@ pub fn record(
             w.reason = reason as u32;
         }
     }
-    cgroup_id
+    (cgroup_id, holder)
 }
 
 /// Who held the CPU until the waiting task (of cgroup `victim_cgroup`) got it: `prev` at this
-/// switch, and its cgroup where that matters (same or another): `known` if its switch-in read it,
-/// else read now.
+/// switch, and its cgroup where that matters (same or another, only with per-cgroup histograms
+/// on): `known` if its switch-in read it, else read now.
 #[inline(always)]
-fn holder(prev: Task, prev_tid: u32, known: u64, victim_cgroup: u64) -> (Holder, u64) {
+fn holder(prev: Task, prev_tid: u32, known: u64, victim_cgroup: u64, cgroups: bool) -> (Cause, u64) {
     if prev_tid == 0 {
-        return (Holder::Idle, 0);
+        return (Cause::Idle, 0);
     }
     if prev.is_kthread() {
-        return (Holder::Kernel, 0);
+        return (Cause::Kernel, 0);
+    }
+    if !cgroups {
+        return (Cause::Other, 0);
     }
     let id = if known != 0 { known } else { prev.cgroup_id() };
-    if id == victim_cgroup { (Holder::Same, id) } else { (Holder::Other, id) }
+    if id == victim_cgroup { (Cause::Same, id) } else { (Cause::Other, id) }
 }
 
 /// This CPU's histogram of cgroup `id`: in the common case its slot, an array element (one
@@ -304,13 +362,17 @@ pub fn untraced_out(tid: u32) {
 
 /// `next` gets the CPU: open a running period and add its delay, if one was measured.
 #[inline(always)]
-pub fn task_in(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, delay: Option<(u64, Reason)>) {
+pub fn task_in(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, delay: Option<(Delay, Cause)>) {
     let Some(t) = task_entry(ctx, next, tid) else { return };
     t.last_in_ns = now;
     // comm and prio change (exec, prctl, renice): keep the latest.
     t.comm = next.comm();
     t.prio = next.prio();
-    if let Some((delay_ns, reason)) = delay {
+    if let Some((d, holder)) = delay {
+        let (delay_ns, reason) = (d.ns, d.reason);
+        t.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+        t.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+        t.waited_ns[holder as usize] += delay_ns - d.throttled_ns - d.stolen_ns;
         t.delays[reason as usize & (Reason::COUNT - 1)] += 1;
         t.delay_sum_ns += delay_ns;
         if delay_ns > t.delay_max_ns {

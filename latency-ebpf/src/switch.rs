@@ -88,12 +88,15 @@ fn on_switch(ctx: &BtfTracePointContext) {
         cpu.idle_since_ns = now;
         return;
     }
-    let delay = observe::take(ctx, next_tid, now, cpu);
-    if let Some((delay_ns, reason)) = delay {
-        cpu.running_cgroup =
-            observe::record(ctx, delay_ns, reason, now, prev, prev_tid, prev_since, prev_cgroup, next, next_tid);
+    let delay = observe::take(ctx, next, next_tid, now, cpu);
+    let mut split = None;
+    if let Some(d) = delay {
+        let (cgroup, holder) =
+            observe::record(ctx, d, cpu, now, prev, prev_tid, prev_since, prev_cgroup, next, next_tid);
+        cpu.running_cgroup = cgroup;
+        split = Some((d, holder));
     }
     if per_task && observe::keep(next, next_tid) {
-        observe::task_in(ctx, next, next_tid, now, delay);
+        observe::task_in(ctx, next, next_tid, now, split);
     }
 }

@@ -3,7 +3,17 @@
 //! accepts direct loads at constant offsets and checks each one against BTF (no helper call).
 use aya_ebpf::programs::BtfTracePointContext;
 
+use latency_common::maps::SPLIT_UNIT_SHIFT;
+
 use crate::knobs;
+
+/// See [`Task::split_clocks`].
+#[derive(Clone, Copy)]
+pub struct SplitClocks {
+    pub throttled: u64,
+    pub stolen: u64,
+    pub migrations: u64,
+}
 
 /// A `struct task_struct *` passed to a BTF tracepoint (or another BTF-typed kernel pointer:
 /// one reached from it, or `cgroup_rmdir`'s `struct cgroup *`).
@@ -88,6 +98,31 @@ impl Task {
         self.follow(knobs::task_se_cfs_rq())
             .and_then(|cfs_rq| cfs_rq.follow(knobs::cfs_rq_rq()))
             .map_or(0, |rq| rq.load::<u64>(knobs::rq_clock()))
+    }
+
+    /// The clocks the cause split reads at an enqueue and at the switch-in that ends the wait,
+    /// in `SPLIT_UNIT_SHIFT` units: how long `task->se.cfs_rq` (the task's own group on its CPU)
+    /// has been throttled, by itself or an ancestor, in all (`throttled_clock_self_time`, plus the
+    /// throttle in progress since `throttled_clock_self`), and the run queue's irq+steal clock
+    /// (`clock - clock_task`); with `se.nr_migrations`. Parts switched off (or a NULL on the way)
+    /// read 0.
+    #[inline(always)]
+    pub fn split_clocks(self) -> SplitClocks {
+        let mut c = SplitClocks { throttled: 0, stolen: 0, migrations: 0 };
+        c.migrations = self.load::<u64>(knobs::task_se_nr_migrations());
+        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return c };
+        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return c };
+        let clock = rq.load::<u64>(knobs::rq_clock());
+        if knobs::split_throttle() {
+            let total = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time());
+            let since = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self());
+            let now = if since != 0 && clock > since { clock - since } else { 0 };
+            c.throttled = (total + now) >> SPLIT_UNIT_SHIFT;
+        }
+        if knobs::split_stolen() {
+            c.stolen = clock.wrapping_sub(rq.load::<u64>(knobs::rq_clock_task())) >> SPLIT_UNIT_SHIFT;
+        }
+        c
     }
 
     /// `task->se.cfs_rq->rq->nr_running`: tasks runnable on this task's CPU (including itself

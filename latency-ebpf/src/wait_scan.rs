@@ -6,7 +6,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated::bpf_seq_write;
-use latency_common::maps::{DEPTH_UNKNOWN, SEEN_RUNNING, Seen, stamp_unpack};
+use latency_common::maps::{DEPTH_UNKNOWN, SEEN_RUNNING, Seen, stamp_age, stamp_unpack};
 
 use crate::{
     knobs,
@@ -46,6 +46,7 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
     let task = Task::from_ptr(task);
     let tid = task.tid();
     let mut seen = Seen::ZERO;
+    seen.now_ns = observe::now(task);
     if task.on_cpu() {
         seen.kind = SEEN_RUNNING;
     } else {
@@ -58,8 +59,9 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
         if stamp == 0 {
             return 0;
         }
-        let (since, reason) = stamp_unpack(stamp);
-        seen.since_ns = since;
+        let (at, reason, _) = stamp_unpack(stamp);
+        let Some(age) = stamp_age(at, seen.now_ns) else { return 0 };
+        seen.since_ns = seen.now_ns.wrapping_sub(age);
         seen.kind = reason as u32;
         seen.queue_depth =
             if knobs::attribute_ns() != 0 { DEPTHS.get(tid).copied().unwrap_or(DEPTH_UNKNOWN) } else { DEPTH_UNKNOWN };
@@ -70,7 +72,6 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
     seen.prio = task.prio();
     seen.comm = task.comm();
     seen.cgroup = if knobs::cgroups() { task.cgroup_id() } else { 0 };
-    seen.now_ns = observe::now(task);
     // SAFETY: `seq` is the iterator's seq_file; the record is on this stack, its size exact.
     unsafe {
         let seq = core::ptr::read_volatile(&raw const (*meta).seq);

@@ -89,6 +89,8 @@ fn check() -> bool {
             cgroup_removals: true,
             attribute_ns: 1,
             wait_scan: true,
+            split_throttle: true,
+            split_stolen: true,
         };
         match features::load(&options) {
             Ok((probe, degraded)) => {

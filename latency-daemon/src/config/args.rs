@@ -129,6 +129,16 @@ settings! {
 
         #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
               value_parser = BoolishValueParser::new())]
+        wait_causes: bool {
+            help: "Split each wait by cause: the part its cgroup was throttled by a CPU limit and the part its CPU \
+                   spent in IRQ or hypervisor steal, from the kernel's own clocks (a few loads per enqueue and \
+                   switch-in, 4 more bytes per stamp); the rest by who held the CPU",
+            default: "true",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              value_parser = BoolishValueParser::new())]
         wait_scan: bool {
             help: "At each drain, list the tasks still waiting for a CPU (a kernel task iterator, off the \
                    scheduler's path; about 0.6 µs per task on the host): stalls are seen and alerted on while \

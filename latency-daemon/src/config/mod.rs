@@ -63,6 +63,8 @@ pub struct Config {
     pub per_cgroup: bool,
     /// Scan the tasks waiting for a CPU at each drain (waits in progress).
     pub wait_scan: bool,
+    /// Split each wait by cause (throttled, irq+steal, holder).
+    pub wait_causes: bool,
     pub per_task: bool,
     pub max_tasks: u32,
     /// Delays above this are discarded (and counted).
@@ -150,6 +152,7 @@ impl Default for Config {
             cgroup_buckets: (0..buckets::CGROUP.rungs as u8).collect(),
             per_cgroup: true,
             wait_scan: true,
+            wait_causes: true,
             per_task: false,
             // The kernel's default pid_max.
             max_tasks: 32768,
@@ -217,6 +220,7 @@ impl Config {
                 "max_cgroups" => keep(key, &mut config.max_cgroups, self.max_cgroups, r),
                 "per_cgroup" => keep(key, &mut config.per_cgroup, self.per_cgroup, r),
                 "wait_scan" => keep(key, &mut config.wait_scan, self.wait_scan, r),
+                "wait_causes" => keep(key, &mut config.wait_causes, self.wait_causes, r),
                 "per_task" => keep(key, &mut config.per_task, self.per_task, r),
                 "max_tasks" => keep(key, &mut config.max_tasks, self.max_tasks, r),
                 "ceiling" => keep(key, &mut config.ceiling, self.ceiling, r),

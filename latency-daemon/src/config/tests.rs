@@ -601,6 +601,7 @@ fn every_setting_reloads_as_the_table_says() {
             "cgroup_buckets" => "[1.0]".into(),
             "per_cgroup" => "false".into(),
             "wait_scan" => "false".into(),
+            "wait_causes" => "false".into(),
             "per_task" => "true".into(),
             "max_tasks" => "100".into(),
             "ceiling" => "\"1m\"".into(),

@@ -20,11 +20,22 @@ pub enum Feature {
     QueueDepth,
     /// Waits in progress: the task iterator run once per drain (`task_struct.on_rq`, `.on_cpu`).
     WaitScan,
+    /// The throttled part of each wait: the group's throttle clock (`cfs_rq.throttled_clock_self_time`, 6.8+).
+    ThrottleSplit,
+    /// The irq+steal part of each wait: `rq->clock - rq->clock_task` (IRQ time or steal accounting).
+    IrqStealSplit,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 5] =
-        [Feature::RunQueueClock, Feature::PerCgroup, Feature::Attribution, Feature::QueueDepth, Feature::WaitScan];
+    pub const ALL: [Feature; 7] = [
+        Feature::RunQueueClock,
+        Feature::PerCgroup,
+        Feature::Attribution,
+        Feature::QueueDepth,
+        Feature::WaitScan,
+        Feature::ThrottleSplit,
+        Feature::IrqStealSplit,
+    ];
 
     /// As in metrics and logs.
     pub fn name(self) -> &'static str {
@@ -34,6 +45,8 @@ impl Feature {
             Feature::Attribution => "attribution",
             Feature::QueueDepth => "queue_depth",
             Feature::WaitScan => "wait_scan",
+            Feature::ThrottleSplit => "throttle_split",
+            Feature::IrqStealSplit => "irq_steal_split",
         }
     }
 
@@ -43,6 +56,8 @@ impl Feature {
             Feature::PerCgroup => o.cgroups,
             Feature::Attribution | Feature::QueueDepth => o.attribute_ns != 0,
             Feature::WaitScan => o.wait_scan,
+            Feature::ThrottleSplit => o.split_throttle,
+            Feature::IrqStealSplit => o.split_stolen,
         }
     }
 
@@ -55,6 +70,8 @@ impl Feature {
             // Probe::load reads the depth only if BTF has it; nothing to switch here.
             Feature::QueueDepth => {}
             Feature::WaitScan => o.wait_scan = on && from.wait_scan,
+            Feature::ThrottleSplit => o.split_throttle = on && from.split_throttle,
+            Feature::IrqStealSplit => o.split_stolen = on && from.split_stolen,
         }
     }
 }
@@ -92,6 +109,8 @@ pub fn load(asked: &ProbeOptions) -> Result<(Probe, Vec<Degraded>), ProbeError> 
         Feature::Attribution => Ok(()),
         Feature::QueueDepth => btf.depth_layout().map(drop),
         Feature::WaitScan => btf.wait_layout().map(drop),
+        Feature::ThrottleSplit => btf.throttle_layout().map(drop),
+        Feature::IrqStealSplit => btf.stolen_layout().map(drop),
     };
     let missing: Vec<Degraded> = Feature::ALL
         .iter()
@@ -159,6 +178,8 @@ mod tests {
             cgroup_removals: true,
             attribute_ns: 5,
             wait_scan: true,
+            split_throttle: true,
+            split_stolen: true,
         }
     }
 

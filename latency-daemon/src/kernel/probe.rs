@@ -10,7 +10,7 @@ use aya::{
 use latency_common::{
     Knobs,
     knobs::{Clock, KNOBS_SYMBOL},
-    maps::{Control, REMOVED_BYTES, Seen, cgroup_slot_bits, names},
+    maps::{Control, MAX_CEILING_NS, REMOVED_BYTES, Seen, cgroup_slot_bits, names},
 };
 
 use super::btf::{Btf, BtfError, CgroupLayout, RqClockLayout, TaskLayout};
@@ -45,6 +45,10 @@ pub struct ProbeOptions {
     pub attribute_ns: u64,
     /// Load the wait scan (`wait_scan`, a task iterator run once per drain: waits in progress).
     pub wait_scan: bool,
+    /// Split each wait's throttled part off (the task's group throttle clock, 6.8+).
+    pub split_throttle: bool,
+    /// Split each wait's irq+steal part off (`rq->clock - rq->clock_task`).
+    pub split_stolen: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,12 +129,30 @@ impl Probe {
         // Without these fields the queue depth is reported as unknown; attribution still works.
         let depth = if options.attribute_ns != 0 { btf.depth_layout().ok() } else { None };
         let wait = if options.wait_scan { Some(btf.wait_layout()?) } else { None };
+        let throttle = if options.split_throttle { Some(btf.throttle_layout()?) } else { None };
+        let stolen = if options.split_stolen { Some(btf.stolen_layout()?) } else { None };
         drop(btf);
         let mut knobs = knobs(&layout, rq.as_ref(), cgroup.as_ref(), options);
         if let Some(w) = wait {
             knobs.task_on_rq = w.on_rq.offset;
             knobs.task_on_cpu = w.on_cpu.offset;
             knobs.task_cpu = w.cpu.offset;
+        }
+        let split = throttle.map(|t| (t.rq, t.nr_migrations)).or(stolen.map(|s| (s.rq, s.nr_migrations)));
+        if let Some((rq, migrations)) = split {
+            knobs.task_se_cfs_rq = rq.task_se_cfs_rq.offset;
+            knobs.cfs_rq_rq = rq.cfs_rq_rq.offset;
+            knobs.rq_clock = rq.rq_clock.offset;
+            knobs.task_se_nr_migrations = migrations.offset;
+        }
+        if let Some(t) = throttle {
+            knobs.split_throttle = 1;
+            knobs.cfs_rq_throttled_clock_self = t.throttled_clock_self.offset;
+            knobs.cfs_rq_throttled_clock_self_time = t.throttled_clock_self_time.offset;
+        }
+        if let Some(s) = stolen {
+            knobs.split_stolen = 1;
+            knobs.rq_clock_task = s.clock_task.offset;
         }
         if let Some(d) = depth {
             knobs.depth_known = 1;
@@ -160,6 +182,7 @@ impl Probe {
                 if options.cgroups && options.cgroup_removals { REMOVED_BYTES } else { page_size() },
             )
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
+            .map_max_entries(names::SPLITS, if split.is_some() { stamps } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
         let mut probe =
@@ -321,7 +344,8 @@ fn knobs(
         switch_has_prev_state: u32::from(layout.switch_has_prev_state),
         per_task: u32::from(options.per_task),
         filter: u32::from(!options.filter.is_empty()),
-        ceiling_ns: options.ceiling_ns,
+        // Stamps keep their time modulo twice this (see latency-common's `stamp_age`).
+        ceiling_ns: options.ceiling_ns.min(MAX_CEILING_NS - 1),
         clock_rq: u32::from(rq.is_some()),
         task_se_cfs_rq: rq.map_or(0, |r| r.task_se_cfs_rq.offset),
         cfs_rq_rq: rq.map_or(0, |r| r.cfs_rq_rq.offset),
@@ -341,6 +365,12 @@ fn knobs(
         task_on_rq: 0,
         task_on_cpu: 0,
         task_cpu: 0,
+        split_throttle: 0,
+        cfs_rq_throttled_clock_self: 0,
+        cfs_rq_throttled_clock_self_time: 0,
+        task_se_nr_migrations: 0,
+        split_stolen: 0,
+        rq_clock_task: 0,
     }
 }
 

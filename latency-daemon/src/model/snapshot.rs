@@ -72,7 +72,7 @@ pub fn sum_cgroup(per_cpu: &[CgroupHist]) -> CgroupHist {
 /// `total += delta`, field by field.
 pub fn add_cgroup(total: &mut CgroupHist, delta: &CgroupHist) {
     total.sum_ns += delta.sum_ns;
-    for (t, d) in total.waited_by_ns.iter_mut().zip(delta.waited_by_ns.iter()) {
+    for (t, d) in total.waited_ns.iter_mut().zip(delta.waited_ns.iter()) {
         *t += d;
     }
     total.held_others_ns += delta.held_others_ns;

@@ -66,8 +66,7 @@ pub fn cgroup_deltas(start: &Snapshot, end: &Snapshot) -> Vec<(u64, CgroupHist)>
         for (slot, (l, e)) in d.buckets.iter_mut().zip(later.buckets.iter().zip(earlier.buckets.iter())) {
             *slot = l.saturating_sub(*e);
         }
-        for (slot, (l, e)) in d.waited_by_ns.iter_mut().zip(later.waited_by_ns.iter().zip(earlier.waited_by_ns.iter()))
-        {
+        for (slot, (l, e)) in d.waited_ns.iter_mut().zip(later.waited_ns.iter().zip(earlier.waited_ns.iter())) {
             *slot = l.saturating_sub(*e);
         }
         d.held_others_ns = later.held_others_ns.saturating_sub(earlier.held_others_ns);
@@ -117,13 +116,18 @@ mod tests {
 
     #[test]
     fn cgroup_deltas_carry_who_held_the_cpu() {
-        let with = |h: CgroupHist, by: [u64; 4], held: u64| CgroupHist { waited_by_ns: by, held_others_ns: held, ..h };
-        let start =
-            snap(0, vec![(1, with(hist(5, 50), [10, 20, 10, 10], 0)), (2, with(hist(1, 10), [0, 0, 0, 10], 7))]);
-        let end = snap(1, vec![(1, with(hist(9, 90), [20, 40, 20, 10], 0)), (2, with(hist(1, 10), [0, 0, 0, 10], 37))]);
+        let with = |h: CgroupHist, by: [u64; 6], held: u64| CgroupHist { waited_ns: by, held_others_ns: held, ..h };
+        let start = snap(
+            0,
+            vec![(1, with(hist(5, 50), [0, 0, 10, 20, 10, 10], 0)), (2, with(hist(1, 10), [0, 0, 0, 0, 0, 10], 7))],
+        );
+        let end = snap(
+            1,
+            vec![(1, with(hist(9, 90), [5, 1, 20, 40, 20, 4], 0)), (2, with(hist(1, 10), [0, 0, 0, 0, 0, 10], 37))],
+        );
         let d = cgroup_deltas(&start, &end);
         // 2 waited no more but held others back for 30 ns: it stays in the window.
-        assert_eq!(d, vec![(1, with(hist(4, 40), [10, 20, 10, 0], 0)), (2, with(hist(0, 0), [0; 4], 30))]);
+        assert_eq!(d, vec![(1, with(hist(4, 40), [5, 1, 10, 20, 10, 0], 0)), (2, with(hist(0, 0), [0; 6], 30))]);
     }
 
     #[test]

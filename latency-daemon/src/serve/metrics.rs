@@ -8,7 +8,7 @@ use latency_common::{
     Discard, Lost, Reason,
     buckets::{ZERO_BUCKET, ZERO_NATIVE_INDEX},
     knobs::Clock,
-    maps::Holder,
+    maps::Cause,
 };
 use prometheus_client::{
     collector::Collector,
@@ -114,6 +114,7 @@ fn encode_all(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt::Er
     if let Some(s) = &e.snapshot {
         delay_histograms(e, s, enc)?;
         cpu_counters(e, s, enc)?;
+        wait_causes(s, enc)?;
         loss_counters(e, s, enc)?;
     }
     if let Some(w) = &e.window {
@@ -187,6 +188,38 @@ fn window_gauges(e: &Exposition, w: &Window, enc: &mut DescriptorEncoder) -> Res
             }
         }
     }
+    Ok(())
+}
+
+/// What each `cause` means, in the help of both families that carry it.
+const CAUSES: &str = "cause=\"throttled\" its cgroup (or an ancestor) was throttled by a CPU limit \
+     (CFS bandwidth) on that CPU; \"irq_steal\" the CPU was in IRQ or taken by the hypervisor (steal), \
+     as far as the kernel accounts them (runqlat_feature_info); the rest by who held the CPU when the \
+     wait ended: \"same\" a task of its own cgroup, \"other\" another cgroup's task, \"kernel\" a \
+     kernel thread, \"idle\" nobody (the wakeup itself).";
+
+fn wait_causes(s: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        "runqlat_wait_cause_seconds",
+        &format!(
+            "Time tasks waited for a CPU, all CPUs, by cause: {CAUSES} The six add up to \
+                  runqlat_delay_seconds_sum (both reasons)."
+        ),
+        None,
+        MetricType::Counter,
+    )?;
+    for cause in Cause::ALL {
+        let ns: u64 = s.cpus.iter().map(|c| c.waited_ns[cause as usize]).sum();
+        family.encode_family(&[("cause", cause.name())])?.encode_counter::<NoLabelSet, _, f64>(&seconds(ns), None)?;
+    }
+    let unsplit: u64 = s.cpus.iter().map(|c| c.unsplit).sum();
+    counter(
+        enc,
+        "runqlat_wait_unsplit",
+        "Waits not split by cause because the task moved to another CPU while it waited (the clocks \
+         of its first CPU are not its last's): the whole wait is charged to who held the CPU.",
+        unsplit,
+    )?;
     Ok(())
 }
 
@@ -286,25 +319,25 @@ fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), 
             .encode_histogram::<NoLabelSet>(seconds(h.sum_ns), count, &classic, None)?;
     }
     let mut family = enc.encode_descriptor(
-        "runqlat_cgroup_wait_by_seconds",
-        "Time the tasks of a cgroup waited, by who held the CPU when each wait ended (the task switched \
-         out for the one that waited): by=\"same\" its own cgroup, \"other\" another cgroup (named by \
-         runqlat_cgroup_held_others_seconds_total), \"kernel\" a kernel thread, \"idle\" nobody (the \
-         wakeup itself). The four add up to runqlat_cgroup_delay_seconds_sum; same series as that.",
+        "runqlat_cgroup_wait_cause_seconds",
+        &format!(
+            "Time the tasks of a cgroup waited, by cause: {CAUSES} The six add up to \
+                  runqlat_cgroup_delay_seconds_sum; same series as that."
+        ),
         None,
         MetricType::Counter,
     )?;
     for (label, h) in &e.cgroups {
-        for holder in Holder::ALL {
+        for cause in Cause::ALL {
             family
-                .encode_family(&with_container(e, &[("cgroup", label.as_str()), ("by", holder.name())], label))?
-                .encode_counter::<NoLabelSet, _, f64>(&seconds(h.waited_by_ns[holder as usize]), None)?;
+                .encode_family(&with_container(e, &[("cgroup", label.as_str()), ("cause", cause.name())], label))?
+                .encode_counter::<NoLabelSet, _, f64>(&seconds(h.waited_ns[cause as usize]), None)?;
         }
     }
     let mut family = enc.encode_descriptor(
         "runqlat_cgroup_held_others_seconds",
         "Time tasks of this cgroup ran while a task of another cgroup waited for their CPU: at each \
-         switch that ends such a wait (by=\"other\" for the waiter), the part of it the holder ran \
+         switch that ends such a wait (cause=\"other\" for the waiter), the part of it the holder ran \
          just before. Who held others back; same series as runqlat_cgroup_delay_seconds.",
         None,
         MetricType::Counter,

@@ -71,6 +71,8 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
         attribute_ns: 1,
         wait_scan: false,
+        split_throttle: true,
+        split_stolen: true,
     };
     let (mut probe, degraded) = features::load(&options)?;
     for d in &degraded {

@@ -131,6 +131,8 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         cgroup_removals: true,
         attribute_ns: config.alert.attribute_ns(),
         wait_scan: config.wait_scan,
+        split_throttle: config.wait_causes,
+        split_stolen: config.wait_causes,
     };
     let (probe, degraded) = features::load(&options)?;
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));

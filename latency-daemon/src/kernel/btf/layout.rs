@@ -61,7 +61,74 @@ pub struct WaitLayout {
     pub cpu: Member,
 }
 
+/// What the throttled part of a wait reads: the task's own group on its CPU,
+/// `task->se.cfs_rq`, its throttle clocks (`throttled_clock_self`, `throttled_clock_self_time`:
+/// 6.8+, what cgroup v2's `cpu.stat.local` reports) and its run queue's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThrottleLayout {
+    pub rq: RqClockLayout,
+    pub throttled_clock_self: Member,
+    pub throttled_clock_self_time: Member,
+    pub nr_migrations: Member,
+}
+
+/// What the irq+steal part of a wait reads: `rq->clock - rq->clock_task`, which grows by the IRQ
+/// time (CONFIG_IRQ_TIME_ACCOUNTING: `rq.prev_irq_time`) and steal (CONFIG_PARAVIRT_TIME_ACCOUNTING:
+/// `rq.prev_steal_time_rq`) the kernel accounts; which of the two this kernel has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StolenLayout {
+    pub rq: RqClockLayout,
+    pub clock_task: Member,
+    pub nr_migrations: Member,
+    pub irq: bool,
+    pub steal: bool,
+}
+
+impl StolenLayout {
+    /// What the part holds on this kernel, for the log.
+    pub fn holds(&self) -> &'static str {
+        match (self.irq, self.steal) {
+            (true, true) => "IRQ time and steal",
+            (true, false) => "IRQ time (this kernel does not account steal)",
+            _ => "steal (this kernel does not account IRQ time: CONFIG_IRQ_TIME_ACCOUNTING is off)",
+        }
+    }
+}
+
 impl Btf {
+    /// Offsets for the throttled part of the cause split; an error names what this kernel lacks
+    /// (before 6.8, the per-group throttle clock; without CONFIG_CFS_BANDWIDTH, all of it).
+    pub fn throttle_layout(&self) -> Result<ThrottleLayout, BtfError> {
+        let eight = |s: &str, member: &str| -> Result<Member, BtfError> {
+            check_size(s, member, self.member(s, member)?, &[8])
+        };
+        Ok(ThrottleLayout {
+            rq: self.rq_clock_layout()?,
+            throttled_clock_self: eight("cfs_rq", "throttled_clock_self")?,
+            throttled_clock_self_time: eight("cfs_rq", "throttled_clock_self_time")?,
+            nr_migrations: eight("task_struct", "se.nr_migrations")?,
+        })
+    }
+
+    /// Offsets for the irq+steal part; an error where the kernel accounts neither.
+    pub fn stolen_layout(&self) -> Result<StolenLayout, BtfError> {
+        let eight = |s: &str, member: &str| -> Result<Member, BtfError> {
+            check_size(s, member, self.member(s, member)?, &[8])
+        };
+        let irq = self.member("rq", "prev_irq_time").is_ok();
+        let steal = self.member("rq", "prev_steal_time_rq").is_ok();
+        if !irq && !steal {
+            return Err(BtfError::NotAccounted);
+        }
+        Ok(StolenLayout {
+            rq: self.rq_clock_layout()?,
+            clock_task: eight("rq", "clock_task")?,
+            nr_migrations: eight("task_struct", "se.nr_migrations")?,
+            irq,
+            steal,
+        })
+    }
+
     /// Offsets for the wait scan; an error names what this kernel's BTF lacks.
     pub fn wait_layout(&self) -> Result<WaitLayout, BtfError> {
         const TASK: &str = "task_struct";

@@ -86,6 +86,11 @@ pub enum BtfError {
     StructNotFound { name: String },
     #[error("struct {struct_name} has no member `{missing}` (looking up `{path}`)")]
     MemberNotFound { struct_name: String, path: String, missing: String },
+    #[error(
+        "this kernel accounts neither IRQ time (CONFIG_IRQ_TIME_ACCOUNTING) nor steal \
+         (CONFIG_PARAVIRT_TIME_ACCOUNTING): struct rq has no prev_irq_time or prev_steal_time_rq"
+    )]
+    NotAccounted,
     #[error("{struct_name}.{path} has BTF kind {kind}, not STRUCT or UNION, so it has no member `{next}`")]
     NotComposite { struct_name: String, path: String, kind: &'static str, next: String },
     #[error("{struct_name}.{path} is a {bits}-bit bitfield; only whole-byte members can be read")]
