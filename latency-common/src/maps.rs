@@ -462,6 +462,10 @@ pub struct Incident {
     /// 1 if more tasks ran during the wait than `runs` holds (the oldest are not kept).
     pub truncated: u32,
     pub _pad: u32,
+    /// The parts of `delay_ns` its group was throttled and its CPU in IRQ or steal (see
+    /// [`Cause`]; 0 with the split off or after a migration).
+    pub throttled_ns: u64,
+    pub stolen_ns: u64,
     pub victim_comm: [u8; 16],
     /// The runs on this CPU while the victim waited, most recent first.
     pub runs: [Run; RUNS_KEPT],
@@ -481,6 +485,8 @@ impl Incident {
         culprits: 0,
         truncated: 0,
         _pad: 0,
+        throttled_ns: 0,
+        stolen_ns: 0,
         victim_comm: [0; 16],
         runs: [Run::ZERO; RUNS_KEPT],
     };
@@ -630,7 +636,7 @@ const _: () = assert!(core::mem::size_of::<CgroupHist>() == 184);
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 192);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
 const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
-const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 16 + 40 * RUNS_KEPT);
+const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 32 + 40 * RUNS_KEPT);
 const _: () = assert!(RUNS_KEPT.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<WindowMax>() == 80);
 const _: () = assert!(core::mem::size_of::<TaskStats>() == 104 + 8 * Cause::COUNT);

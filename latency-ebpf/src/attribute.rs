@@ -4,14 +4,12 @@
 //! the threshold: the worst such delay per reason, CPU and window, with the runs meanwhile, and
 //! every such delay in a per-CPU ring of the last few (`FINALS`: the end of a wait alerted on while
 //! in progress).
-use latency_common::{
-    Reason,
-    maps::{DEPTH_UNKNOWN, FINALS_KEPT, Incident, RUNS_KEPT, Run, window_index},
-};
+use latency_common::maps::{DEPTH_UNKNOWN, FINALS_KEPT, Incident, RUNS_KEPT, Run, window_index};
 
 use crate::{
     knobs,
     maps::{DEPTHS, FINALS, INCIDENTS, RUNS},
+    observe::Delay,
     task::Task,
 };
 
@@ -52,7 +50,8 @@ pub fn remember_depth(task: Task, tid: u32) {
 /// A delay that reached the threshold: keep it if it is this window's worst of its reason on
 /// this CPU, with the runs on this CPU since the victim was enqueued, most recent first.
 #[inline(always)]
-pub fn incident(delay: u64, reason: Reason, now: u64, epoch: u64, next: Task, next_tid: u32, cgroup: u64) {
+pub fn incident(d: Delay, now: u64, epoch: u64, next: Task, next_tid: u32, cgroup: u64) {
+    let (delay, reason) = (d.ns, d.reason);
     if let Some(ring) = FINALS.get_ptr_mut(0) {
         // SAFETY: this CPU's ring; sched_switch does not nest on one CPU.
         let ring = unsafe { &mut *ring };
@@ -73,6 +72,8 @@ pub fn incident(delay: u64, reason: Reason, now: u64, epoch: u64, next: Task, ne
     inc.delay_ns = delay;
     inc.end_ns = now;
     inc.cgroup = cgroup;
+    inc.throttled_ns = d.throttled_ns;
+    inc.stolen_ns = d.stolen_ns;
     inc.victim_tid = next_tid;
     inc.victim_tgid = next.tgid();
     inc.victim_prio = next.prio();

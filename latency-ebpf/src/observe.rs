@@ -210,7 +210,7 @@ pub fn record(
     };
     let threshold = knobs::attribute_ns();
     if threshold != 0 && delay >= threshold {
-        attribute::incident(delay, reason, now, epoch, next, next_tid, cgroup_id);
+        attribute::incident(d, now, epoch, next, next_tid, cgroup_id);
     }
     if let Some(w) = WINDOW_MAX.get_ptr_mut(window_index(epoch, reason)) {
         // SAFETY: this CPU's slot; user space reads it only after the epoch moved on.
