@@ -71,6 +71,10 @@ pub struct Knobs {
     /// rq.clock_task` grows by exactly the IRQ and steal time the kernel accounts.
     pub split_stolen: u32,
     pub rq_clock_task: u32,
+    /// 1 when `task_on_cpu` is set (CONFIG_SMP): a wakeup of a task still on its CPU is not
+    /// stamped.
+    pub wakeup_running_known: u32,
+    pub _pad: u32,
 }
 
 impl Knobs {
@@ -110,6 +114,8 @@ impl Knobs {
         task_se_nr_migrations: 0,
         split_stolen: 0,
         rq_clock_task: 0,
+        wakeup_running_known: 0,
+        _pad: 0,
     };
 }
 
@@ -131,7 +137,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 144);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 152);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

@@ -7,13 +7,10 @@ use crate::buckets::BUCKETS;
 pub mod names {
     /// Per-tid enqueue stamp (`Array<u64>`), sized to `kernel.pid_max` at load.
     pub const STAMPS: &str = "STAMPS";
-    /// Per-CPU histogram per [`super::Reason`] (`PerCpuArray<Histogram>`).
-    pub const HISTOGRAMS: &str = "HISTOGRAMS";
-    /// Per-CPU counters (`PerCpuArray<CpuStats>`, one entry).
-    pub const CPU_STATS: &str = "CPU_STATS";
-    /// Per-CPU window maximum per reason, two slots each (`PerCpuArray<WindowMax>`, see
+    /// Per-CPU state of the switch path (`PerCpuArray<CpuState>`, one entry): counters, the
+    /// histogram per [`super::Reason`] and the window maximum per reason, two slots each (see
     /// [`super::window_index`]).
-    pub const WINDOW_MAX: &str = "WINDOW_MAX";
+    pub const CPU_STATS: &str = "CPU_STATS";
     /// Written by user space: the current window epoch (`Array<Control>`, one entry).
     pub const CONTROL: &str = "CONTROL";
     /// Per-task statistics when the per-task feature is on (`HashMap<u32, TaskStats>`).
@@ -524,6 +521,18 @@ pub struct CpuStats {
     pub lost: [u64; Lost::COUNT],
 }
 
+/// Everything the switch path writes on one CPU, in one per-CPU value, so an event finds it with
+/// one lookup: the counters, one histogram per [`Reason`] and the window maxima.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CpuState {
+    pub stats: CpuStats,
+    pub histograms: [Histogram; Reason::COUNT],
+    /// Indexed by [`window_index`]: the kernel writes slot `epoch % 2`, user space reads the
+    /// other once the epoch moved on.
+    pub window: [WindowMax; WINDOW_SLOTS as usize * Reason::COUNT],
+}
+
 /// Written by user space; read by the kernel to pick the [`WindowMax`] slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -535,7 +544,7 @@ pub struct Control {
 /// reads the other.
 pub const WINDOW_SLOTS: u32 = 2;
 
-/// `WINDOW_MAX` index of a slot and reason: each reason keeps its own maximum.
+/// Index in [`CpuState::window`] of a slot and reason: each reason keeps its own maximum.
 #[inline(always)]
 pub const fn window_index(epoch: u64, reason: Reason) -> u32 {
     ((epoch & 1) as u32) * Reason::COUNT as u32 + reason as u32
@@ -632,6 +641,12 @@ impl TaskStats {
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (9 + Cause::COUNT + Discard::COUNT + Lost::COUNT));
 const _: () = assert!(core::mem::size_of::<Control>() == 8);
+const _: () = assert!(
+    core::mem::size_of::<CpuState>()
+        == core::mem::size_of::<CpuStats>()
+            + Reason::COUNT * core::mem::size_of::<Histogram>()
+            + WINDOW_SLOTS as usize * Reason::COUNT * 80
+);
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 184);
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 192);
 const _: () = assert!(core::mem::size_of::<Run>() == 40);
@@ -649,6 +664,7 @@ mod pod {
     // (the size asserts above), so every bit pattern is a valid value.
     unsafe impl aya::Pod for super::Histogram {}
     unsafe impl aya::Pod for super::CpuStats {}
+    unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::Control {}
     unsafe impl aya::Pod for super::WindowMax {}
     unsafe impl aya::Pod for super::TaskStats {}

@@ -154,3 +154,7 @@ pub fn task_se_nr_migrations() -> u32 {
 pub fn rq_clock_task() -> u32 {
     knob!(rq_clock_task)
 }
+#[inline(always)]
+pub fn wakeup_running_known() -> bool {
+    knob!(wakeup_running_known) != 0
+}

@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, CpuStats, FinalRing, Histogram, Incident, REMOVED_BYTES, Reason, RunRing,
-    TaskStats, WINDOW_SLOTS, WindowMax,
+    CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, REMOVED_BYTES, Reason, RunRing, TaskStats,
+    WINDOW_SLOTS,
 };
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
@@ -21,17 +21,10 @@ pub static STAMPS: Array<u64> = Array::with_max_entries(4 * 1024 * 1024, 0);
 #[map]
 pub static SPLITS: Array<u32> = Array::with_max_entries(1, 0);
 
-/// One histogram per reason per CPU: no atomics, no contention.
+/// Counters, idle bookkeeping, one histogram per reason and the window maxima (double-buffered:
+/// the kernel writes slot `epoch % 2`), one entry per CPU: no atomics, no contention, one lookup.
 #[map]
-pub static HISTOGRAMS: PerCpuArray<Histogram> = PerCpuArray::with_max_entries(Reason::COUNT as u32, 0);
-
-/// Counters and idle bookkeeping, one entry per CPU.
-#[map]
-pub static CPU_STATS: PerCpuArray<CpuStats> = PerCpuArray::with_max_entries(1, 0);
-
-/// The window maximum per reason, double-buffered: the kernel writes slot `epoch % 2`.
-#[map]
-pub static WINDOW_MAX: PerCpuArray<WindowMax> = PerCpuArray::with_max_entries(WINDOW_SLOTS * Reason::COUNT as u32, 0);
+pub static CPU_STATS: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
 /// The epoch, written by user space when it closes a window.
 #[map]

@@ -5,8 +5,8 @@ use latency_common::{
     CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
     maps::{
-        Cause, CgroupHist, CgroupSlot, SPLIT_MIGRATION_BITS, SPLIT_THROTTLE_BITS, STAMP_STOLEN_BITS, cgroup_bucket,
-        cgroup_slot, split_part, stamp_age, stamp_pack, stamp_unpack, window_index,
+        Cause, CgroupHist, CgroupSlot, CpuState, SPLIT_MIGRATION_BITS, SPLIT_THROTTLE_BITS, STAMP_STOLEN_BITS,
+        cgroup_bucket, cgroup_slot, split_part, stamp_age, stamp_pack, stamp_unpack, window_index,
     },
 };
 
@@ -14,10 +14,7 @@ use crate::{
     attribute,
     diag::{self, Rare},
     knobs,
-    maps::{
-        CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, HISTOGRAMS, SPLITS, STAMPS,
-        TASKS, WINDOW_MAX,
-    },
+    maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, SPLITS, STAMPS, TASKS},
     task::Task,
 };
 
@@ -47,7 +44,7 @@ pub fn keep(task: Task, tid: u32) -> bool {
 pub fn count_lost(what: Lost) {
     if let Some(cpu) = CPU_STATS.get_ptr_mut(0) {
         // SAFETY: this CPU's slot; see switch.rs.
-        unsafe { (*cpu).lost[what as usize] += 1 };
+        unsafe { (*cpu).stats.lost[what as usize] += 1 };
     }
 }
 
@@ -158,7 +155,7 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
 pub fn record(
     ctx: &BtfTracePointContext,
     d: Delay,
-    cpu: &mut CpuStats,
+    state: &mut CpuState,
     now: u64,
     prev: Task,
     prev_tid: u32,
@@ -175,16 +172,14 @@ pub fn record(
     let cgroup = if cgroups { cgroup_entry(ctx, cgroup_id) } else { None };
     let (holder, holder_cgroup) = holder(prev, prev_tid, prev_cgroup, cgroup_id, cgroups);
     let held = delay - d.throttled_ns - d.stolen_ns;
+    let cpu = &mut state.stats;
     cpu.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
     cpu.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
     cpu.waited_ns[holder as usize] += held;
     let bucket = bucket_of(delay) & (BUCKETS - 1);
-    if let Some(h) = HISTOGRAMS.get_ptr_mut(reason as u32) {
-        // SAFETY: this CPU's histogram; no other writer on this CPU (see switch.rs).
-        let h = unsafe { &mut *h };
-        h.buckets[bucket] += 1;
-        h.sum_ns += delay;
-    }
+    let h = &mut state.histograms[reason as usize & (Reason::COUNT - 1)];
+    h.buckets[bucket] += 1;
+    h.sum_ns += delay;
     if let Some(c) = cgroup {
         if let Some(count) = c.buckets.get_mut(cgroup_bucket(bucket)) {
             *count += 1;
@@ -212,9 +207,9 @@ pub fn record(
     if threshold != 0 && delay >= threshold {
         attribute::incident(d, now, epoch, next, next_tid, cgroup_id);
     }
-    if let Some(w) = WINDOW_MAX.get_ptr_mut(window_index(epoch, reason)) {
-        // SAFETY: this CPU's slot; user space reads it only after the epoch moved on.
-        let w: &mut WindowMax = unsafe { &mut *w };
+    // This CPU's slot; user space reads it only after the epoch moved on.
+    let w: &mut WindowMax = &mut state.window[window_index(epoch, reason) as usize & 3];
+    {
         if w.epoch != epoch || delay > w.delay_ns {
             w.epoch = epoch;
             w.delay_ns = delay;

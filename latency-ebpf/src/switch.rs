@@ -1,7 +1,7 @@
 //! `sched_switch` → re-stamp a `prev` that stays runnable (reason `preempt`), count the switch,
 //! account idle time, and take `next`'s stamp: that is the delay.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
-use latency_common::{CpuStats, Lost, Reason};
+use latency_common::{Lost, Reason, maps::CpuState};
 
 use crate::{attribute, knobs, maps::CPU_STATS, observe, task::Task};
 
@@ -22,10 +22,11 @@ fn on_switch(ctx: &BtfTracePointContext) {
     // prev is current on this CPU, so its run queue is this CPU's. Read first: the helper call
     // clobbers the argument registers, so nothing loaded before it would survive it unspilled.
     let now = observe::now(prev);
-    let Some(cpu) = CPU_STATS.get_ptr_mut(0) else { return };
+    let Some(state) = CPU_STATS.get_ptr_mut(0) else { return };
     // SAFETY: a per-CPU array slot of this CPU; tracepoint programs do not nest on one CPU
     // for the same tracepoint, and sched_switch runs with the run-queue lock held.
-    let cpu: &mut CpuStats = unsafe { &mut *cpu };
+    let state: &mut CpuState = unsafe { &mut *state };
+    let cpu = &mut state.stats;
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
     let next = Task::arg(ctx, 2);
     // Each knob read is a load (see knobs.rs): once per event.
@@ -92,8 +93,8 @@ fn on_switch(ctx: &BtfTracePointContext) {
     let mut split = None;
     if let Some(d) = delay {
         let (cgroup, holder) =
-            observe::record(ctx, d, cpu, now, prev, prev_tid, prev_since, prev_cgroup, next, next_tid);
-        cpu.running_cgroup = cgroup;
+            observe::record(ctx, d, state, now, prev, prev_tid, prev_since, prev_cgroup, next, next_tid);
+        state.stats.running_cgroup = cgroup;
         split = Some((d, holder));
     }
     if per_task && observe::keep(next, next_tid) {

@@ -1,10 +1,10 @@
 //! The loaded probe's maps in, plain data out: a `Snapshot` of every aggregate, the records of a
-//! `WINDOW_MAX` slot and the attributed incidents of a window. Reads only; what the values mean
+//! window-maximum slot and the attributed incidents of a window. Reads only; what the values mean
 //! is `model`'s business.
 use aya::maps::{HashMap, MapError, PerCpuArray};
 use latency_common::{
-    CpuStats, Histogram, Reason, TaskStats,
-    maps::{FinalRing, RunRing, names, window_index},
+    Histogram, Reason, TaskStats,
+    maps::{CpuState, FinalRing, RunRing, names, window_index},
 };
 
 use super::probe::{Probe, ProbeError};
@@ -33,15 +33,11 @@ fn map_err(map: &'static str) -> impl Fn(MapError) -> ProbeError {
 pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
     let taken_ns = clock::monotonic_ns();
 
-    let map = names::CPU_STATS;
-    let stats: PerCpuArray<_, CpuStats> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
-    let cpus = stats.get(&0, 0).map_err(map_err(map))?.to_vec();
-
-    let map = names::HISTOGRAMS;
-    let hists: PerCpuArray<_, Histogram> = PerCpuArray::try_from(probe.map(map)?).map_err(map_err(map))?;
+    let states = cpu_states(probe)?;
+    let cpus = states.iter().map(|s| s.stats).collect();
     let mut histograms = [Histogram::ZERO; Reason::COUNT];
     for reason in Reason::ALL {
-        let per_cpu = hists.get(&(reason as u32), 0).map_err(map_err(map))?;
+        let per_cpu: Vec<Histogram> = states.iter().map(|s| s.histograms[reason as usize]).collect();
         histograms[reason as usize] = sum_histograms(&per_cpu);
     }
 
@@ -76,9 +72,21 @@ fn per_cpu_entry<T: aya::Pod>(probe: &Probe, map: &'static str) -> Result<Vec<T>
     Ok(values.get(&0, 0).map_err(map_err(map))?.to_vec())
 }
 
-/// Every record in the `WINDOW_MAX` slot of `epoch`, whatever window wrote it.
+/// Each CPU's state of the switch path (index = CPU): counters, histograms, window maxima.
+fn cpu_states(probe: &Probe) -> Result<Vec<CpuState>, ProbeError> {
+    per_cpu_entry(probe, names::CPU_STATS)
+}
+
+/// Every record in the window-maximum slot of `epoch`, whatever window wrote it.
 pub fn window_slot(probe: &Probe, epoch: u64) -> Result<WindowSlot, ProbeError> {
-    per_cpu_slot(probe, names::WINDOW_MAX, epoch)
+    let states = cpu_states(probe)?;
+    Ok(Reason::ALL
+        .into_iter()
+        .flat_map(|reason| {
+            let slot = window_index(epoch, reason) as usize;
+            states.iter().enumerate().map(move |(cpu, s)| (reason, cpu as u32, s.window[slot]))
+        })
+        .collect())
 }
 
 /// The attributed incidents the kernel kept for window `epoch`, one per CPU and reason that saw

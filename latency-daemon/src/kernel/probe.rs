@@ -129,6 +129,8 @@ impl Probe {
         // Without these fields the queue depth is reported as unknown; attribution still works.
         let depth = if options.attribute_ns != 0 { btf.depth_layout().ok() } else { None };
         let wait = if options.wait_scan { Some(btf.wait_layout()?) } else { None };
+        // Without CONFIG_SMP there is no `on_cpu`, and every wakeup is stamped.
+        let on_cpu = btf.member("task_struct", "on_cpu").ok().filter(|m| m.size == 4);
         let throttle = if options.split_throttle { Some(btf.throttle_layout()?) } else { None };
         let stolen = if options.split_stolen { Some(btf.stolen_layout()?) } else { None };
         drop(btf);
@@ -137,6 +139,10 @@ impl Probe {
             knobs.task_on_rq = w.on_rq.offset;
             knobs.task_on_cpu = w.on_cpu.offset;
             knobs.task_cpu = w.cpu.offset;
+        }
+        if let Some(on_cpu) = on_cpu {
+            knobs.task_on_cpu = on_cpu.offset;
+            knobs.wakeup_running_known = 1;
         }
         let split = throttle.map(|t| (t.rq, t.nr_migrations)).or(stolen.map(|s| (s.rq, s.nr_migrations)));
         if let Some((rq, migrations)) = split {
@@ -263,7 +269,7 @@ impl Probe {
         }
     }
 
-    /// Move the window epoch on: the kernel starts writing the other `WINDOW_MAX` slot.
+    /// Move the window epoch on: the kernel starts writing the other window-maximum slot.
     pub fn set_epoch(&mut self, epoch: u64) -> Result<(), ProbeError> {
         let map = names::CONTROL;
         let mut control: Array<_, Control> =
@@ -371,6 +377,8 @@ fn knobs(
         task_se_nr_migrations: 0,
         split_stolen: 0,
         rq_clock_task: 0,
+        wakeup_running_known: 0,
+        _pad: 0,
     }
 }
 
