@@ -1,12 +1,14 @@
 //! Real containers (podman, runc) on this host: the daemon labels their delays with the namespace,
 //! pod and container names that the runtime wrote into each container's OCI config, and with the
-//! container id, with no Kubernetes API. A victim sleeping 1 ms at a time shares CPU 0 with a hog.
+//! container id, with no Kubernetes API. A victim sleeping 1 ms at a time shares CPU 0 with a hog;
+//! on CPU 1, a container under a CPU limit waits mostly for its limit, its neighbours' victim for them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
 use latency_lab::{
     daemon::Daemon,
+    oracle::throttle::CpuCgroup,
     services::{Alertmanager, Container, Containerd, Podman},
     web::sample,
 };
@@ -35,8 +37,11 @@ fn held_series(c: &Container, names: Option<(&str, &str, &str)>) -> String {
     format!("runqlat_cgroup_held_others_seconds_total{{{}}}", labels(c, names, ""))
 }
 
-fn wait_by_series(c: &Container, names: Option<(&str, &str, &str)>, by: &str) -> String {
-    format!("runqlat_cgroup_wait_by_seconds_total{{{}}}", labels(c, names, &format!(",by=\"{by}\"")))
+/// The causes of a wait, as the daemon labels them, in its order.
+const CAUSES: [&str; 6] = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
+
+fn cause_series(c: &Container, names: Option<(&str, &str, &str)>, cause: &str) -> String {
+    format!("runqlat_cgroup_wait_cause_seconds_total{{{}}}", labels(c, names, &format!(",cause=\"{cause}\"")))
 }
 
 #[test]
@@ -85,7 +90,7 @@ fn podman_containers_are_named_by_their_annotations() {
     // Who took the victim's CPU: another cgroup, and of the containers the hog's is the one that
     // held others back most (the host's own cgroups share CPU 0 too: other tests, builds).
     let victim_names = Some(("testns", "victim-pod", "victim"));
-    let victim_other = wait_by_series(&victim, victim_names, "other");
+    let victim_other = cause_series(&victim, victim_names, "other");
     let hog_held = held_series(&hog, None);
     let deadline = Instant::now() + Duration::from_secs(20);
     let text = loop {
@@ -105,8 +110,7 @@ fn podman_containers_are_named_by_their_annotations() {
     };
     let value = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
     let waited = value(&format!("runqlat_cgroup_delay_seconds_sum{{{}}}", labels(&victim, victim_names, "")));
-    let by: Vec<f64> =
-        ["same", "other", "kernel", "idle"].iter().map(|b| value(&wait_by_series(&victim, victim_names, b))).collect();
+    let by: Vec<f64> = CAUSES.iter().map(|cause| value(&cause_series(&victim, victim_names, cause))).collect();
     let (held, other) = (value(&hog_held), value(&victim_other));
     let victim_held = value(&held_series(&victim, victim_names));
     let held_most = text
@@ -117,7 +121,7 @@ fn podman_containers_are_named_by_their_annotations() {
         .map(|(_, l)| l.to_string())
         .unwrap_or_default();
     println!(
-        "victim waited {waited:.6} s, by same/other/kernel/idle {by:?}; held others back: the hog {held:.6} s, \
+        "victim waited {waited:.6} s, by {CAUSES:?}: {by:?}; held others back: the hog {held:.6} s, \
          the victim {victim_held:.6} s"
     );
     println!("held others back most, of the containers: {held_most}");
@@ -139,6 +143,152 @@ fn podman_containers_are_named_by_their_annotations() {
     podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
     podman.remove(&hog).unwrap_or_else(|e| panic!("{e:#}"));
     daemon.stop().expect("SIGTERM");
+}
+
+/// One scrape at the close of a window (`--window` = `--interval`: a window closes at each drain),
+/// and the limited container's cpu.stat read right after it, so both cover the same span.
+struct AtWindow {
+    text: String,
+    drains: f64,
+    throttled_ns: u64,
+    local_throttled_ns: Option<u64>,
+}
+
+/// Polls /metrics until a drain after `after` is published, then reads `cpu`'s throttled time.
+fn at_window(daemon: &Daemon, cpu: &CpuCgroup, after: f64) -> AtWindow {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = daemon.metrics().unwrap_or_else(|e| panic!("{e:#}"));
+        let drains =
+            sample(&text, "runqlat_drains_total").unwrap_or_else(|| panic!("no runqlat_drains_total in\n{text}"));
+        if drains > after {
+            let throttled_ns = cpu.throttled_ns().unwrap_or_else(|e| panic!("{e:#}"));
+            return AtWindow { text, drains, throttled_ns, local_throttled_ns: cpu.throttled_local_ns() };
+        }
+        assert!(Instant::now() < deadline, "no drain after {after} within 10 s; log:\n{}", daemon.log().join("\n"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The issue's scene: a container limited by `--cpus` (one busy loop), an unlimited noisy
+/// neighbour (one busy loop) and a victim sleeping 1 ms at a time, all three pinned to CPU 1. Over
+/// ~6 s (two scrapes at the close of a window): the limited container's waits are mostly its limit
+/// (cause="throttled", and as long as its cpu.stat says it was throttled, to two periods), the
+/// victim's mostly the other containers (cause="other"); each cgroup's six causes add up to its
+/// delay sum.
+#[test]
+fn a_cpu_limited_containers_waits_are_throttled_and_its_neighbours_victims_wait_on_other_cgroups() {
+    // Once its period refills, the limited loop waits behind whatever else is runnable on CPU 1
+    // until it has run its quota: about quota × competitors of "other" per period beside
+    // period − quota × (competitors + 1) throttled. A twentieth of a CPU keeps "mostly throttled"
+    // true beside up to three busy competitors (the neighbour and two of a shared host's builds;
+    // a tenth allows one).
+    const LIMIT: &str = "0.05";
+    let began = Instant::now();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(cpus >= 2, "the scene pins to CPU 1; this host has {cpus} CPU(s)");
+    let mut podman = Podman::new().unwrap_or_else(|e| panic!("{e:#}"));
+    let pin = ["--cpuset-cpus", "1"];
+    let spin = ["sh", "-c", "while :; do :; done"];
+    let limited =
+        podman.run("limited", &[], &["--cpus", LIMIT, "--cpuset-cpus", "1"], &spin).unwrap_or_else(|e| panic!("{e:#}"));
+    let noisy = podman.run("noisy", &[], &pin, &spin).unwrap_or_else(|e| panic!("{e:#}"));
+    // Sleeps without a fork (`usleep` would be one, and each exit wakes kernel threads that then
+    // end the victim's waits): a timed read of a FIFO that it holds open at both ends.
+    let sleeper = "mkfifo /wake && exec 3<>/wake && while :; do read -t 0.001 x <&3; done";
+    let victim = podman.run("noisys-victim", &[], &pin, &["sh", "-c", sleeper]).unwrap_or_else(|e| panic!("{e:#}"));
+    let cpu = CpuCgroup::of(limited.pid).unwrap_or_else(|e| panic!("{e:#}"));
+    let (quota_us, period_us) = cpu
+        .limit_us()
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .unwrap_or_else(|| panic!("--cpus {LIMIT} set no limit on {}", cpu.dir.display()));
+    eprintln!("limited: {} (v1: {}), quota {quota_us} µs per {period_us} µs", cpu.dir.display(), cpu.v1);
+
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "1s"]).expect("latency-daemon run");
+    let sum_series = |c: &Container| format!("runqlat_cgroup_delay_seconds_sum{{{}}}", labels(c, None, ""));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut first = at_window(&daemon, &cpu, 0.0);
+    while ![&limited, &noisy, &victim].iter().all(|c| sample(&first.text, &sum_series(c)).is_some_and(|s| s > 0.0)) {
+        assert!(
+            Instant::now() < deadline,
+            "not all three containers have delays within 20 s; cgroup series:\n{}",
+            first
+                .text
+                .lines()
+                .filter(|l| l.starts_with("runqlat_cgroup_delay_seconds_sum"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        first = at_window(&daemon, &cpu, first.drains);
+    }
+    let throttle_split = sample(&first.text, "runqlat_feature_info{feature=\"throttle_split\",state=\"on\"}").is_some();
+    std::thread::sleep(Duration::from_millis(5500));
+    let last = at_window(&daemon, &cpu, first.drains + 5.0);
+    let span = last.drains - first.drains;
+
+    // A container's delay sum and its six causes: over the span, and since the daemon started.
+    let value = |text: &str, series: &str| sample(text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+    let causes = |text: &str, c: &Container| -> Vec<f64> {
+        CAUSES.iter().map(|cause| value(text, &cause_series(c, None, cause))).collect()
+    };
+    let split = |c: &Container| {
+        let (end, start) = (causes(&last.text, c), causes(&first.text, c));
+        let by: Vec<f64> = end.iter().zip(&start).map(|(e, s)| e - s).collect();
+        let sum = value(&last.text, &sum_series(c));
+        (sum - value(&first.text, &sum_series(c)), by, sum, end)
+    };
+    let part = |by: &[f64], cause: &str| by[CAUSES.iter().position(|c| *c == cause).expect("one of CAUSES")];
+    let stat_s = (last.throttled_ns - first.throttled_ns) as f64 / 1e9;
+    let local_s = first.local_throttled_ns.zip(last.local_throttled_ns).map(|(a, b)| (b - a) as f64 / 1e9);
+    let tasks = cpu.threads().unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!(
+        "{span} windows; throttle_split {}; limited's cpu.stat throttled_time {stat_s:.6} s (cpu.stat.local \
+         {local_s:?} s), {tasks} task(s) in its cgroup",
+        if throttle_split { "on" } else { "not on" }
+    );
+    for (what, c) in [("limited", &limited), ("noisy", &noisy), ("victim", &victim)] {
+        let (waited, by, sum, totals) = split(c);
+        let shares: Vec<String> = CAUSES
+            .iter()
+            .zip(&by)
+            .map(|(cause, s)| format!("{cause} {s:.6} s ({:.1} %)", 100.0 * s / waited))
+            .collect();
+        eprintln!("{what} waited {waited:.6} s: {}", shares.join(", "));
+        // Nothing unclassified: the six add up to the delay sum (both are sums of whole ns).
+        let eps = |x: f64| 1e-9 * x.max(1.0);
+        assert!((by.iter().sum::<f64>() - waited).abs() <= eps(waited), "{what}: {by:?} vs {waited}");
+        assert!((totals.iter().sum::<f64>() - sum).abs() <= eps(sum), "{what}: {totals:?} vs {sum}");
+    }
+
+    let (waited, by, _, _) = split(&limited);
+    let throttled = part(&by, "throttled");
+    eprintln!(
+        "limited: throttled {throttled:.6} s = {:.1} % of its waits, {:.1} % of cpu.stat's throttled time",
+        100.0 * throttled / waited,
+        100.0 * throttled / stat_s
+    );
+    assert!(stat_s > 0.5 * span, "the limited container was throttled only {stat_s} s in {span} windows");
+    if throttle_split {
+        assert!(throttled >= 0.8 * waited, "limited: {by:?} of {waited} s");
+        // Its one task waits through every throttle of its group; the windows' edges and the reads
+        // of cpu.stat differ by a drain's lag: two periods.
+        let slack = 2.0 * period_us as f64 / 1e6;
+        assert!(throttled <= stat_s * tasks as f64 + slack, "limited: throttled {throttled} s, cpu.stat {stat_s} s");
+        assert!(throttled >= 0.5 * stat_s, "limited: throttled {throttled} s, cpu.stat {stat_s} s");
+    } else {
+        eprintln!("throttle_split is not on: every wait is charged to who held the CPU");
+        assert_eq!(throttled, 0.0, "limited: {by:?}");
+    }
+    // The victim waits behind the neighbour and the limited container, never for a limit.
+    let (waited, by, _, _) = split(&victim);
+    assert!(part(&by, "other") >= 0.7 * waited, "victim: {by:?} of {waited} s");
+    assert!(part(&by, "throttled") < 0.01 * waited, "victim: {by:?} of {waited} s");
+
+    podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
+    podman.remove(&noisy).unwrap_or_else(|e| panic!("{e:#}"));
+    podman.remove(&limited).unwrap_or_else(|e| panic!("{e:#}"));
+    daemon.stop().expect("SIGTERM");
+    eprintln!("took {:?}", began.elapsed());
 }
 
 /// A hog pod and a victim pod (podman containers with `io.kubernetes.*` annotations) pinned to one

@@ -4,3 +4,4 @@ pub mod bpftool;
 pub mod perf;
 pub mod run_delay;
 pub mod runqlat;
+pub mod throttle;
