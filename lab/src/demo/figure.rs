@@ -1,6 +1,6 @@
 //! The report's figure, hand-written SVG: in, each mode's buckets; out, their delay
 //! distributions on a log axis — the share of delays per half octave, as steps — with each
-//! mode's exact maximum as a dashed line.
+//! mode's exact maximum as a dashed line; and the frame every demo figure shares (`open`).
 use std::fmt::Write as _;
 
 use super::histogram::native_index;
@@ -39,6 +39,22 @@ fn shares(buckets: &[Bucket], first: i32, last: i32) -> Vec<f64> {
     counts.iter().map(|&c| c as f64 / total).collect()
 }
 
+/// The frame the demo's figures share: `w` × `h` on white, sans-serif 12, the title (14) at the
+/// top left from `left`. The caller appends its marks and `</svg>`.
+pub fn open(w: f64, h: f64, left: f64, title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"20\" font-size=\"14\">{}</text>\n",
+        escape(title)
+    )
+}
+
+/// `text` safe inside an SVG element or attribute.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
 pub fn svg(series: &[Series]) -> String {
     let bins: Vec<i32> =
         series.iter().flat_map(|s| s.buckets.iter().filter_map(|b| b.le_seconds).map(bin_of)).collect();
@@ -52,14 +68,8 @@ pub fn svg(series: &[Series]) -> String {
     let y_max = ((top * 10.0).ceil() / 10.0).clamp(0.1, 1.0);
     let y = |share: f64| H - BOTTOM - share / y_max * (H - TOP - BOTTOM);
 
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{LEFT}\" y=\"20\" font-size=\"14\">Run-queue delay in each workload process, share per half \
-         octave (dashed: the exact maximum)</text>\n"
-    );
+    let mut out =
+        open(W, H, LEFT, "Run-queue delay in each workload process, share per half octave (dashed: the exact maximum)");
     // Axes, decade ticks and grid.
     let _ = writeln!(
         out,

@@ -3,7 +3,8 @@
 //! `workload` subcommand), perf, runqlat, bpftool, root. Out: for each
 //! workload mode, our numbers beside perf sched latency's, runqlat's and the kernel's run_delay;
 //! demo-report/report.md, report.json and delays.svg; with the stall mode also the stall made
-//! exact and alerted on while it lasts (`stall_alert`, stall-alert.svg); with `--check`, a
+//! exact and alerted on while it lasts (`stall_alert`, stall-alert.svg); why a cgroup waited, its
+//! own CPU limit or a neighbour (`causes`, causes.svg); with `--check`, a
 //! non-zero exit if any agreement figure is outside its tolerance (the test suite runs `--secs 2
 //! --check`).
 //!
@@ -11,6 +12,7 @@
 //! kernel.task_delayacct gets its old value back (guards), and the end checks that none of our
 //! programs is still loaded.
 mod analysis;
+mod causes;
 mod figure;
 mod histogram;
 mod report;
@@ -134,6 +136,16 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         );
         stall_alert::measure(&ctx.daemon)
     });
+    // Why a cgroup waited: its own CPU limit, or a neighbour.
+    let causes = measured.is_ok().then(|| {
+        println!(
+            "demo: [causes] on CPU {}: a busy task under a 10 % CPU limit, then a 1 ms sleeper beside a busy \
+             neighbour, {:?} each, watched by run…",
+            causes::CPU,
+            causes::SPAN
+        );
+        causes::measure(&ctx.daemon)
+    });
     let restored = delayacct.restore();
     let _ = std::fs::remove_dir_all(&ctx.scratch);
     let leftovers = bpftool::leftovers(&maps_before);
@@ -159,6 +171,17 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         }
         Some(Err(e)) => {
             checks.push(stall_alert::failed(&e));
+            None
+        }
+        None => None,
+    };
+    let causes = match causes {
+        Some(Ok(c)) => {
+            checks.extend(c.checks());
+            Some(c)
+        }
+        Some(Err(e)) => {
+            checks.push(causes::failed(&e));
             None
         }
         None => None,
@@ -193,6 +216,7 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         projected_full_s,
         summaries,
         stall_alert,
+        causes,
         checks,
     };
     write(&out, &report)?;
@@ -273,6 +297,9 @@ fn write(out: &std::path::Path, report: &Report) -> anyhow::Result<()> {
     if let Some(a) = &report.stall_alert {
         files.push(("stall-alert.svg", timeline::svg(a)));
     }
+    if let Some(c) = &report.causes {
+        files.push(("causes.svg", causes::figure::svg(c)));
+    }
     for (name, text) in files {
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -284,6 +311,9 @@ fn print_outcome(out: &std::path::Path, report: &Report) {
     println!("\n{}", report::experiment_table(report));
     println!("{}", report::agreement_table(report));
     if let Some(line) = report::stall_alert_line(report) {
+        println!("{line}\n");
+    }
+    if let Some(line) = report::causes_line(report) {
         println!("{line}\n");
     }
     let failures = report.failures();

@@ -6,11 +6,14 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 mod alerted;
+mod causes;
 mod findings;
 
 pub use self::alerted::stall_alert_line;
+pub use self::causes::causes_line;
 use self::findings::{answers, nice, stall, tolerances};
 use super::analysis::{Check, PERF_MIN_DELAYS, Summary};
+use super::causes::Causes;
 use super::stall_alert::StallAlert;
 use crate::workload::Mode;
 
@@ -30,6 +33,8 @@ pub struct Report {
     pub summaries: Vec<Summary>,
     /// The stall made exact and alerted on while it lasts (with the stall mode).
     pub stall_alert: Option<StallAlert>,
+    /// Why it waited: its own CPU limit or a neighbour (`causes`).
+    pub causes: Option<Causes>,
     /// Across modes (ordering), time, cleanup.
     pub checks: Vec<Check>,
 }
@@ -305,6 +310,10 @@ pub fn markdown(report: &Report) -> String {
     if let Some(a) = &report.stall_alert {
         out.push_str("\n## The stall, alerted on while it lasts\n\n");
         alerted::section(&mut out, a);
+    }
+    if let Some(c) = &report.causes {
+        out.push_str("\n## Why it waited: its own CPU limit or a neighbour\n\n");
+        causes::section(&mut out, c);
     }
     out.push_str("\n## nice: CPU share follows the kernel's weights, delay follows the share\n\n");
     nice(&mut out, report);
