@@ -89,6 +89,13 @@ fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
     assert!(alert["labels"]["instance"].as_str().is_some_and(|i| !i.is_empty()), "{alert}");
     assert!(a["victim"].as_str().unwrap_or_default().contains("sh"), "victim: {a}");
     assert!(a["culprits"].as_str().unwrap_or_default().contains("sh"), "culprits: {a}");
+    // The split of the delay: both parts are there, and the summary names the throttling (the
+    // victim's own limit) exactly when there was some.
+    let part = |k: &str| a[k].as_str().unwrap_or_else(|| panic!("no {k} annotation: {a}")).to_string();
+    let (throttled, irq_steal) = (part("throttled"), part("irq_steal"));
+    let summary = a["summary"].as_str().unwrap_or_default();
+    assert_eq!(throttled != "0 ns", summary.contains("throttled by the CPU limit of"), "{throttled}: {summary}");
+    assert_eq!(irq_steal != "0 ns", summary.contains("in IRQ or steal"), "{irq_steal}: {summary}");
     let depth: u32 =
         a["queue_depth"].as_str().unwrap_or_default().parse().unwrap_or_else(|_| panic!("queue_depth: {a}"));
     assert!(depth >= 1, "spinners queue behind each other: depth {depth}");
@@ -390,6 +397,11 @@ fn the_alert_names_the_hog_that_ran() {
         assert!(kept_ns * 10 >= delay * 9, "the runs kept cover {kept_ns} of a {delay} ns wait: {worst}");
     }
     assert_eq!(worst["cpu"].as_u64(), Some(cpu as u64));
+    // The parts of the delay that were neither behind the hog nor anyone: carried, and within it.
+    let delay = worst["delay_ns"].as_u64().unwrap();
+    let throttled = worst["throttled_ns"].as_u64().expect("throttled_ns");
+    let irq_steal = worst["irq_steal_ns"].as_u64().expect("irq_steal_ns");
+    assert!(throttled + irq_steal <= delay, "{throttled} + {irq_steal} ns of a {delay} ns delay: {worst}");
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }

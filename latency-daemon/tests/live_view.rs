@@ -70,6 +70,34 @@ fn chromium_renders_the_heatmap_and_the_snapshot_s_numbers() {
         }
         assert_eq!(field(&dom, &format!("{reason}.threshold_ns")), Some(5_000_000));
     }
+    // Why it waited: six causes, the snapshot's, adding up to both reasons' delay time.
+    let delay_time = snap["histograms"]["wakeup"]["sum_ns"].as_u64().unwrap()
+        + snap["histograms"]["preempt"]["sum_ns"].as_u64().unwrap();
+    let mut causes = 0;
+    for cause in ["throttled", "irq_steal", "same", "other", "kernel", "idle"] {
+        let shown = field(&dom, &format!("cause.{cause}_ns")).unwrap_or_else(|| panic!("cause {cause} not shown"));
+        assert_eq!(Some(shown), snap["waited_by_cause_ns"][cause].as_u64(), "cause {cause}");
+        causes += shown;
+    }
+    assert!(delay_time > 0 && causes == delay_time, "causes add up to {causes} ns, the delays to {delay_time} ns");
+    assert_eq!(field(&dom, "cause.total_ns"), Some(delay_time));
+    // Each cgroup of the snapshot, and each on the page, splits exactly its own time waited.
+    for c in snap["cgroups"].as_array().unwrap() {
+        let split: u64 = c["waited_by_cause_ns"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!(split, c["sum_ns"].as_u64().unwrap(), "{c}");
+    }
+    let top = dom.split("id=\"top-cgroups\"").nth(1).expect("the top cgroups").split("</table>").next().unwrap();
+    let rows: Vec<&str> = top.split("<tr>").skip(2).collect();
+    assert!(!rows.is_empty(), "no cgroup rows");
+    for row in rows {
+        let bar = row.split("class=\"causes\"").nth(1).unwrap_or_else(|| panic!("no causes bar: {row}"));
+        let parts: u64 =
+            bar.split("data-value=\"").skip(1).filter_map(|s| s.split('"').next()?.parse::<u64>().ok()).sum();
+        let waited: u64 =
+            row.split("<td data-value=\"").nth(2).and_then(|s| s.split('"').next()?.parse().ok()).unwrap();
+        assert_eq!(parts, waited, "a cgroup's causes and its time waited: {row}");
+    }
+
     let total = snap["histograms"]["wakeup"]["count"].as_u64().unwrap()
         + snap["histograms"]["preempt"]["count"].as_u64().unwrap();
     assert!(total > 0);

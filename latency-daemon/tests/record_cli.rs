@@ -134,6 +134,43 @@ fn delays_over_the_ceiling_are_discarded_and_counted() {
     }
 }
 
+/// Why they waited: the run's six causes add up to its delay time, each task's to its own, in
+/// JSON; the text has the machine-wide section and a column per cause.
+#[test]
+fn every_delay_is_split_by_cause_in_both_outputs() {
+    let causes = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
+    let sum = |v: &Value, what: &str| -> u64 {
+        assert_eq!(v.as_object().map(|o| o.len()), Some(6), "{what}: {v}");
+        causes.iter().map(|c| v[c].as_u64().unwrap_or_else(|| panic!("{what}: no {c} in {v}"))).sum()
+    };
+    let mut crew = Crew::default();
+    let me = std::process::id().to_string();
+    let v = record_json(&["--pid", &me], || {
+        crew.phase(group("causes", Body::Spin, 2 * cpus()), 1.0).expect("the workload");
+    });
+    let delays: u64 = ["wakeup", "preempt"].iter().map(|r| v["histograms"][r]["sum_ns"].as_u64().unwrap()).sum();
+    assert!(delays > 0, "oversubscribed spinners did not wait");
+    assert_eq!(sum(&v["waited_by_cause_ns"], "the run"), delays);
+    assert!(v["unsplit"].is_u64(), "{}", v["unsplit"]);
+    let tasks = v["tasks"].as_array().unwrap();
+    for t in tasks {
+        assert_eq!(sum(&t["waited_by_cause_ns"], "a task"), t["delay_sum_ns"].as_u64().unwrap(), "{t}");
+    }
+    let per_cpu: u64 = v["cpus"].as_array().unwrap().iter().map(|c| sum(&c["waited_by_cause_ns"], "a cpu")).sum();
+    assert_eq!(per_cpu, delays, "the CPUs' causes add up to the run's");
+
+    let out = daemon(&["record", "--duration", "1s", "--top", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let section = text.split("Why they waited").nth(1).unwrap_or_else(|| panic!("no causes section:\n{text}"));
+    for short in ["thr", "irq", "same", "other", "kern", "idle"] {
+        assert!(section.lines().any(|l| l.trim_start().starts_with(short) && l.contains(" % |")), "{short}:\n{text}");
+    }
+    let header = text.lines().find(|l| l.contains("Task (comm:tid, pid)")).expect("the task table");
+    assert!(header.contains("thr    irq   same  other   kern   idle"), "{header}");
+    assert_nothing_attached();
+}
+
 #[test]
 fn hostile_thread_names_keep_both_outputs_intact() {
     let hostile: &[u8] = b"a\"b\\c\nd\xff\xfe";

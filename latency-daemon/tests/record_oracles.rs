@@ -235,6 +235,39 @@ fn sleepers_wake_and_spinners_are_preempted() {
     assert_eq!(hist_total, task_total, "histogram counts and per-task counts disagree");
 }
 
+/// The six causes of a `waited_by_cause_ns` object (all must be there), summed.
+fn causes_sum(v: &Value, what: &str) -> u64 {
+    let causes = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
+    let obj = v.as_object().unwrap_or_else(|| panic!("{what}: no waited_by_cause_ns: {v}"));
+    assert_eq!(obj.len(), causes.len(), "{what}: {v}");
+    causes.iter().map(|c| v[c].as_u64().unwrap_or_else(|| panic!("{what}: {c} missing in {v}"))).sum()
+}
+
+/// Every delay is split by cause exactly: each thread's six causes add up to its delay sum (on
+/// both clocks), the run's to its histograms' sums; oversubscribed spinners of one process wait
+/// mostly behind each other (`same`).
+#[test]
+fn causes_add_up_to_every_threads_delays() {
+    let run = run();
+    for d in &run.threads {
+        for (clock, t) in [("monotonic", ours(run, d)), ("run-queue", ours_rq(run, d))] {
+            let what = format!("{} ({clock})", d.name);
+            assert_eq!(causes_sum(&t["waited_by_cause_ns"], &what), u(t, "delay_sum_ns"), "{what}: {t}");
+        }
+    }
+    let r = &run.report;
+    let delays: u64 = ["wakeup", "preempt"].iter().map(|x| u(&r["histograms"][x], "sum_ns")).sum();
+    assert_eq!(causes_sum(&r["waited_by_cause_ns"], "the run"), delays, "{}", r["waited_by_cause_ns"]);
+    let (mut same, mut all) = (0, 0);
+    for d in run.threads.iter().filter(|d| d.group == "compete") {
+        let t = ours(run, d);
+        same += t["waited_by_cause_ns"]["same"].as_u64().unwrap();
+        all += u(t, "delay_sum_ns");
+    }
+    eprintln!("compete spinners: {same} of {all} ns behind their own cgroup; run: {}", r["waited_by_cause_ns"]);
+    assert!(same * 2 >= all, "oversubscribed spinners waited only {same} of {all} ns behind their own cgroup");
+}
+
 /// perf sched latency's per-thread maximum equals ours. perf rebuilds each delay from its own
 /// trace with heuristics of its own, and now and then loses a delay of a thread with only a
 /// handful (its delay count then differs from ours and from the kernel's accounting): a thread

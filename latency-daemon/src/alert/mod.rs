@@ -291,6 +291,8 @@ mod tests {
         Attribution {
             reason,
             delay_ns,
+            throttled_ns: 0,
+            irq_steal_ns: 0,
             cpu: 0,
             victim_tid: 7,
             victim_pid: 7,

@@ -37,6 +37,12 @@ pub struct Attribution {
     #[serde(serialize_with = "ser_reason")]
     pub reason: Reason,
     pub delay_ns: u64,
+    /// The part of `delay_ns` the victim's cgroup (or a parent) was throttled by its CPU limit on
+    /// that CPU, and the part its CPU spent in IRQ or steal; the rest it waited behind who ran
+    /// ([`Attribution::held_ns`]). 0 where the kernel could not split it (a task that migrated
+    /// while it waited, the split off on this kernel, a wait in progress).
+    pub throttled_ns: u64,
+    pub irq_steal_ns: u64,
     pub cpu: u32,
     pub victim_tid: u32,
     pub victim_pid: u32,
@@ -60,6 +66,13 @@ pub struct Attribution {
     /// finished delay serializes as it always did.
     #[serde(skip_serializing_if = "is_false")]
     pub waiting: bool,
+}
+
+impl Attribution {
+    /// The part of the delay spent behind the tasks that ran (neither throttled nor IRQ or steal).
+    pub fn held_ns(&self) -> u64 {
+        self.delay_ns.saturating_sub(self.throttled_ns).saturating_sub(self.irq_steal_ns)
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -93,6 +106,9 @@ pub fn attribution(
     Attribution {
         reason,
         delay_ns: inc.delay_ns,
+        // The kernel clamps both into the delay; clamp again so a bad record cannot overflow it.
+        throttled_ns: inc.throttled_ns.min(inc.delay_ns),
+        irq_steal_ns: inc.stolen_ns.min(inc.delay_ns.saturating_sub(inc.throttled_ns)),
         cpu,
         victim_tid: inc.victim_tid,
         victim_pid: inc.victim_tgid,
@@ -167,6 +183,23 @@ mod tests {
         assert_eq!((a.culprits[1].comm.as_str(), a.culprits[1].ran_ns), ("kworker/1:0", 5_000));
         assert_eq!(a.end_unix_ns, 101_000);
         assert!(!a.culprits_truncated);
+        assert_eq!((a.throttled_ns, a.irq_steal_ns, a.held_ns()), (0, 0, 10_000), "not split: all behind who ran");
+    }
+
+    #[test]
+    fn the_split_of_the_delay_is_carried_and_bounded_by_it() {
+        let mut inc = Incident::ZERO;
+        inc.delay_ns = 120_000_000;
+        inc.throttled_ns = 95_000_000;
+        inc.stolen_ns = 5_000_000;
+        let a = attribution(Reason::Wakeup, 0, &inc, WallClock::new(0, 0), |_| None);
+        assert_eq!((a.throttled_ns, a.irq_steal_ns, a.held_ns()), (95_000_000, 5_000_000, 20_000_000));
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!((&json["throttled_ns"], &json["irq_steal_ns"]), (&95_000_000u64.into(), &5_000_000u64.into()));
+        // A record whose parts exceed the delay is cut to it.
+        inc.stolen_ns = 50_000_000;
+        let a = attribution(Reason::Wakeup, 0, &inc, WallClock::new(0, 0), |_| None);
+        assert_eq!((a.throttled_ns, a.irq_steal_ns, a.held_ns()), (95_000_000, 25_000_000, 0));
     }
 
     #[test]

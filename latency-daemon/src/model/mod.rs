@@ -2,6 +2,7 @@
 //! cgroup series, the exposition a scrape reads and the timeline the live view draws. No I/O, no aya, no prometheus-client, so
 //! every stage is tested without root.
 pub mod attribution;
+pub mod causes;
 pub mod cgroup_series;
 pub mod container;
 pub mod credentials;

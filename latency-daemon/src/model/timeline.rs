@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use latency_common::{Reason, buckets::BUCKETS, maps::CgroupHist};
 
-use super::{attribution::Attribution, container::ContainerLabels, report::Report};
+use super::{attribution::Attribution, causes::Causes, container::ContainerLabels, report::Report};
 
 /// Windows the daemon keeps for the live view: 15 minutes at the default 15 s window.
 pub const WINDOWS_KEPT: usize = 60;
@@ -37,6 +37,8 @@ pub struct CgroupSummary {
     pub names: ContainerLabels,
     pub count: u64,
     pub sum_ns: u64,
+    /// `sum_ns` by cause.
+    pub causes: Causes,
 }
 
 /// What the view draws of one closed window.
@@ -46,6 +48,8 @@ pub struct WindowSummary {
     pub duration_ns: u64,
     /// Per reason (index = `Reason as usize`).
     pub reasons: [ReasonSummary; Reason::COUNT],
+    /// Why they waited: both reasons' delay time by cause (adds up to their `sum_ns`).
+    pub causes: Causes,
     /// The window's cgroups with the most delay time, largest first.
     pub top_cgroups: Vec<CgroupSummary>,
 }
@@ -66,7 +70,13 @@ impl WindowSummary {
                 buckets: nonzero(&h.raw),
             }
         });
-        WindowSummary { start_unix_ns: report.start_unix_ns, duration_ns: report.duration_ns, reasons, top_cgroups }
+        WindowSummary {
+            start_unix_ns: report.start_unix_ns,
+            duration_ns: report.duration_ns,
+            reasons,
+            causes: report.waited_by_cause_ns,
+            top_cgroups,
+        }
     }
 
     /// Delays of both reasons per kernel bucket (non-empty only, ascending).
@@ -103,6 +113,7 @@ pub fn top_cgroups(
                 names: ContainerLabels::default(),
                 count: h.buckets.iter().sum(),
                 sum_ns: h.sum_ns,
+                causes: Causes(h.waited_ns),
             })
         })
         .take(n)
@@ -198,8 +209,10 @@ mod tests {
 
     #[test]
     fn a_summary_keeps_exact_buckets_and_the_max_only_when_known() {
-        let r = report(&[(Reason::Wakeup, 5_000), (Reason::Wakeup, 5_001), (Reason::Preempt, 9_000_000)], true);
+        let mut r = report(&[(Reason::Wakeup, 5_000), (Reason::Wakeup, 5_001), (Reason::Preempt, 9_000_000)], true);
+        r.waited_by_cause_ns = Causes([9_000_000, 0, 0, 0, 0, 10_001]);
         let s = WindowSummary::of_report(&r, true, Vec::new());
+        assert_eq!(s.causes.total(), s.reasons.iter().map(|r| r.sum_ns).sum::<u64>());
         let w = &s.reasons[Reason::Wakeup as usize];
         assert_eq!((w.count, w.max_ns), (2, Some(5_001)));
         assert_eq!(w.buckets, vec![(bucket_of(5_000) as u8, 2)]);
@@ -232,9 +245,11 @@ mod tests {
             h.sum_ns = sum_ns;
             h
         };
-        let deltas = [(1, h(10, 1)), (2, h(30, 2)), (3, h(20, 3)), (4, h(99, 9))];
+        let mut deltas = [(1, h(10, 1)), (2, h(30, 2)), (3, h(20, 3)), (4, h(99, 9))];
+        deltas[1].1.waited_ns = [20, 0, 0, 10, 0, 0];
         let top = top_cgroups(&deltas, |id| (id != 4).then(|| format!("/c{id}")), 2);
         let names: Vec<(&str, u64)> = top.iter().map(|c| (c.cgroup.as_str(), c.sum_ns)).collect();
         assert_eq!(names, [("/c2", 30), ("/c3", 20)]);
+        assert_eq!(top[0].causes, Causes([20, 0, 0, 10, 0, 0]), "each cgroup carries its causes");
     }
 }

@@ -51,6 +51,10 @@ fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAle
         ("victim", text::victim(a)),
         ("culprit_pods", text::culprit_pods(a)),
         ("delay", text::duration(a.delay_ns)),
+        // The parts of `delay` the victim's own CPU limit throttled it and its CPU was in IRQ or
+        // steal ("0 ns": none, or not split); the rest it waited behind `culprits`.
+        ("throttled", text::duration(a.throttled_ns)),
+        ("irq_steal", text::duration(a.irq_steal_ns)),
         ("threshold", text::duration(alert.threshold_ns)),
         ("cpu", a.cpu.to_string()),
         ("queue_depth", text::queue_depth(a)),
@@ -160,6 +164,7 @@ mod tests {
         assert!(ann["description"].as_str().unwrap().lines().count() > 3);
 
         assert_eq!(ann["culprit_pods"], "none recorded");
+        assert_eq!((&ann["throttled"], &ann["irq_steal"]), (&json!("0 ns"), &json!("0 ns")));
         assert_eq!(ann["still_waiting"], "false");
         assert_eq!(alerts[1]["labels"]["reason"], "wakeup");
         assert_eq!(alerts[1]["endsAt"], "2023-11-14T22:14:59.000Z", "a resolved alert ends when it resolved");
@@ -191,6 +196,31 @@ mod tests {
         assert_eq!(t["worst"]["container_id"], "c0ffee");
         assert_eq!(t["worst"]["culprits"][0]["pod"], "hog-7");
         assert_eq!(t["worst"]["culprits"][0]["cgroup"], "/kubepods/pod1/x");
+    }
+
+    #[test]
+    fn the_split_of_the_delay_in_every_sink() {
+        let mut a = alert();
+        a.worst.throttled_ns = 9_000_000;
+        a.worst.irq_steal_ns = 1_000_000;
+        let body = alertmanager_body([&a], [], &origin(), NOW, NOW).unwrap();
+        let ann = &serde_json::from_slice::<Value>(&body).unwrap()[0]["annotations"];
+        assert_eq!((&ann["throttled"], &ann["irq_steal"]), (&json!("9.0 ms"), &json!("1.0 ms")));
+        let summary = ann["summary"].as_str().unwrap();
+        assert!(
+            summary.contains("waited 12.3 ms: 9.0 ms throttled by the CPU limit of cgroup /app.slice, 1.0 ms in IRQ or steal, 2.3 ms behind hog (tid 99)"),
+            "{summary}"
+        );
+        assert!(ann["description"].as_str().unwrap().contains("Of that delay: 9.0 ms throttled"), "{ann}");
+        // Webhook and log: the Transition, its ns beside `delay_ns`.
+        let hook = serde_json::to_value(Transition::Fired(a.clone())).unwrap();
+        assert_eq!(
+            (&hook["worst"]["throttled_ns"], &hook["worst"]["irq_steal_ns"]),
+            (&json!(9_000_000), &json!(1_000_000))
+        );
+        let log: Value = serde_json::from_str(&log_line(&Transition::Fired(a), NOW).unwrap()).unwrap();
+        assert_eq!(log["worst"]["throttled_ns"], 9_000_000);
+        assert!(log["summary"].as_str().unwrap().contains("9.0 ms throttled"), "{log}");
     }
 
     #[test]

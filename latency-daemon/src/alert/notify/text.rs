@@ -1,5 +1,7 @@
 //! An [`Alert`] in, the human words about it out: durations, timestamps, the one-line summary,
-//! the multi-line description and the culprit list that the Alertmanager annotations carry.
+//! the multi-line description, the split of the worst delay (throttled by the victim's own CPU
+//! limit, in IRQ or steal, behind who ran) and the culprit list that the Alertmanager annotations
+//! carry.
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -113,6 +115,60 @@ pub fn culprits(a: &Attribution) -> String {
     if parts.is_empty() { "none recorded".into() } else { parts.join("; ") }
 }
 
+/// At most this many characters of a cgroup path in the split: the summary stays one short line.
+const PLACE_CHARS: usize = 120;
+
+/// Where the victim's CPU limit is: its pod, else its container, else its cgroup (a long path cut
+/// to its last [`PLACE_CHARS`] characters, where the leaf's name is).
+fn victim_place(a: &Attribution) -> String {
+    match a.names.pod_name() {
+        Some(pod) => format!("pod {}", printable(&pod)),
+        None if !a.names.container.is_empty() => format!("container {}", printable(&a.names.container)),
+        None => {
+            let path = printable(&a.cgroup);
+            let n = path.chars().count();
+            if n <= PLACE_CHARS {
+                format!("cgroup {path}")
+            } else {
+                format!("cgroup …{}", path.chars().skip(n - PLACE_CHARS).collect::<String>())
+            }
+        }
+    }
+}
+
+/// Who the rest of the wait was behind: the culprit that ran longest, by its pod where known.
+fn held_by(a: &Attribution) -> String {
+    if idle_only(a) {
+        return "with the CPU idle".into();
+    }
+    match a.culprits.iter().max_by_key(|c| c.ran_ns) {
+        Some(top) if !top.cgroup.is_empty() => format!("behind {}", culprit_place(top)),
+        Some(top) => format!("behind {} (tid {})", printable(&top.comm), top.tid),
+        None => "behind other tasks".into(),
+    }
+}
+
+/// How the worst delay splits, when the kernel split it: "95.0 ms throttled by the CPU limit of
+/// pod shop/web-0, 5.0 ms in IRQ or steal, 20.0 ms behind pod shop/cache-1" (parts that are 0 left
+/// out). None when neither throttling nor IRQ or steal took any of it: the whole delay was behind
+/// who ran (or the kernel could not split it).
+pub fn split(a: &Attribution) -> Option<String> {
+    if a.throttled_ns == 0 && a.irq_steal_ns == 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if a.throttled_ns > 0 {
+        parts.push(format!("{} throttled by the CPU limit of {}", duration(a.throttled_ns), victim_place(a)));
+    }
+    if a.irq_steal_ns > 0 {
+        parts.push(format!("{} in IRQ or steal", duration(a.irq_steal_ns)));
+    }
+    if a.held_ns() > 0 {
+        parts.push(format!("{} {}", duration(a.held_ns()), held_by(a)));
+    }
+    Some(parts.join(", "))
+}
+
 /// What an alert's worst delay is, for the words about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Worst {
@@ -143,15 +199,23 @@ pub fn summary(alert: &Alert) -> String {
     let a = &alert.worst;
     let (reason, cpu, d) = (a.reason.name(), a.cpu, duration(a.delay_ns));
     let who = format!("{} (tid {}){}", printable(&a.victim_comm), a.victim_tid, in_pod(&a.names));
-    let mut s = match worst(alert) {
-        Worst::Ended => format!("{reason} delay {d} on cpu {cpu}: {who} waited; ran meanwhile: "),
-        Worst::Waiting => {
+    let mut s = match (worst(alert), split(a)) {
+        (Worst::Ended, Some(split)) => {
+            format!("{reason} delay on cpu {cpu}: {who} waited {d}: {split}; ran meanwhile: ")
+        }
+        (Worst::FinallyRan, Some(split)) => {
+            format!("{reason} delay on cpu {cpu}: {who} finally ran after {d}: {split}; ran meanwhile: ")
+        }
+        (Worst::Ended, None) => format!("{reason} delay {d} on cpu {cpu}: {who} waited; ran meanwhile: "),
+        (Worst::Waiting, _) => {
             format!("{reason} delay on cpu {cpu}: {who} has waited {d} so far and has not run yet; ran meanwhile: ")
         }
-        Worst::LastSeenWaiting => {
+        (Worst::LastSeenWaiting, _) => {
             format!("{reason} delay on cpu {cpu}: {who} had waited {d} and not run yet when last seen; ran meanwhile: ")
         }
-        Worst::FinallyRan => format!("{reason} delay on cpu {cpu}: {who} finally ran after {d}; ran meanwhile: "),
+        (Worst::FinallyRan, None) => {
+            format!("{reason} delay on cpu {cpu}: {who} finally ran after {d}; ran meanwhile: ")
+        }
     };
     if idle_only(a) {
         let _ = write!(s, "only the idle task, {}: {IDLE_HINT}", duration(a.delay_ns));
@@ -216,6 +280,9 @@ pub fn description(alert: &Alert) -> String {
             writeln!(s, "Firing since {since}; worst delay {d} on cpu {cpu}: it finally ran at {at}.")
         }
     };
+    if let Some(split) = split(a) {
+        let _ = writeln!(s, "Of that delay: {split}.");
+    }
     let _ = writeln!(s, "Victim: {}, prio {}.", victim(a), a.victim_prio);
     let _ = writeln!(s, "Other runnable tasks on that CPU when it was enqueued: {}.", queue_depth(a));
     if a.culprits.is_empty() && !a.culprits_truncated {
@@ -258,6 +325,8 @@ pub(super) mod tests {
             worst: Attribution {
                 reason: Reason::Preempt,
                 delay_ns: 12_300_000,
+                throttled_ns: 0,
+                irq_steal_ns: 0,
                 cpu: 1,
                 victim_tid: 1234,
                 victim_pid: 1200,
@@ -404,6 +473,66 @@ pub(super) mod tests {
         ] {
             assert!(d.contains(want), "{want:?} missing in:\n{d}");
         }
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::{tests::alert, *};
+    use crate::model::attribution::Culprit;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn throttling_names_the_victims_own_limit_and_the_rest_who_ran() {
+        let mut a = alert();
+        a.worst.delay_ns = 120 * MS;
+        a.worst.throttled_ns = 95 * MS;
+        a.worst.irq_steal_ns = 5 * MS;
+        a.worst.names = ContainerLabels {
+            namespace: "shop".into(),
+            pod: "web-0".into(),
+            container: "app".into(),
+            container_id: String::new(),
+        };
+        a.worst.culprits[0].cgroup = "/kubepods/podc/x".into();
+        a.worst.culprits[0].names.namespace = "shop".into();
+        a.worst.culprits[0].names.pod = "cache-1".into();
+        assert_eq!(
+            summary(&a),
+            "preempt delay on cpu 1: myapp (tid 1234) in pod shop/web-0 container app waited 120.0 ms: 95.0 ms \
+             throttled by the CPU limit of pod shop/web-0, 5.0 ms in IRQ or steal, 20.0 ms behind pod shop/cache-1; \
+             ran meanwhile: hog (tid 99) 11.8 ms in pod shop/cache-1 and more"
+        );
+        let d = description(&a);
+        assert!(d.contains("\nOf that delay: 95.0 ms throttled by the CPU limit of pod shop/web-0, 5.0 ms in IRQ or steal, 20.0 ms behind pod shop/cache-1.\n"), "{d}");
+        // Once the wait ended after being seen in progress, the split comes with the final delay.
+        a.ran_after_waiting = true;
+        assert!(summary(&a).contains("finally ran after 120.0 ms: 95.0 ms throttled"), "{}", summary(&a));
+    }
+
+    #[test]
+    fn each_part_only_when_there_is_some() {
+        let mut a = alert();
+        assert_eq!(split(&a.worst), None, "not split: the words stay as they were");
+        assert!(!description(&a).contains("Of that delay"));
+        // Only IRQ or steal, the rest behind a culprit without a known cgroup (record).
+        a.worst.irq_steal_ns = 300_000;
+        assert_eq!(split(&a.worst).unwrap(), "300.0 µs in IRQ or steal, 12.0 ms behind hog (tid 99)");
+        // All of it throttled, in a plain cgroup whose long hostile path is cut and escaped.
+        a.worst.irq_steal_ns = 0;
+        a.worst.throttled_ns = a.worst.delay_ns;
+        a.worst.cgroup = format!("/{}\n{}", "x".repeat(300), "leaf");
+        let s = split(&a.worst).unwrap();
+        assert!(s.starts_with("12.3 ms throttled by the CPU limit of cgroup …x") && s.ends_with(r"x\nleaf"), "{s}");
+        assert!(s.chars().count() < 200 && !s.contains('\n'), "{s}");
+        assert!(!summary(&a).contains("behind"), "nothing held it: {}", summary(&a));
+        // The rest behind only the idle task.
+        a.worst.throttled_ns = MS;
+        a.worst.culprits_truncated = false;
+        a.worst.culprits =
+            vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 11 * MS, ..Culprit::default() }];
+        assert!(split(&a.worst).unwrap().ends_with(", 11.3 ms with the CPU idle"), "{:?}", split(&a.worst));
     }
 }
 

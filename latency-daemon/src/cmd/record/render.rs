@@ -1,14 +1,18 @@
-//! `Report` → the text `record` prints: runqlat-style ASCII histograms, a `perf sched
-//! latency`-style task table, per-CPU figures, the worst cases and what was lost.
+//! `Report` → the text `record` prints: runqlat-style ASCII histograms, why the tasks waited (the
+//! delay time by cause), a `perf sched latency`-style task table with a column per cause, per-CPU
+//! figures, the worst cases (the attributed one with its throttled and IRQ/steal parts) and what
+//! was lost.
 use std::fmt::Write as _;
 
 use latency_common::{
     Lost, Reason,
     buckets::{BUCKETS, OVERFLOW_BUCKET, ZERO_BUCKET, native_index},
+    maps::Cause,
 };
 
 pub use crate::model::units::fmt_ns;
 use crate::model::{
+    causes,
     distribution::{native_bound, upper_seconds},
     report::{HistogramReport, Report},
     units::sig,
@@ -113,14 +117,23 @@ pub fn histogram(out: &mut String, reason: Reason, h: &HistogramReport) {
     }
 }
 
+/// Milliseconds in a narrow column: one decimal, "-" for nothing.
+fn ms(ns: u64) -> String {
+    if ns == 0 { "-".to_string() } else { format!("{:.1}", ns as f64 / 1e6) }
+}
+
 pub fn tasks(out: &mut String, report: &Report, top: usize) {
     let shown = if top == 0 { report.tasks.len() } else { top.min(report.tasks.len()) };
-    let _ = writeln!(
-        out,
-        " {:<32} | {:>4} | {:>12} | {:>20} | {:>12} | {:>12} | max delay at",
-        "Task (comm:tid, pid)", "prio", "runtime ms", "switches (vol/inv)", "avg delay ms", "max delay ms"
+    let mut header = format!(
+        " {:<32} | {:>4} | {:>10} | {:>17} | {:>9} | {:>9} |",
+        "Task (comm:tid, pid)", "prio", "runtime ms", "switches vol/inv", "avg ms", "max ms"
     );
-    let _ = writeln!(out, " {}", "-".repeat(130));
+    for cause in Cause::ALL {
+        let _ = write!(header, " {:>6}", causes::short(cause));
+    }
+    header.push_str(" | max delay at");
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, " {}", "-".repeat(header.len() + 1));
     for t in &report.tasks[..shown] {
         let name = format!("{}:{} ({})", escape_comm(&t.comm), t.tid, t.pid);
         let at = if t.delay_max_at_ns == 0 {
@@ -128,20 +141,51 @@ pub fn tasks(out: &mut String, report: &Report, top: usize) {
         } else {
             format!("+{:.6} s", t.delay_max_at_ns.saturating_sub(report.start_ns) as f64 / 1e9)
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
-            " {:<32} | {:>4} | {:>12.3} | {:>20} | {:>12.3} | {:>12.3} | {}",
+            " {:<32} | {:>4} | {:>10.3} | {:>17} | {:>9.3} | {:>9.3} |",
             name,
             t.prio,
             t.runtime_ns as f64 / 1e6,
             format!("{} ({}/{})", t.switches, t.voluntary, t.involuntary),
             t.delay_avg_ns as f64 / 1e6,
             t.delay_max_ns as f64 / 1e6,
-            at
         );
+        for cause in Cause::ALL {
+            let _ = write!(out, " {:>6}", ms(t.waited_by_cause_ns.get(cause)));
+        }
+        let _ = writeln!(out, " | {at}");
     }
     if shown < report.tasks.len() {
         let _ = writeln!(out, " ({} more tasks; --top 0 shows all, --json has all)", report.tasks.len() - shown);
+    }
+}
+
+/// Why they waited, all CPUs: each cause's time, its share and a bar, then what was not split.
+pub fn causes(out: &mut String, report: &Report) {
+    let c = &report.waited_by_cause_ns;
+    let total = c.total();
+    let _ = writeln!(out, " {} waited in all, by cause:", fmt_ns(total));
+    for cause in Cause::ALL {
+        let ns = c.get(cause);
+        let share = if total == 0 { 0.0 } else { ns as f64 / total as f64 };
+        let bar = (share * 20.0).ceil() as usize;
+        let _ = writeln!(
+            out,
+            "  {:<5} {:>10} {:>6.1} % |{:<20}| {}",
+            causes::short(cause),
+            fmt_ns(ns),
+            100.0 * share,
+            "*".repeat(bar.min(20)),
+            causes::describe(cause)
+        );
+    }
+    if report.unsplit > 0 {
+        let _ = writeln!(
+            out,
+            " {} delays not split (the task migrated while it waited): each counted whole under who held the CPU",
+            report.unsplit
+        );
     }
 }
 
@@ -201,6 +245,15 @@ pub fn attributed(out: &mut String, report: &Report) {
         depth,
         escape_comm(&a.cgroup),
     );
+    if a.throttled_ns > 0 || a.irq_steal_ns > 0 {
+        let _ = writeln!(
+            out,
+            "   of it: {} throttled by the CPU limit of its cgroup (or a parent), {} in IRQ or steal, {} behind who ran",
+            fmt_ns(a.throttled_ns),
+            fmt_ns(a.irq_steal_ns),
+            fmt_ns(a.held_ns())
+        );
+    }
     let ran: Vec<String> =
         a.culprits.iter().map(|c| format!("{}:{} {}", escape_comm(&c.comm), c.tid, fmt_ns(c.ran_ns))).collect();
     let _ = writeln!(
@@ -255,7 +308,12 @@ pub fn report(report: &Report, top: usize) -> String {
         out.push('\n');
         histogram(&mut out, reason, report.histograms.get(reason));
     }
-    out.push_str("\nTasks, by max delay\n");
+    out.push_str("\nWhy they waited (the delays above, all CPUs)\n");
+    causes(&mut out, report);
+    out.push_str(
+        "\nTasks, by max delay; time waited by cause, ms (thr: throttled by a CPU limit, irq: IRQ or steal,\n \
+         same/other: behind a task of its own/another cgroup, kern: behind a kernel thread, idle: behind nothing)\n",
+    );
     tasks(&mut out, report, top);
     out.push_str("\nCPUs (switches and idle are per CPU, not filtered)\n");
     cpus(&mut out, report);
@@ -291,6 +349,65 @@ mod tests {
         assert_eq!(escape_comm("a\nb\"c\\"), "a\\x0ab\"c\\\\");
         assert_eq!(escape_comm("tab\there"), "tab\\x09here");
         assert!(!escape_comm("\u{1b}[31mred").contains('\u{1b}'));
+    }
+
+    fn sample() -> Report {
+        use latency_common::{TaskStats, knobs::Clock};
+
+        use crate::model::{
+            report::Meta,
+            snapshot::{CpuMax, Snapshot},
+            wall::WallClock,
+        };
+        let start = Snapshot::empty(0, 2);
+        let mut end = Snapshot::empty(1_000_000_000, 2);
+        for d in [3_000_000u64, 7_000_000] {
+            end.histograms[Reason::Preempt as usize].buckets[bucket_of(d)] += 1;
+            end.histograms[Reason::Preempt as usize].sum_ns += d;
+        }
+        end.cpus[0].waited_ns = [4_000_000, 500_000, 0, 2_500_000, 0, 0];
+        end.cpus[1].waited_ns = [0, 0, 3_000_000, 0, 0, 0];
+        end.cpus[1].unsplit = 1;
+        let mut t = TaskStats::ZERO;
+        t.tgid = 1;
+        t.comm[..6].copy_from_slice(b"victim");
+        t.delays = [0, 2];
+        t.delay_sum_ns = 10_000_000;
+        t.waited_ns = [4_000_000, 500_000, 3_000_000, 2_500_000, 0, 0];
+        end.tasks.push((1, t));
+        let meta = Meta { kernel: "t".into(), wall: WallClock::new(0, 0), filter: Vec::new(), clock: Clock::Monotonic };
+        let mut max = latency_common::WindowMax::ZERO;
+        max.delay_ns = 7_000_000;
+        Report::between(&start, &end, &[(Reason::Preempt, CpuMax { cpu: 0, max })], &meta)
+    }
+
+    #[test]
+    fn the_task_table_has_a_column_per_cause_that_adds_up() {
+        let text = report(&sample(), 20);
+        let header = text.lines().find(|l| l.contains("Task (comm:tid, pid)")).unwrap();
+        let row = text.lines().find(|l| l.contains("victim:1 (1)")).unwrap();
+        assert_eq!(header.chars().count(), row.chars().count() + "max delay at".len() - "-".len(), "{header}\n{row}");
+        assert!(header.chars().count() <= 160, "{} columns: too wide", header.chars().count());
+        let columns: Vec<&str> = header.split('|').nth(6).unwrap().split_whitespace().collect();
+        assert_eq!(columns, ["thr", "irq", "same", "other", "kern", "idle"]);
+        let cells: Vec<&str> = row.split('|').nth(6).unwrap().split_whitespace().collect();
+        assert_eq!(cells, ["4.0", "0.5", "3.0", "2.5", "-", "-"]);
+        let sum: f64 = cells.iter().filter_map(|c| c.parse::<f64>().ok()).sum();
+        let avg: f64 = row.split('|').nth(4).unwrap().trim().parse().unwrap();
+        assert!((sum - 2.0 * avg).abs() < 1e-9, "causes {sum} ms, delays 2 × {avg} ms");
+    }
+
+    #[test]
+    fn the_machine_wide_causes_add_up_to_the_delays() {
+        let text = report(&sample(), 20);
+        let section = text.split("Why they waited").nth(1).unwrap().split("\n\n").next().unwrap();
+        assert!(section.contains(" 10 ms waited in all, by cause:"), "{section}");
+        for (cause, line) in [("thr", "4 ms   40.0 %"), ("irq", "500 µs    5.0 %"), ("same", "3 ms   30.0 %")] {
+            let l = section.lines().find(|l| l.trim_start().starts_with(cause)).unwrap();
+            assert!(l.contains(line), "{l}");
+        }
+        assert_eq!(section.lines().filter(|l| l.contains(" % |")).count(), 6, "{section}");
+        assert!(section.contains("1 delays not split"), "{section}");
     }
 
     #[test]

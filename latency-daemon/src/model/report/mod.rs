@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::{
     attribution::Attribution,
+    causes::Causes,
     clock_name, comm_string,
     container::ContainerLabels,
     distribution::{count, quantiles_ns, upper_seconds},
@@ -44,6 +45,15 @@ pub struct Report {
     /// tids/tgids recorded (empty: all tasks).
     pub filter: Vec<u32>,
     pub histograms: Histograms,
+    /// Why they waited: the histograms' delay time (both reasons, all CPUs) by cause — `throttled`
+    /// (the task's cgroup or a parent hit its CPU limit), `irq_steal` (its CPU was in IRQ or taken
+    /// by the hypervisor), then who held the CPU when the wait ended: `same` (a task of its own
+    /// cgroup), `other` (another cgroup's task), `kernel` (a kernel thread), `idle` (nothing).
+    /// Adds up to `histograms.wakeup.sum_ns + histograms.preempt.sum_ns` exactly.
+    pub waited_by_cause_ns: Causes,
+    /// Delays not split by cause (the task migrated while it waited): each is counted whole under
+    /// who held the CPU at its end.
+    pub unsplit: u64,
     /// Sorted by `delay_max_ns`, largest first.
     pub tasks: Vec<TaskReport>,
     pub cpus: Vec<CpuReport>,
@@ -68,6 +78,9 @@ pub struct CgroupReport {
     pub names: ContainerLabels,
     pub count: u64,
     pub sum_ns: u64,
+    /// `sum_ns` by cause (see [`Report::waited_by_cause_ns`]): `throttled` is this cgroup's (or a
+    /// parent's) own CPU limit.
+    pub waited_by_cause_ns: Causes,
 }
 
 /// A window's per-cgroup deltas → its `cgroups`, named by `path` (id → cgroup path) and `names`
@@ -81,7 +94,13 @@ pub fn cgroup_reports(
         .iter()
         .map(|(id, h)| {
             let cgroup = path(*id).unwrap_or_else(|| format!("id:{id}"));
-            CgroupReport { names: names(&cgroup), cgroup, count: h.buckets.iter().sum(), sum_ns: h.sum_ns }
+            CgroupReport {
+                names: names(&cgroup),
+                cgroup,
+                count: h.buckets.iter().sum(),
+                sum_ns: h.sum_ns,
+                waited_by_cause_ns: Causes(h.waited_ns),
+            }
         })
         .collect();
     out.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then_with(|| a.cgroup.cmp(&b.cgroup)));
@@ -142,6 +161,8 @@ pub struct TaskReport {
     pub delay_wakeup_count: u64,
     pub delay_preempt_count: u64,
     pub delay_sum_ns: u64,
+    /// `delay_sum_ns` by cause (see [`Report::waited_by_cause_ns`]).
+    pub waited_by_cause_ns: Causes,
     pub delay_avg_ns: u64,
     pub delay_max_ns: u64,
     /// CLOCK_MONOTONIC ns when the maximum delay ended (0 if none).
@@ -160,6 +181,8 @@ pub struct CpuReport {
     pub voluntary: u64,
     pub involuntary: u64,
     pub idle_ns: u64,
+    /// Time tasks waited for this CPU, by cause (see [`Report::waited_by_cause_ns`]).
+    pub waited_by_cause_ns: Causes,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -202,6 +225,11 @@ impl Report {
             let n = counter_delta(earlier, later, |c| c.discarded[why as usize]);
             discarded.insert(why.name(), n);
         }
+        let mut waited_by_cause_ns = Causes::default();
+        for c in &cpus {
+            waited_by_cause_ns.add(&c.waited_by_cause_ns.0);
+        }
+        let unsplit = counter_delta(earlier, later, |c| c.unsplit);
         let mut tasks = tasks(earlier, later);
         tasks.sort_by(|a, b| b.delay_max_ns.cmp(&a.delay_max_ns).then(a.tid.cmp(&b.tid)));
         let mut window_max: Vec<WindowMaxReport> = maxima
@@ -232,6 +260,8 @@ impl Report {
             start_unix_ns: meta.wall.unix_ns(earlier.taken_ns),
             filter: meta.filter.clone(),
             histograms,
+            waited_by_cause_ns,
+            unsplit,
             tasks,
             cpus,
             window_max,
@@ -294,6 +324,7 @@ fn cpus(earlier: &Snapshot, later: &Snapshot) -> Vec<CpuReport> {
                 voluntary: l.voluntary.saturating_sub(e.voluntary),
                 involuntary: l.involuntary.saturating_sub(e.involuntary),
                 idle_ns: idle(later, l).saturating_sub(idle(earlier, e)),
+                waited_by_cause_ns: Causes::between(&e.waited_ns, &l.waited_ns),
             }
         })
         .collect()
@@ -334,6 +365,7 @@ fn tasks(earlier: &Snapshot, later: &Snapshot) -> Vec<TaskReport> {
                 delay_wakeup_count: wakeups,
                 delay_preempt_count: preempts,
                 delay_sum_ns,
+                waited_by_cause_ns: Causes::between(&e.waited_ns, &l.waited_ns),
                 delay_avg_ns: delay_sum_ns.checked_div(delay_count).unwrap_or(0),
                 delay_max_ns: if new_max { l.delay_max_ns } else { 0 },
                 delay_max_at_ns: if new_max { l.delay_max_at_ns } else { 0 },

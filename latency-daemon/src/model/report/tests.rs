@@ -26,14 +26,19 @@ fn sample() -> (Snapshot, Snapshot, Vec<(Reason, CpuMax)>, Meta) {
         later.histograms[Reason::Preempt as usize].buckets[bucket_of(d)] += 1;
         later.histograms[Reason::Preempt as usize].sum_ns += d;
     }
+    // The 5 ms delay on cpu 1: 3 ms throttled, 1 ms stolen, 1 ms behind another cgroup; the two
+    // short ones on cpu 0, behind a kernel thread and idle.
     later.cpus[1] = CpuStats {
         switches: 10,
         voluntary: 4,
         involuntary: 5,
         idle_ns: 500_000_000,
         idle_since_ns: 2_500_000_000,
+        waited_ns: [3_000_000, 1_000_000, 0, 1_000_000, 0, 0],
+        unsplit: 1,
         ..Default::default()
     };
+    later.cpus[0].waited_ns = [0, 0, 0, 0, 2_000, 3_000];
     later.cpus[0].lost[Lost::Tasks as usize] = 3;
     let mut t = TaskStats::ZERO;
     t.tgid = 42;
@@ -45,6 +50,7 @@ fn sample() -> (Snapshot, Snapshot, Vec<(Reason, CpuMax)>, Meta) {
     t.involuntary = 2;
     t.delays = [0, 3];
     t.delay_sum_ns = 5_005_000;
+    t.waited_ns = [3_000_000, 1_000_000, 5_000, 1_000_000, 0, 0];
     t.delay_max_ns = 5_000_000;
     t.delay_max_at_ns = 2_000_000_000;
     t.delay_max_reason = Reason::Preempt as u32;
@@ -118,6 +124,36 @@ fn json_has_the_documented_fields() {
     assert_eq!(v["duration_ns"], 2_000_000_000);
 }
 
+/// The sum of every cause in a `waited_by_cause_ns` object, which must hold all six.
+fn causes_sum(v: &serde_json::Value) -> u64 {
+    let names: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(names.len(), 6, "{v}");
+    for cause in latency_common::maps::Cause::ALL {
+        assert!(v[cause.name()].is_u64(), "{} missing: {v}", cause.name());
+    }
+    v.as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum()
+}
+
+#[test]
+fn causes_are_in_json_and_add_up_to_the_delays_beside_them() {
+    let (earlier, later, maxima, meta) = sample();
+    let report = Report::between(&earlier, &later, &maxima, &meta);
+    let v = serde_json::to_value(&report).unwrap();
+    let machine = &v["waited_by_cause_ns"];
+    let delays =
+        v["histograms"]["wakeup"]["sum_ns"].as_u64().unwrap() + v["histograms"]["preempt"]["sum_ns"].as_u64().unwrap();
+    assert_eq!(causes_sum(machine), delays);
+    assert_eq!((machine["throttled"].as_u64(), machine["irq_steal"].as_u64()), (Some(3_000_000), Some(1_000_000)));
+    assert_eq!(v["unsplit"], 1);
+    let task = &v["tasks"][0];
+    assert_eq!(causes_sum(&task["waited_by_cause_ns"]), task["delay_sum_ns"].as_u64().unwrap());
+    assert_eq!(task["waited_by_cause_ns"]["same"], 5_000);
+    assert_eq!(causes_sum(&v["cpus"][1]["waited_by_cause_ns"]), 5_000_000);
+    // Nothing new between a snapshot and itself.
+    let none = Report::between(&later, &later, &[], &meta);
+    assert_eq!((none.waited_by_cause_ns.total(), none.unsplit, none.tasks[0].waited_by_cause_ns.total()), (0, 0, 0));
+}
+
 #[test]
 fn a_window_holds_only_what_changed_in_it() {
     let (earlier, later, maxima, meta) = sample();
@@ -149,7 +185,8 @@ fn cgroups_are_named_and_sorted_by_time_waited() {
         h.sum_ns = sum_ns;
         h
     };
-    let deltas = [(1, hist(2, 10)), (2, hist(1, 500)), (3, hist(4, 40))];
+    let mut deltas = [(1, hist(2, 10)), (2, hist(1, 500)), (3, hist(4, 40))];
+    deltas[1].1.waited_ns = [400, 0, 0, 100, 0, 0];
     let pod =
         ContainerLabels { namespace: "ns".into(), pod: "p".into(), container: "c".into(), container_id: "x".into() };
     let reports = cgroup_reports(
@@ -164,7 +201,10 @@ fn cgroups_are_named_and_sorted_by_time_waited() {
     assert_eq!(
         v[0],
         serde_json::json!({"cgroup": "/cg2", "namespace": "ns", "pod": "p", "container": "c",
-                                        "container_id": "x", "count": 1, "sum_ns": 500})
+                                        "container_id": "x", "count": 1, "sum_ns": 500,
+                                        "waited_by_cause_ns": {"throttled": 400, "irq_steal": 0, "same": 0,
+                                                               "other": 100, "kernel": 0, "idle": 0}})
     );
-    assert_eq!(v[2], serde_json::json!({"cgroup": "/cg1", "count": 2, "sum_ns": 10}), "no names: none shown");
+    assert_eq!(v[2]["cgroup"], "/cg1");
+    assert!(v[2].get("pod").is_none() && v[2].get("namespace").is_none(), "no names: none shown");
 }

@@ -8,11 +8,13 @@ pub mod chart;
 
 use std::fmt::Write as _;
 
-use latency_common::Reason;
+use latency_common::{Reason, maps::Cause};
 
 use crate::{
     config::Config,
     model::{
+        attribution::Attribution,
+        causes::{self, Causes},
         clock_name,
         container::ContainerLabels,
         exposition::Exposition,
@@ -81,6 +83,14 @@ pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
     match e.timeline.last() {
         Some(last) => {
             last_window(&mut out, last, config);
+            let since_start = e.snapshot.as_ref().map(|s| {
+                let mut all = Causes::default();
+                for cpu in &s.cpus {
+                    all.add(&cpu.waited_ns);
+                }
+                all
+            });
+            why_waited(&mut out, last, since_start);
             let _ = write!(
                 out,
                 "<h2 id=\"heatmap\">Delays over the last {} windows</h2>\n{}",
@@ -155,6 +165,96 @@ fn last_window(out: &mut String, w: &WindowSummary, config: &Config) {
     );
 }
 
+/// Each cause's colour in the bars.
+fn colour(cause: Cause) -> &'static str {
+    match cause {
+        Cause::Throttled => "#d62728",
+        Cause::IrqSteal => "#9467bd",
+        Cause::Same => "#ff7f0e",
+        Cause::Other => "#1f77b4",
+        Cause::Kernel => "#8c564b",
+        Cause::Idle => "#aaaaaa",
+    }
+}
+
+/// A horizontal bar `width` × `height` px stacked by cause, each part with its ns in `data-value`
+/// and its share in a tooltip; an empty grey bar when nothing waited.
+fn cause_bar(c: &Causes, width: u32, height: u32) -> String {
+    let total = c.total();
+    let mut out = format!(
+        "<svg class=\"causes\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         data-total=\"{total}\"><rect width=\"{width}\" height=\"{height}\" fill=\"#f4f4f4\"/>"
+    );
+    let mut x = 0.0;
+    for cause in Cause::ALL {
+        let ns = c.get(cause);
+        if ns == 0 {
+            continue;
+        }
+        let w = f64::from(width) * ns as f64 / total as f64;
+        let _ = write!(
+            out,
+            "<rect class=\"cause\" data-cause=\"{}\" data-value=\"{ns}\" x=\"{x:.1}\" width=\"{w:.1}\" \
+             height=\"{height}\" fill=\"{}\"><title>{}: {} ({:.1} %)</title></rect>",
+            cause.name(),
+            colour(cause),
+            cause.name(),
+            escape(&fmt_ns(ns)),
+            100.0 * ns as f64 / total as f64
+        );
+        x += w;
+    }
+    out.push_str("</svg>");
+    out
+}
+
+/// "12.5 %" of `of`; "–" when `of` is 0.
+fn share(ns: u64, of: u64) -> String {
+    if of == 0 { "–".to_string() } else { format!("{:.1} %", 100.0 * ns as f64 / of as f64) }
+}
+
+/// Why they waited: the last window's delay time by cause as a stacked bar and a table (time,
+/// share, tasks waiting on average for that cause), and the shares since the program was loaded.
+fn why_waited(out: &mut String, w: &WindowSummary, since_start: Option<Causes>) {
+    let total = w.causes.total();
+    let _ = write!(
+        out,
+        "<h2 id=\"why\">Why it waited</h2>\n<p>{}</p>\n<table id=\"why-waited\"><tr><th class=\"name\">cause</th>\
+         <th>time waited (last window)</th><th>share</th><th>tasks waiting on average</th><th>share since start</th>\
+         </tr>\n",
+        cause_bar(&w.causes, 600, 22)
+    );
+    let since_total = since_start.map_or(0, |c| c.total());
+    for cause in Cause::ALL {
+        let ns = w.causes.get(cause);
+        let since = since_start.map_or(0, |c| c.get(cause));
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"name\"><span style=\"color:{}\">■</span> {}</td><td data-field=\"cause.{}_ns\" \
+             data-value=\"{ns}\">{}</td><td>{}</td><td>{:.3}</td><td data-value=\"{since}\">{}</td></tr>",
+            colour(cause),
+            escape(causes::describe(cause)),
+            cause.name(),
+            escape(&fmt_ns(ns)),
+            share(ns, total),
+            ns as f64 / w.duration_ns.max(1) as f64,
+            share(since, since_total),
+        );
+    }
+    let delays: u64 = w.reasons.iter().map(|r| r.sum_ns).sum();
+    let _ = writeln!(
+        out,
+        "<tr><td class=\"name\">all causes</td><td data-field=\"cause.total_ns\" data-value=\"{total}\">{}</td>\
+         <td></td><td>{:.3}</td><td></td></tr>\n</table>\n<p class=\"note\">The delay time of both reasons in the \
+         last window ({}), split by the kernel: throttled and IRQ or steal from its own clocks over each wait, the \
+         rest by who held the CPU when the wait ended. A task that migrated while it waited is counted whole under \
+         who held the CPU.</p>",
+        escape(&fmt_ns(total)),
+        total as f64 / w.duration_ns.max(1) as f64,
+        escape(&fmt_ns(delays)),
+    );
+}
+
 fn cgroups(out: &mut String, w: &WindowSummary) {
     out.push_str("<h2 id=\"cgroups\">Top cgroups in the last window</h2>\n");
     if w.top_cgroups.is_empty() {
@@ -163,18 +263,19 @@ fn cgroups(out: &mut String, w: &WindowSummary) {
     }
     out.push_str(
         "<table id=\"top-cgroups\"><tr><th class=\"name\">pod or cgroup (of the task that waited)</th>\
-         <th>delays</th><th>time waited</th><th>tasks waiting on average</th></tr>\n",
+         <th>delays</th><th>time waited</th><th>tasks waiting on average</th><th class=\"name\">why</th></tr>\n",
     );
     for c in &w.top_cgroups {
         let waiting = c.sum_ns as f64 / w.duration_ns.max(1) as f64;
         let _ = writeln!(
             out,
             "<tr><td class=\"name\" data-cgroup=\"{}\"{}>{}</td><td data-value=\"{n}\">{n}</td>\
-             <td data-value=\"{s}\">{}</td><td>{waiting:.3}</td></tr>",
+             <td data-value=\"{s}\">{}</td><td>{waiting:.3}</td><td class=\"name\">{}</td></tr>",
             escape(&c.cgroup),
             name_attributes(&c.names),
             who(&c.cgroup, &c.names),
             escape(&fmt_ns(c.sum_ns)),
+            cause_bar(&c.causes, 160, 12),
             n = c.count,
             s = c.sum_ns,
         );
@@ -276,6 +377,29 @@ fn alerts(out: &mut String, e: &Exposition, config: &Config) {
     }
 }
 
+/// "95 ms throttled by the CPU limit of pod shop/web-0, 5 ms in IRQ or steal, 20 ms behind who
+/// ran", escaped; the parts that are 0 left out.
+fn alert_split(w: &Attribution) -> String {
+    let mut parts = Vec::new();
+    if w.throttled_ns > 0 {
+        parts.push(format!(
+            "{} throttled by the CPU limit of {}",
+            escape(&fmt_ns(w.throttled_ns)),
+            who(&w.cgroup, &w.names)
+        ));
+    }
+    if w.irq_steal_ns > 0 {
+        parts.push(format!("{} in IRQ or steal", escape(&fmt_ns(w.irq_steal_ns))));
+    }
+    if parts.is_empty() {
+        return "all of it behind who ran (not throttled, no IRQ or steal seen)".to_string();
+    }
+    if w.held_ns() > 0 {
+        parts.push(format!("{} behind who ran", escape(&fmt_ns(w.held_ns()))));
+    }
+    parts.join(", ")
+}
+
 fn last_alert(out: &mut String, a: &LastAlert) {
     let w = &a.worst;
     let state = match a.resolved_unix_ns {
@@ -288,7 +412,9 @@ fn last_alert(out: &mut String, a: &LastAlert) {
          </th></tr>\n<tr><td class=\"name\">reason, cgroup</td><td class=\"name\"{}>{}, {}</td></tr>\n\
          <tr><td class=\"name\">worst delay / threshold</td><td class=\"name\">{} / {}</td></tr>\n\
          <tr><td class=\"name\">who waited</td><td class=\"name\"><code>{}</code> (tid {}, pid {}, prio {}) on CPU {}, \
-         queue depth {}</td></tr>\n<tr><td class=\"name\">who ran meanwhile</td><td class=\"name\">",
+         queue depth {}</td></tr>\n<tr><td class=\"name\">why it waited</td><td class=\"name\" id=\"alert-split\" \
+         data-throttled-ns=\"{}\" data-irq-steal-ns=\"{}\" data-held-ns=\"{}\">{}</td></tr>\n\
+         <tr><td class=\"name\">who ran meanwhile</td><td class=\"name\">",
         chart::clock_utc(a.fired_unix_ns),
         name_attributes(&w.names),
         w.reason.name(),
@@ -301,6 +427,10 @@ fn last_alert(out: &mut String, a: &LastAlert) {
         w.victim_prio,
         w.cpu,
         w.queue_depth.map_or("unknown".to_string(), |d| d.to_string()),
+        w.throttled_ns,
+        w.irq_steal_ns,
+        w.held_ns(),
+        alert_split(w),
     );
     if w.culprits.is_empty() {
         out.push_str("nothing recorded");

@@ -5,6 +5,7 @@ use latency_common::buckets::bucket_of;
 use super::*;
 use crate::model::{
     attribution::{Attribution, Culprit},
+    causes::Causes,
     container::ContainerLabels,
     timeline::{CgroupSummary, Timeline},
 };
@@ -36,13 +37,29 @@ fn summary(start: u64, wakeups: &[u64]) -> WindowSummary {
     w.buckets.sort();
     w.max_ns = wakeups.iter().copied().max();
     w.p99_ns = w.max_ns;
+    // The wakeups' time: 1 µs throttled, 2 µs IRQ or steal, the rest behind another cgroup.
+    let total: u64 = wakeups.iter().sum();
+    let causes = Causes([1_000, 2_000, 0, total - 3_000, 0, 0]);
     WindowSummary {
         start_unix_ns: start,
         duration_ns: 2_000_000_000,
         reasons,
+        causes,
         top_cgroups: vec![
-            CgroupSummary { cgroup: HOSTILE.into(), names: ContainerLabels::default(), count: 3, sum_ns: 1_000_000 },
-            CgroupSummary { cgroup: "/libpod_parent/libpod-x".into(), names: pod(), count: 2, sum_ns: 500_000 },
+            CgroupSummary {
+                cgroup: HOSTILE.into(),
+                names: ContainerLabels::default(),
+                count: 3,
+                sum_ns: 1_000_000,
+                causes: Causes([600_000, 0, 0, 400_000, 0, 0]),
+            },
+            CgroupSummary {
+                cgroup: "/libpod_parent/libpod-x".into(),
+                names: pod(),
+                count: 2,
+                sum_ns: 500_000,
+                causes: Causes([0, 0, 500_000, 0, 0, 0]),
+            },
         ],
     }
 }
@@ -55,6 +72,8 @@ fn exposition() -> Exposition {
     let worst = Attribution {
         reason: Reason::Wakeup,
         delay_ns: 7_000_005,
+        throttled_ns: 5_000_000,
+        irq_steal_ns: 5,
         cpu: 1,
         victim_tid: 42,
         victim_pid: 42,
@@ -123,6 +142,43 @@ fn the_page_shows_the_last_window_exactly() {
     assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href=\"http"));
     // The configuration stays reachable and readable.
     assert!(html.contains("<pre>{\"window\": \"2s\"}</pre>"));
+}
+
+/// `data-value` of the element whose attributes contain `marker`.
+fn value_after(html: &str, marker: &str) -> Option<u64> {
+    let rest = &html[html.find(marker)?..];
+    rest.split("data-value=\"").nth(1)?.split('"').next()?.parse().ok()
+}
+
+#[test]
+fn why_it_waited_holds_six_causes_that_add_up_to_the_delays() {
+    let html = page(&exposition(), &config(), "{}");
+    let why = html.split("id=\"why-waited\"").nth(1).expect("the why-waited table").split("</table>").next().unwrap();
+    let mut sum = 0;
+    for cause in Cause::ALL {
+        let v = value_after(why, &format!("data-field=\"cause.{}_ns\"", cause.name()));
+        sum += v.unwrap_or_else(|| panic!("{} missing: {why}", cause.name()));
+    }
+    // The newest window's wakeups: 5 µs + 6 µs + 7 ms + 5 ns.
+    let delays = 5_000 + 6_000 + 7_000_005;
+    assert_eq!(sum, delays);
+    assert_eq!(value_after(why, "data-field=\"cause.total_ns\""), Some(delays));
+    // The stacked bar: a part per cause that waited, the same ns.
+    let bar = html.split("<h2 id=\"why\">").nth(1).unwrap().split("</svg>").next().unwrap();
+    let parts: Vec<u64> =
+        bar.split("data-value=\"").skip(1).filter_map(|s| s.split('"').next()?.parse().ok()).collect();
+    assert_eq!((parts.len(), parts.iter().sum::<u64>()), (3, delays), "{bar}");
+    // Each top cgroup's bar adds up to its time waited.
+    let top = html.split("id=\"top-cgroups\"").nth(1).unwrap().split("</table>").next().unwrap();
+    for (row, want) in top.split("<tr>").skip(2).zip([1_000_000u64, 500_000]) {
+        let bar = row.split("class=\"causes\"").nth(1).expect("a bar per cgroup");
+        let sum: u64 =
+            bar.split("data-value=\"").skip(1).filter_map(|s| s.split('"').next()?.parse::<u64>().ok()).sum();
+        assert_eq!(sum, want, "{row}");
+    }
+    // The last alert says how much of its delay was throttled, and whose limit.
+    assert!(html.contains("data-throttled-ns=\"5000000\" data-irq-steal-ns=\"5\" data-held-ns=\"2000000\""), "{html}");
+    assert!(html.contains("5 ms throttled by the CPU limit of <span title=\"/&lt;script&gt;"), "{html}");
 }
 
 #[test]

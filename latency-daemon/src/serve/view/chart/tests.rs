@@ -17,7 +17,13 @@ fn window(start: u64, delays: &[(Reason, u64)]) -> WindowSummary {
         }
         s.buckets.sort();
     }
-    WindowSummary { start_unix_ns: start, duration_ns: 2_000_000_000, reasons, top_cgroups: Vec::new() }
+    WindowSummary {
+        start_unix_ns: start,
+        duration_ns: 2_000_000_000,
+        reasons,
+        causes: Default::default(),
+        top_cgroups: Vec::new(),
+    }
 }
 
 #[test]
