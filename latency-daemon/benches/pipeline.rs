@@ -178,7 +178,7 @@ fn after_windows(mut s: Snapshot, k: u64) -> Snapshot {
     }
     for (_, h) in &mut s.cgroups {
         (h.sum_ns, h.held_others_ns) = (h.sum_ns * k, h.held_others_ns * k);
-        h.buckets.iter_mut().chain(h.waited_by_ns.iter_mut()).for_each(|b| *b *= k);
+        h.buckets.iter_mut().chain(h.waited_ns.iter_mut()).for_each(|b| *b *= k);
     }
     s
 }
