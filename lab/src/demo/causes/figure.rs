@@ -92,7 +92,7 @@ fn bar(out: &mut String, s: &Scenario, y0: f64, x: impl Fn(f64) -> f64) {
         s.waits,
         s.secs,
         if s.others_busy >= 0.05 {
-            format!("; other tasks ran on the CPU {:.0} % of it", 100.0 * s.others_busy)
+            format!("; the CPU busy with other tasks {:.0} %", 100.0 * s.others_busy)
         } else {
             String::new()
         }

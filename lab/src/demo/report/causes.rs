@@ -49,16 +49,37 @@ pub(super) fn section(out: &mut String, c: &Causes) {
          wakes, in a loop.\n",
         a.secs, c.cpu, c.limit, c.how, c.cpu
     );
+    let rest = |s: &Scenario, skip: &str| {
+        let parts: Vec<String> = CAUSES
+            .iter()
+            .filter(|c| **c != skip && s.seconds(c) > 0.0)
+            .map(|c| format!("{c} {}", pct(s.share(c))))
+            .collect();
+        if parts.is_empty() { "nothing else".to_owned() } else { parts.join(", ") }
+    };
+    let load = |s: &Scenario| {
+        if s.others_busy >= 0.05 {
+            format!(
+                "; the host's other tasks kept CPU {} busy {} of the span, and one still on the CPU when the task \
+                 could run turns that part of the wait into other or kernel",
+                c.cpu,
+                pct(s.others_busy)
+            )
+        } else {
+            String::new()
+        }
+    };
     let throttled = if c.throttle_split_on() {
         format!(
             "**A's cgroup waited {:.3} s, {} of it throttled** ({:.3} s; its cpu.stat counted {} throttled over the same \
-             span), so the wait is told as its own limit — before the split, nobody holding the CPU made it \"idle\" \
-             (here {} idle).",
+             span): the wait its own limit caused, which before the split was told as idle, since nobody held the CPU \
+             (the rest: {}{}).",
             a.total_s(),
             pct(a.share("throttled")),
             a.seconds("throttled"),
             a.cpu_stat_throttled_s.map_or_else(|| "?".to_owned(), |t| format!("{t:.3} s")),
-            pct(a.share("idle"))
+            rest(a, "throttled"),
+            load(a)
         )
     } else {
         format!(
@@ -74,18 +95,14 @@ pub(super) fn section(out: &mut String, c: &Causes) {
     let _ = writeln!(
         out,
         "{throttled} **The victim waited {:.3} s in {} waits, {} of it behind another cgroup's task** ({:.3} s; the \
-         rest: {}). The demo fails if A's throttled share is under {:.0} % while the kernel gives the split, or B's \
+         rest: {}{}). The demo fails if A's throttled share is under {:.0} % while the kernel gives the split, or B's \
          other share under {:.0} %.\n",
         b.total_s(),
         b.waits,
         pct(b.share("other")),
         b.seconds("other"),
-        CAUSES
-            .iter()
-            .filter(|c| **c != "other" && b.seconds(c) > 0.0)
-            .map(|c| format!("{c} {}", pct(b.share(c))))
-            .collect::<Vec<_>>()
-            .join(", "),
+        rest(b, "other"),
+        load(b),
         100.0 * MIN_THROTTLED,
         100.0 * MIN_OTHER
     );
