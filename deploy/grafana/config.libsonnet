@@ -16,6 +16,13 @@
     // RunQueueStallInProgress fires on a wait still in progress older than this; the dashboard's
     // waits-in-progress panel draws it as a line. 2^-1 s, a classic bound like the others.
     stallAlertSeconds: 0.5,
+    // RunQueueDelayFromCPULimit fires for a cgroup (a pod's container) when its CPU limit is
+    // most of why it waits: the throttled part of its time waited above this share over 5m...
+    throttledShareAlert: 0.5,
+    // ...and its 5-minute p99 delay above this. 2^-6 s = 15.625 ms is a bound of the per-cgroup
+    // buckets (every other octave), so "p99 above it" is exactly "more than 1 % of its delays
+    // were longer", not an interpolation (where a node's cgroup_buckets leave it out, it is one).
+    throttledP99AlertSeconds: 0.015625,
     // "Delays above" threshold: 2^-7 s = 7.8125 ms. It is a kernel bucket bound, so a boundary
     // of the native histogram (schema 3) and a classic `le` the daemon exports by default: both
     // histogram_fraction and the bucket difference are exact there, not interpolations.

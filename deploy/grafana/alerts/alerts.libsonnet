@@ -86,6 +86,38 @@
           },
         },
 
+        // A cgroup (a pod's container) kept waiting by its own CPU limit, the grounded form of
+        // kubernetes-mixin's CPUThrottlingHigh. That alert counts throttled CFS periods
+        // (container_cpu_cfs_throttled_periods_total over _periods_total above 25 %), and a
+        // throttled period says nothing about whether any task waited, or for how long: a
+        // service throttled for the last millisecond of many periods trips it with no delay
+        // worth a page, and a pod starved by its neighbours never does. This asks both
+        // questions of the waits themselves (docs/causes.md):
+        //  - why: most (more than throttledShareAlert, 50 %) of the time its tasks waited for a
+        //    CPU over 5 minutes was throttled time, measured per wait by the kernel's throttle
+        //    clock of the task's group (runqlat_cgroup_wait_cause_seconds_total{cause="throttled"};
+        //    the daemon counts an ancestor's throttling too, so a pod-level limit counts);
+        //  - how much: its 5-minute p99 delay is above throttledP99AlertSeconds (2^-6 s, a
+        //    per-cgroup bucket bound, so: more than 1 % of its delays were longer than 15.6 ms).
+        // Both must hold: a high share of small waits is CPUThrottlingHigh's false alarm, and a
+        // long delay of which the limit is a small part is a neighbour's doing (cause="other";
+        // the dashboard's "Who took the CPU" names it). `for: 15m` as CPUThrottlingHigh's, so
+        // switching from one to the other does not change when a page comes. On kernels before
+        // 6.8 the throttled part is not measured (runqlat_feature_info{feature="throttle_split",
+        // state="unavailable"}): the share stays 0 and this stays silent, as it does where the
+        // daemon runs with wait_causes off. The description reads the p99 from its recording
+        // rule, since an alert has one value and this one's is the share.
+        {
+          alert: 'RunQueueDelayFromCPULimit',
+          expr: 'instance_cgroup:runqlat_cgroup_wait_throttled:ratio_rate5m > %s\nand on (instance, cgroup)\ninstance_cgroup:runqlat_cgroup_delay_seconds:p99_rate5m > %s' % [c.throttledShareAlert, c.throttledP99AlertSeconds],
+          'for': '15m',
+          labels: { severity: 'warning' },
+          annotations: {
+            summary: 'CPU limit delays {{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }} ({{ $labels.container }}){{ else }}{{ $labels.cgroup }}{{ end }} on {{ $labels.instance }}: {{ $value | humanizePercentage }} of its run-queue wait throttled',
+            description: 'The tasks of cgroup {{ $labels.cgroup }} on {{ $labels.instance }} are delayed by their own CPU limit: over the last 5m, {{ $value | humanizePercentage }} of the time they waited for a CPU they were throttled by the CFS bandwidth limit of their cgroup or an ancestor (a container limit or the pod\'s), and their p99 run-queue delay is {{ with printf "instance_cgroup:runqlat_cgroup_delay_seconds:p99_rate5m{instance=%%q, cgroup=%%q}" $labels.instance $labels.cgroup | query }}{{ . | first | value | humanizeDuration }}{{ end }}; both have stayed above %g%% and %gms for 15m. Neighbours are not the cause, so a less busy node would not help: a higher limit (or none) would.' % [c.throttledShareAlert * 100, c.throttledP99AlertSeconds * 1000],
+          },
+        },
+
         // The only rules that look at `up`, and so the reason the selector exists: on a bare
         // `up == 0` every down target in Prometheus would page as a latency-daemon. One scrape
         // per node, so one `up` series per daemon.

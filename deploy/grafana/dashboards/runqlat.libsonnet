@@ -1,8 +1,8 @@
 // The run-queue latency dashboard: the delay distribution as a heatmap,
 // quantiles per node and reason, the exact window max against the alert threshold, the share of
-// delays above 2^-7 s, the waits still in progress (stalls while they last), who waits (top cgroups and their pods), who took the CPU (the cgroups
-// that held others back, and the wait split by holder), per-CPU switches
-// and idle, what the monitor lost, the daemon's own health, and active alerts.
+// delays above 2^-7 s, the waits still in progress (stalls while they last), why tasks waited
+// (the wait split by cause, per node and for the pods selected), who waits (top cgroups and their
+// pods), who took the CPU (the cgroups that held others back), per-CPU switches and idle, what the monitor lost, the daemon's own health, and active alerts.
 local h = import '../lib/histogram.libsonnet';
 local p = import '../lib/panels.libsonnet';
 
@@ -24,6 +24,10 @@ local p = import '../lib/panels.libsonnet';
       local pods = ', namespace=~"$namespace", pod=~"$pod"';
       local quantiles = [['0.5', 'p50'], ['0.99', 'p99'], ['0.999', 'p99.9']];
       local rate(series) = 'rate(%s[$__rate_interval])' % series;
+      // The causes of a wait, in the order they are split off it (docs/causes.md): one query
+      // each, so the stack keeps this order whatever order Prometheus returns series in.
+      local causes = ['throttled', 'irq_steal', 'same', 'other', 'kernel', 'idle'];
+      local causeHelp = "throttled (its cgroup or an ancestor was throttled by its CPU limit, CFS bandwidth; kernels 6.8+), irq_steal (the CPU was in hard or soft IRQ or taken by the hypervisor, as far as the kernel accounts them), then the rest by who held the CPU when the wait ended: same (a task of its own cgroup), other (another cgroup's task), kernel (a kernel thread), idle (nobody: the wakeup's own latency). The six add up to the time waited. runqlat_feature_info says which splits this kernel gives.";
 
       local distribution = [
         p.heatmap(
@@ -108,6 +112,29 @@ local p = import '../lib/panels.libsonnet';
         ),
       ];
 
+      local causePanels = [
+        p.timeseries(
+          'Why it waited: per node',
+          'Seconds waited per second on each node, all CPUs, split by cause: ' + causeHelp + ' The stack is the whole of "Tasks waiting, on average" (both reasons).',
+          'suffix: s/s',
+          [
+            p.target('sum by (instance) (%s)' % rate('runqlat_wait_cause_seconds_total' + on(', cause="%s"' % cause)), legend='{{instance}} ' + cause)
+            for cause in causes
+          ],
+          stack=true,
+        ),
+        p.timeseries(
+          'Why it waited: cgroups selected',
+          'Seconds waited per second by the tasks of the cgroups (pods) the namespace and pod variables select, split by cause: ' + causeHelp + ' Throttled on top means their own CPU limit delays them; other means a neighbour does ("Who took the CPU" names it).',
+          'suffix: s/s',
+          [
+            p.target('sum by (instance) (%s)' % rate('runqlat_cgroup_wait_cause_seconds_total' + on(pods + ', cause="%s"' % cause)), legend='{{instance}} ' + cause)
+            for cause in causes
+          ],
+          stack=true,
+        ),
+      ];
+
       local whoPanels = [
         p.timeseries(
           'Top cgroups by time waited',
@@ -133,13 +160,6 @@ local p = import '../lib/panels.libsonnet';
           'short',
           [p.target('topk(%d, sum by (instance, namespace, pod, cgroup) (%s))' % [c.topCgroups, rate('runqlat_cgroup_held_others_seconds_total' + on())], legend='{{instance}} {{namespace}} {{pod}} {{cgroup}}')],
         ),
-        p.timeseries(
-          'Who took the CPU: time waited by holder',
-          'Seconds waited per second by the cgroups (pods) selected, split by who held the CPU when each wait ended: same (a task of the same cgroup), other (another cgroup: the panel beside names it), kernel (a kernel thread), idle (nobody: the wakeup itself).',
-          'short',
-          [p.target('sum by (instance, by) (%s)' % rate('runqlat_cgroup_wait_by_seconds_total' + on(pods)), legend='{{instance}} {{by}}')],
-          stack=true,
-        ),
       ];
 
       local cpuPanels = [
@@ -160,13 +180,14 @@ local p = import '../lib/panels.libsonnet';
 
       local lossPanels = [
         p.timeseries(
-          'Lost, discarded and untraced',
-          'Per second: entries the monitor could not keep (lost, by map: a full map, a tid beyond the stamp array, a late window max), delays not believed (discarded, by why), and context switches the kernel made without a tracepoint (untraced: the delay around each is missing from every tracer). Should stay at 0 apart from untraced.',
+          'Lost, discarded, untraced and unsplit',
+          'Per second: entries the monitor could not keep (lost, by map: a full map, a tid beyond the stamp array, a late window max), delays not believed (discarded, by why), context switches the kernel made without a tracepoint (untraced: the delay around each is missing from every tracer), and waits not split by cause because the task moved to another CPU while it waited (unsplit: each is counted whole by who held the CPU). Should stay at 0 apart from untraced and unsplit.',
           'short',
           [
             p.target('sum by (instance, map) (%s)' % rate('runqlat_lost_total' + on()), legend='lost {{instance}} {{map}}'),
             p.target('sum by (instance, why) (%s)' % rate('runqlat_discarded_total' + on()), legend='discarded {{instance}} {{why}}'),
             p.target('sum by (instance) (%s)' % rate('runqlat_untraced_switches_total' + on()), legend='untraced {{instance}}'),
+            p.target('sum by (instance) (%s)' % rate('runqlat_wait_unsplit_total' + on()), legend='unsplit {{instance}}'),
           ],
         ),
       ];
@@ -247,7 +268,7 @@ local p = import '../lib/panels.libsonnet';
           'Prometheus alerts',
           "Pending and firing alerts of this mixin's rules for the selected nodes (and RunqlatAbsent, which has no instance).",
           'none',
-          [p.target('max by (alertname, alertstate, instance, reason, map) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', alertNames))],
+          [p.target('max by (alertname, alertstate, instance, reason, map, namespace, pod, cgroup) (ALERTS{alertname=~"%s", instance=~"$instance|"})' % std.join('|', alertNames))],
           hide=['Value'],
         ),
         p.table(
@@ -317,14 +338,14 @@ local p = import '../lib/panels.libsonnet';
             p.labelVariable(
               'namespace',
               'Namespace',
-              'label_values(runqlat_cgroup_wait_by_seconds_total{%s}, namespace)' % inside(),
+              'label_values(runqlat_cgroup_wait_cause_seconds_total{%s}, namespace)' % inside(),
               '.*',
               'Kubernetes namespace of the cgroup that waited, where the daemon labels cgroups with it; empty otherwise, and "All" (.*) then matches series without the label.',
             ),
             p.labelVariable(
               'pod',
               'Pod',
-              'label_values(runqlat_cgroup_wait_by_seconds_total{%s}, pod)' % inside(', namespace=~"$namespace"'),
+              'label_values(runqlat_cgroup_wait_cause_seconds_total{%s}, pod)' % inside(', namespace=~"$namespace"'),
               '.*',
               'Kubernetes pod of the cgroup that waited, where the daemon labels cgroups with it; empty otherwise, and "All" (.*) then matches series without the label.',
             ),
@@ -336,6 +357,7 @@ local p = import '../lib/panels.libsonnet';
           { title: 'Thresholds', height: 8, panels: worstPanels },
           { title: 'Waits in progress (stalls)', height: 8, panels: stallPanels },
           { title: 'How much waiting', height: 7, panels: volumePanels },
+          { title: 'Why it waited', height: 8, panels: causePanels },
           { title: 'Who waits', height: 9, panels: whoPanels },
           { title: 'Who took the CPU', height: 8, panels: culpritPanels },
           { title: 'CPUs', height: 7, panels: cpuPanels },

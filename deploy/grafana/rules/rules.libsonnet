@@ -26,6 +26,8 @@ local h = import '../lib/histogram.libsonnet';
   prometheusRules+:: {
     local sel = $._config.selector,
     local delay = 'runqlat_delay_seconds',
+    // The labels a per-cgroup rule keeps.
+    local perCgroup = 'instance, cgroup, namespace, pod, container',
     groups+: [{
       name: 'runqlat.rules',
       rules: [
@@ -81,6 +83,30 @@ local h = import '../lib/histogram.libsonnet';
         {
           record: 'instance:runqlat_delay_window_max_seconds:max',
           expr: 'max by (instance) (runqlat_delay_window_max_seconds{%s})' % sel,
+        },
+
+        // --- Per cgroup: how much of its wait was its own CPU limit, and its tail ------------------
+        // For RunQueueDelayFromCPULimit (alerts/alerts.libsonnet). One series per cgroup a node
+        // exports (its top N), with the names of the pod and container where it is one
+        // (container_id goes: it only repeats the cgroup). cgroup="other" is left out: it is the
+        // rest of a node's cgroups summed, so no one limit is its own.
+        // The throttled share of the time waited: the six causes add up to the wait, so this is
+        // the part the cgroup (or an ancestor) spent throttled by its CPU limit on that CPU. 0 on
+        // kernels before 6.8, which do not say (runqlat_feature_info{feature="throttle_split"});
+        // NaN for a cgroup that did not wait in 5 minutes.
+        {
+          record: 'instance_cgroup:runqlat_cgroup_wait_throttled:ratio_rate5m',
+          expr: '%s\n/\n%s' % [
+            'sum by (%s) (rate(runqlat_cgroup_wait_cause_seconds_total{%s, cause="throttled", cgroup!="other"}[5m]))' % [perCgroup, sel],
+            'sum by (%s) (rate(runqlat_cgroup_wait_cause_seconds_total{%s, cgroup!="other"}[5m]))' % [perCgroup, sel],
+          ],
+        },
+        // The per-cgroup histogram is classic only, its bounds every other octave (2^-20, 2^-18,
+        // …, 2^6 s by default): the p99 is interpolated inside a bucket 4x wide, exact where it
+        // lands on a bound.
+        {
+          record: 'instance_cgroup:runqlat_cgroup_delay_seconds:p99_rate5m',
+          expr: 'histogram_quantile(0.99, sum by (%s, le) (rate(runqlat_cgroup_delay_seconds_bucket{%s, cgroup!="other"}[5m])))' % [perCgroup, sel],
         },
       ],
     }],
