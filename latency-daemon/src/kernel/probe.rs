@@ -157,6 +157,7 @@ impl Probe {
             knobs.cfs_rq_throttled_clock_self_time = t.throttled_clock_self_time.offset;
         }
         if let Some(s) = stolen {
+            log::info!("the irq_steal part of each wait holds {}", s.holds());
             knobs.split_stolen = 1;
             knobs.rq_clock_task = s.clock_task.offset;
         }
