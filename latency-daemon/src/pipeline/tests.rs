@@ -561,3 +561,30 @@ fn the_final_delay_comes_from_the_ring_when_another_task_was_the_windows_worst()
         Some((600 * MS, false))
     );
 }
+
+#[test]
+fn a_windows_causes_reach_its_report_its_cgroups_the_timeline_and_the_alert() {
+    let mut settings = alerting(1);
+    settings.per_cgroup = true;
+    let mut p = pipeline(settings);
+    let mut names = Table::with_paths(&[1]);
+    // 10 delays of 1 ms: 6 ms throttled, 1 ms IRQ or steal, 3 ms behind another cgroup; all /c1's.
+    let split = [6 * MS, MS, 0, 3 * MS, 0, 0];
+    let mut now = snap(S, 10, &[(1, 10)]);
+    now.cpus[1].waited_ns = split;
+    now.cpus[1].unsplit = 2;
+    now.cgroups[0].1.waited_ns = split;
+    let mut inc = incident(1, 20 * MS, S - 1);
+    (inc.2.throttled_ns, inc.2.stolen_ns) = (15 * MS, 2 * MS);
+    let t = drain(&mut p, &mut names, now, Vec::new(), vec![inc]).1;
+    let w = window(&p);
+    assert_eq!((w.report.waited_by_cause_ns.0, w.report.unsplit), (split, 2));
+    assert_eq!(w.report.waited_by_cause_ns.total(), w.report.histograms.wakeup.sum_ns, "the causes add up");
+    assert_eq!(w.report.cgroups[0].waited_by_cause_ns.0, split);
+    let last = p.exposition().timeline.last().expect("a summary");
+    assert_eq!((last.causes.0, last.top_cgroups[0].causes.0), (split, split));
+    let Some(Transition::Fired(a)) = t.first() else { panic!("nothing fired: {t:?}") };
+    assert_eq!((a.worst.throttled_ns, a.worst.irq_steal_ns, a.worst.held_ns()), (15 * MS, 2 * MS, 3 * MS));
+    let worst = &p.exposition().last_alert.as_ref().expect("the last alert").worst;
+    assert_eq!(worst.throttled_ns, 15 * MS, "the live view's last alert carries the split");
+}

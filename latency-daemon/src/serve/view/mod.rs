@@ -208,9 +208,9 @@ fn cause_bar(c: &Causes, width: u32, height: u32) -> String {
     out
 }
 
-/// "12.5 %" of `of`; "–" when `of` is 0.
+/// "12.5 %" of `of` (a no-break space: it stays on one line); "–" when `of` is 0.
 fn share(ns: u64, of: u64) -> String {
-    if of == 0 { "–".to_string() } else { format!("{:.1} %", 100.0 * ns as f64 / of as f64) }
+    if of == 0 { "–".to_string() } else { format!("{:.1}\u{a0}%", 100.0 * ns as f64 / of as f64) }
 }
 
 /// Why they waited: the last window's delay time by cause as a stacked bar and a table (time,
