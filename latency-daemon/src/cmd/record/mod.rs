@@ -1,6 +1,9 @@
 //! The one-shot `record` command: attach, measure for a duration (or until Ctrl-C) with a
 //! progress line, detach, then print the report as tables (`render`) or JSON; with `--svg`,
-//! also draw the run over time (a column per period) as the live view's heatmap.
+//! also draw the run over time (a column per period) as the live view's heatmap. Every delay is
+//! split by cause (throttled by a CPU limit, IRQ or steal, behind its own cgroup, another cgroup,
+//! a kernel thread, nothing): the text has a section and a column per cause, the JSON a
+//! `waited_by_cause_ns` for the run, each CPU and each task, and `unsplit`.
 mod render;
 
 use std::{io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
