@@ -95,8 +95,8 @@ pub(super) fn section(out: &mut String, c: &Causes) {
     let _ = writeln!(
         out,
         "{throttled} **The victim waited {:.3} s in {} waits, {} of it behind another cgroup's task** ({:.3} s; the \
-         rest: {}{}). The demo fails if A's throttled share is under {:.0} % while the kernel gives the split, or B's \
-         other share under {:.0} %.\n",
+         rest: {}{}). The demo fails if, while the kernel gives the split, A's throttled part is more than 10 % off \
+         cpu.stat's or under {:.0} % of its wait (on a busy CPU 1, under half), or if B's other share is under {:.0} %.\n",
         b.total_s(),
         b.waits,
         pct(b.share("other")),
