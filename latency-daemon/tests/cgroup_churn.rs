@@ -172,8 +172,8 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
     assert!(lines < 20, "{lines} log lines: one per cgroup?\n{:#?}", daemon.log());
     assert!(rss_end < rss_mid * 1.25 + 4096.0, "RSS grew from {rss_mid} KiB to {rss_end} KiB");
     assert!(series <= 1001, "{series} series with --top-cgroups 1000");
-    // Who held the CPU, through slots, the overflow map and retirement alike: every cgroup's
-    // split by holder adds up to its delay time.
+    // Why it waited, through slots, the overflow map and retirement alike: every cgroup's split
+    // by cause adds up to its delay time.
     let mut checked = 0;
     for line in text.lines().filter(|l| l.starts_with("runqlat_cgroup_delay_seconds_sum{")) {
         let (series, waited) = line.rsplit_once(' ').unwrap();
@@ -181,11 +181,11 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
         let labels = series.trim_start_matches("runqlat_cgroup_delay_seconds_sum{").trim_end_matches('}');
         let (cgroup, rest) = labels.split_once(',').unwrap_or((labels, ""));
         let rest = if rest.is_empty() { String::new() } else { format!(",{rest}") };
-        let by: f64 = ["same", "other", "kernel", "idle"]
+        let by: f64 = ["throttled", "irq_steal", "same", "other", "kernel", "idle"]
             .iter()
-            .map(|b| metric(&text, &format!("runqlat_cgroup_wait_by_seconds_total{{{cgroup},by=\"{b}\"{rest}}}")))
+            .map(|c| metric(&text, &format!("runqlat_cgroup_wait_cause_seconds_total{{{cgroup},cause=\"{c}\"{rest}}}")))
             .sum();
-        assert!((by - waited).abs() <= 1e-6 * waited.max(1.0), "{series}: {waited} s waited, {by} s by holder");
+        assert!((by - waited).abs() <= 1e-6 * waited.max(1.0), "{series}: {waited} s waited, {by} s by cause");
         checked += 1;
     }
     assert!(checked > 1, "{checked} cgroup series checked");

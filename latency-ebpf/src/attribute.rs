@@ -7,9 +7,9 @@
 use latency_common::maps::{DEPTH_UNKNOWN, FINALS_KEPT, Incident, RUNS_KEPT, Run, window_index};
 
 use crate::{
+    delay::Delay,
     knobs,
     maps::{DEPTHS, FINALS, INCIDENTS, RUNS},
-    observe::Delay,
     task::Task,
 };
 

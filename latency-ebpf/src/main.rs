@@ -5,6 +5,7 @@
 
 mod attribute;
 mod cgroup;
+mod delay;
 mod diag;
 mod knobs;
 mod maps;

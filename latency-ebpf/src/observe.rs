@@ -10,6 +10,7 @@ use latency_common::{
     },
 };
 
+use crate::delay::Delay;
 use crate::{
     attribute,
     diag::{self, Rare},
@@ -46,16 +47,6 @@ pub fn count_lost(what: Lost) {
         // SAFETY: this CPU's slot; see switch.rs.
         unsafe { (*cpu).stats.lost[what as usize] += 1 };
     }
-}
-
-/// A delay measured at a switch-in, with the parts of it the kernel's clocks account for (see
-/// latency-common's `Cause`): both 0 when the split is off or the task migrated meanwhile.
-#[derive(Clone, Copy)]
-pub struct Delay {
-    pub ns: u64,
-    pub reason: Reason,
-    pub throttled_ns: u64,
-    pub stolen_ns: u64,
 }
 
 const THROTTLE_MASK: u32 = (1 << SPLIT_THROTTLE_BITS) - 1;
