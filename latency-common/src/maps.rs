@@ -273,7 +273,7 @@ pub const fn cgroup_bucket(k: usize) -> usize {
 }
 
 /// One cgroup's delays on one CPU, and the delays of other cgroups' tasks it ended by giving the
-/// CPU up. The small fields come first: a delay touches `sum_ns` and one `waited_by_ns` (same
+/// CPU up. The small fields come first: a delay touches `sum_ns` and up to three `waited_ns` (same
 /// cache line as the slot's id) and one bucket.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
