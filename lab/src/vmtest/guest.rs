@@ -92,9 +92,17 @@ pub struct GuestResult {
     /// The wait scan as `run` reported it: `on`, or `unavailable: <the log's reason>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_scan: Option<String>,
+    /// The cause split's two parts as `run` reported them, like `wait_scan`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_split: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq_steal_split: Option<String>,
     /// The stall (`vmt.stall=1` guests): what the daemon showed while the victim waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall: Option<super::stall::Watched>,
+    /// The throttle (`vmt.throttle=1` guests): a limited cgroup's wait by cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<super::throttle::Throttled>,
 }
 
 /// Boots `guest` (twice at most) and judges what it produced.
@@ -176,7 +184,10 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         load: String::new(),
         daemon: String::new(),
         wait_scan: None,
+        throttle_split: None,
+        irq_steal_split: None,
         stall: None,
+        throttle: None,
     }
 }
 
@@ -249,8 +260,9 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
             Some(rec) => list.extend(checks::recording(rec, &cx.load, cx.cpus)),
             None => list.push(Check::new("JSON", false, "record printed no readable document".into())),
         }
+        let apart = |l: &str| checks::JUDGED_APART.iter().any(|f| l.contains(&format!("{f} unavailable")));
         let degraded: Vec<&str> =
-            log.lines().filter(|l| l.contains("unavailable on this kernel") && !l.contains("wait_scan")).collect();
+            log.lines().filter(|l| l.contains("unavailable on this kernel") && !apart(l)).collect();
         list.push(Check::new("every path given", degraded.is_empty(), format!("{degraded:?}")));
     } else {
         let prom = cx.data.text(&section("prom"));
@@ -258,7 +270,8 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
         let per_cgroup = !config.command.contains("--per-cgroup=false");
         let cgroup = cx.sleepers_seen.filter(|_| per_cgroup).map(|n| (SLEEPERS_CGROUP, n));
         list.extend(checks::scrape(prom, cx.cpus, cgroup));
-        list.push(checks::wait_scan(prom, log));
+        list.extend(checks::JUDGED_APART.iter().map(|f| checks::feature(prom, log, f)));
+        list.extend(checks::causes(prom));
     }
     ConfigResult {
         name: name.to_owned(),
@@ -302,13 +315,22 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     let configs: Vec<ConfigResult> = CONFIGS.iter().map(|c| configuration(c, &cx)).collect();
 
     let prev_state = field("prev_state:");
-    let optional = field("optional:");
+    // Every optional path, or all but those a kernel may lack (judged in `run`'s columns).
+    let optional: Vec<&str> = check_out.lines().filter_map(|l| l.strip_prefix("optional:")).map(str::trim).collect();
+    let given = optional.first().is_some_and(|o| o.starts_with("all available"))
+        || (!optional.is_empty()
+            && optional
+                .iter()
+                .all(|o| checks::JUDGED_APART.iter().any(|f| o.starts_with(&format!("{f} unavailable")))));
     let mut list = vec![Check::new(
         "check",
-        rc("check") == Some(0)
-            && prev_state.is_some()
-            && optional.as_deref().is_some_and(|o| o.starts_with("all available")),
-        format!("exit {:?}; {}; optional: {}", rc("check"), last_line(check_out), optional.as_deref().unwrap_or("—")),
+        rc("check") == Some(0) && prev_state.is_some() && given,
+        format!(
+            "exit {:?}; {}; optional: {}",
+            rc("check"),
+            last_line(check_out),
+            if optional.is_empty() { "—".to_owned() } else { optional.join("; ") }
+        ),
     )];
     let number = |name: &str| text(name).trim().parse::<u64>().ok();
     let (during, after, fds) = (number("progs.attached"), number("progs.after"), number("fds.after"));
@@ -329,11 +351,20 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
         watched
     });
-    let wait_scan = configs
-        .iter()
-        .find(|c| c.name == "run")
-        .and_then(|c| c.checks.iter().find(|k| k.what == "wait scan"))
-        .map(|k| k.detail.clone());
+    let throttle = guest.append.contains("vmt.throttle=1").then(|| {
+        let throttled = super::throttle::Throttled::parse(&data);
+        list.extend(checks::throttle(&throttled));
+        throttled
+    });
+    let state = |what: &str| {
+        configs
+            .iter()
+            .find(|c| c.name == "run")
+            .and_then(|c| c.checks.iter().find(|k| k.what == what))
+            .map(|k| k.detail.clone())
+    };
+    let (wait_scan, throttle_split, irq_steal_split) =
+        (state("wait scan"), state("throttle split"), state("irq steal split"));
     if !boot.finished {
         let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
         list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
@@ -362,7 +393,10 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         load: String::new(),
         daemon: String::new(),
         wait_scan,
+        throttle_split,
+        irq_steal_split,
         stall: stall.flatten(),
+        throttle,
     }
 }
 

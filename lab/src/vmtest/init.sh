@@ -1,8 +1,9 @@
 #!/bin/sh
 # The vmtest guest's /init (busybox sh). In: the initramfs (latency-daemon, xtask, busybox) and
-# `vmt.secs=S vmt.port=TTY [vmt.smoke=1] [vmt.stall=1]` on the kernel command line; out: `@@ PHASE uptime=…`
-# markers on the console and every result as `@@begin NAME` … `@@end NAME RC` sections on the
-# data port (x86_64: ttyS1, arm64: ttyAMA1), then power off. A smoke boot writes `meta` only.
+# `vmt.secs=S vmt.port=TTY [vmt.smoke=1] [vmt.stall=1] [vmt.throttle=1]` on the kernel command
+# line; out: `@@ PHASE uptime=…` markers on the console and every result as `@@begin NAME` …
+# `@@end NAME RC` sections on the data port (x86_64: ttyS1, arm64: ttyAMA1), then power off. A
+# smoke boot writes `meta` only.
 # Order matters under TCG: `check` alone, then every configuration attached at once, and only
 # then the load (spinners would starve the verifier), stopped before anything is printed.
 /bin/busybox mkdir -p /proc /sys /dev /tmp
@@ -25,12 +26,14 @@ SECS=3
 PORT=ttyS1
 SMOKE=0
 STALL=0
+THROTTLE=0
 for word in $(cat /proc/cmdline); do
   case $word in
     vmt.secs=*) SECS=${word#vmt.secs=} ;;
     vmt.port=*) PORT=${word#vmt.port=} ;;
     vmt.smoke=*) SMOKE=${word#vmt.smoke=} ;;
     vmt.stall=*) STALL=${word#vmt.stall=} ;;
+    vmt.throttle=*) THROTTLE=${word#vmt.throttle=} ;;
   esac
 done
 CPUS=$(nproc)
@@ -138,6 +141,40 @@ if [ "$STALL" = 1 ]; then
   echo $? > /tmp/stall.rc
   mark stalled
 fi
+# The throttle (vmt.throttle=1): a 2.5 s busy loop pinned to CPU 1 in a cgroup allowed 10 ms per
+# 100 ms (throttle.rs's CPU_MAX), its cgroup's cpu.stat around it and `run`'s /metrics two drains
+# after it (the cgroup is new: nothing of it before). The process starts outside the cgroup and
+# moves in once ready: loading it under the limit would have its threads wait through the same
+# throttles side by side.
+if [ "$THROTTLE" = 1 ]; then
+  mark throttle
+  T=/sys/fs/cgroup/vmt-throttled
+  mkfifo /tmp/throttle.go
+  {
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+    mkdir $T && echo "10000 100000" > $T/cpu.max
+    cat $T/cpu.max > /tmp/throttle.max
+    cat $T/cpu.stat > /tmp/throttle.stat0
+  } 2> /tmp/throttle.err
+  taskset 2 xtask workload cpu --threads 1 --secs 2.5 --json --wait-for-go \
+    < /tmp/throttle.go > /tmp/throttle.json 2>> /tmp/throttle.err &
+  LOOP=$!
+  exec 6> /tmp/throttle.go
+  i=0
+  until grep -q '"ready"' /tmp/throttle.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
+  echo $LOOP > $T/cgroup.procs 2>> /tmp/throttle.err
+  echo go >&6
+  i=0
+  until grep -q '"finished"' /tmp/throttle.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
+  exec 6>&-
+  wait $LOOP
+  echo $? > /tmp/throttle.rc
+  sleep 1.2
+  cat $T/cpu.stat > /tmp/throttle.stat1
+  cat $T/cpu.stat.local > /tmp/throttle.local 2>/dev/null
+  wget -q -O /tmp/throttle.prom http://127.0.0.1:9101/metrics 2>> /tmp/throttle.err
+  mark throttled
+fi
 # Stop while the crews are still parked: records report, services detach.
 for name in $CONFIGS; do
   case $name in record*) kill -INT "$(cat /tmp/$name.pid)" ;; *) kill -TERM "$(cat /tmp/$name.pid)" ;; esac
@@ -185,6 +222,10 @@ done
 if [ "$STALL" = 1 ]; then
   put stall /tmp/stall.json "$(cat /tmp/stall.rc)"
   put stall.err /tmp/stall.err
+fi
+if [ "$THROTTLE" = 1 ]; then
+  for part in max stat0 stat1 local prom err; do put "throttle.$part" /tmp/throttle.$part; done
+  put throttle.json /tmp/throttle.json "$(cat /tmp/throttle.rc)"
 fi
 put workload-io /tmp/io.json
 put workload-spin /tmp/spin.json

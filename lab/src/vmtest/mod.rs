@@ -9,8 +9,10 @@
 //! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
 //! `checks` judges what came back, `report` writes it down; `stall` runs inside the guests of
 //! `STALL_KERNELS` (this binary's `vmtest --guest-stall`): a stall watched through the daemon's
-//! wait scan. With `--deb`, `systemd` boots 5.10 once more with our .deb installed in a Debian
-//! root under systemd, and `deb_checks` judges its unit.
+//! wait scan; `throttle` reads what the guests of `THROTTLE_KERNELS` wrote around a busy loop in
+//! a cgroup limited by `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10
+//! once more with our .deb installed in a Debian root under systemd, and `deb_checks` judges its
+//! unit.
 mod apt;
 mod arch;
 mod binaries;
@@ -23,6 +25,7 @@ mod qemu;
 mod report;
 pub mod stall;
 mod systemd;
+mod throttle;
 mod unpacked;
 mod vmlinux;
 
@@ -94,6 +97,11 @@ pub struct Args {
 /// The kernels whose guests run the stall (`stall::GUEST_PLAN`): x86_64 without the fair server
 /// (before 6.12 an RT spinner with throttling off starves a normal task for as long as it spins).
 pub const STALL_KERNELS: [&str; 2] = ["5.10", "6.1"];
+
+/// The kernels whose guests run the throttle (`throttle`): one with the throttled part of the
+/// cause split (6.12: `cfs_rq.throttled_clock_self_time`, 6.8+) and one without (6.1), ≈ 4.4 s
+/// of guest each.
+pub const THROTTLE_KERNELS: [&str; 2] = ["6.1", "6.12"];
 
 /// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
 /// clean` empties): $XDG_CACHE_HOME/runqlat-vmtest, else /var/cache/runqlat-vmtest.
@@ -198,17 +206,21 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         let (_, initramfs, accel, binaries) =
             setups.iter().find(|setup| setup.0 == kernel.arch).context("every architecture was set up")?;
         // The stall needs a second vCPU: the daemon and the watcher run on CPU 0.
-        let stall = !args.smoke && *cpus >= 2 && *cpus == args.cpus && STALL_KERNELS.contains(&kernel.id.as_str());
+        let paired = !args.smoke && *cpus >= 2 && *cpus == args.cpus;
+        let stall = paired && STALL_KERNELS.contains(&kernel.id.as_str());
+        // The throttle's loop is pinned to CPU 1.
+        let throttle = paired && THROTTLE_KERNELS.contains(&kernel.id.as_str());
         let guest = Guest {
             kernel,
             initramfs,
             cpus: *cpus,
             accel: &accel.name,
             append: format!(
-                "vmt.secs={}{}{}",
+                "vmt.secs={}{}{}{}",
                 args.secs,
                 if args.smoke { " vmt.smoke=1" } else { "" },
-                if stall { " vmt.stall=1" } else { "" }
+                if stall { " vmt.stall=1" } else { "" },
+                if throttle { " vmt.throttle=1" } else { "" }
             ),
             dir: guests_dir.join(format!("{}-{cpus}cpu", kernel.id)),
             deadline: deadline(kernel.arch, *cpus, args.smoke),

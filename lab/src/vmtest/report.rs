@@ -63,11 +63,15 @@ pub fn one_line(g: &GuestResult) -> String {
     )
 }
 
-/// `; wait scan on; stall: …` for a guest that reported them.
+/// `; wait scan on; throttle split on; …; stall: …; throttle: …` for a guest that reported them.
 fn waits(g: &GuestResult) -> String {
     let mut out = String::new();
-    if let Some(state) = &g.wait_scan {
-        let _ = write!(out, "; wait scan {state}");
+    let features =
+        [("wait scan", &g.wait_scan), ("throttle split", &g.throttle_split), ("irq+steal split", &g.irq_steal_split)];
+    for (what, state) in features {
+        if let Some(state) = state {
+            let _ = write!(out, "; {what} {state}");
+        }
     }
     if let Some(w) = &g.stall {
         let shown = w.longest_before_run().map_or(0, |(_, n)| n);
@@ -81,17 +85,51 @@ fn waits(g: &GuestResult) -> String {
             w.window_max_ns as f64 / 1e9
         );
     }
+    if let Some(t) = &g.throttle {
+        let throttled = t.cause_s("throttled");
+        let share = if t.waited_s > 0.0 { 100.0 * throttled / t.waited_s } else { 0.0 };
+        let local =
+            t.local_throttled_us.map_or_else(String::new, |us| format!(" (cpu.stat.local {:.3} s)", us as f64 / 1e6));
+        let _ = write!(
+            out,
+            "; throttle (cpu.max `{}`, throttle split {}): throttled {} times, cpu.stat's throttled_usec {:.3} s{local}; \
+             the cgroup waited {:.3} s, throttled {throttled:.3} s ({share:.1} %); by cause: {}",
+            t.cpu_max,
+            t.split.as_deref().unwrap_or("—"),
+            t.nr_throttled,
+            t.throttled_us as f64 / 1e6,
+            t.waited_s,
+            t.by_cause()
+        );
+    }
     out
+}
+
+/// A feature's state for the table: `on`, `unavailable` (the reason is in report.md), `✘` (neither,
+/// or no reason given), or `—` (not reported).
+fn state(s: Option<&String>) -> &'static str {
+    match s.map(|s| s.split(':').next().unwrap_or(s)) {
+        Some("on") => "on",
+        Some("unavailable") => "unavailable",
+        Some(_) => "✘",
+        None => "—",
+    }
 }
 
 /// The kernel table (docs/kernels.md's and report.md's).
 pub fn table(report: &Report) -> String {
+    // The cause split's columns once guests report it (a report from before has none).
+    let split = report.guests.iter().any(|g| g.throttle_split.is_some() || g.irq_steal_split.is_some());
     let mut out = String::from("| kernel | flavour | prev_state from |");
     for c in CONFIGS {
         let _ = write!(out, " `{}` |", c.command);
     }
-    out.push_str(" run_delay | load+attach | verifier | boot | guest | accel |\n|");
-    out.push_str(&"---|".repeat(3 + CONFIGS.len() + 6));
+    out.push_str(" run_delay |");
+    if split {
+        out.push_str(" throttle split | irq+steal split |");
+    }
+    out.push_str(" load+attach | verifier | boot | guest | accel |\n|");
+    out.push_str(&"---|".repeat(3 + CONFIGS.len() + 6 + if split { 2 } else { 0 }));
     out.push('\n');
     for g in &report.guests {
         let rt = if g.kernel.preempt_rt { "PREEMPT_RT" } else { g.kernel.flavour.as_str() };
@@ -105,9 +143,13 @@ pub fn table(report: &Report) -> String {
         let agreement =
             g.checks.iter().find(|c| c.what == "run_delay").map_or("not kept", |c| if c.ok { "✔" } else { "✘" });
         let retried = if g.attempts > 1 { " (2nd boot)" } else { "" };
+        let _ = write!(out, " {agreement} |");
+        if split {
+            let _ = write!(out, " {} | {} |", state(g.throttle_split.as_ref()), state(g.irq_steal_split.as_ref()));
+        }
         let _ = writeln!(
             out,
-            " {agreement} | {} | {} | {} | {:.0} s{retried} | {} |",
+            " {} | {} | {} | {:.0} s{retried} | {} |",
             ms(g.load_attach_ms),
             ms(g.verifier_ms),
             secs(g.boot_s),

@@ -1,0 +1,158 @@
+//! A CPU limit seen in the wait causes: in, what the init of a `THROTTLE_KERNELS` guest
+//! (`vmt.throttle=1`) wrote around a busy loop pinned to CPU 1 in a cgroup limited by `cpu.max`
+//! (`CPU_MAX`) — the cgroup's `cpu.stat` before and after, `cpu.stat.local` (6.8+), the loop's own
+//! account and `run`'s /metrics two drains after it ended; out, `Throttled`: the cgroup's wait by
+//! cause beside the kernel's count of its throttled time, judged by `checks::throttle`.
+//!
+//! The guest's side is init.sh's (busybox: `cgroup.subtree_control`, `taskset`, `xtask workload
+//! cpu --wait-for-go`, moved into the cgroup once ready): nothing runs beside the loop but the
+//! parked crews and the daemons.
+use serde::{Deserialize, Serialize};
+
+use super::guest::Sections;
+use crate::web::sample;
+use crate::workload::Event;
+
+/// The cgroup init.sh makes for the loop, as the daemon labels it.
+pub const CGROUP: &str = "/vmt-throttled";
+
+/// What init.sh writes to its `cpu.max`: 10 ms of CPU per 100 ms, so the loop is throttled ~90 %
+/// of each period, ~25 times in its 2.5 s.
+pub const CPU_MAX: &str = "10000 100000";
+
+/// The causes as the daemon labels them, in its order.
+pub const CAUSES: [&str; 6] = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
+
+/// The throttle as the guest wrote it down.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Throttled {
+    /// `cpu.max` read back, and its period (µs).
+    pub cpu_max: String,
+    pub period_us: u64,
+    /// `cpu.stat`'s `nr_throttled` and `throttled_usec`, after minus before.
+    pub nr_throttled: u64,
+    pub throttled_us: u64,
+    /// `cpu.stat.local`'s `throttled_usec` (6.8+: the group's own throttle clock, which the
+    /// daemon reads), after.
+    pub local_throttled_us: Option<u64>,
+    /// The loop thread's CPU time and run_delay (its own account at its end).
+    pub spun_ns: u64,
+    pub run_delay_ns: u64,
+    /// `runqlat_feature_info{feature="throttle_split"}`'s state in the scrape.
+    pub split: Option<String>,
+    /// The cgroup's `runqlat_cgroup_wait_cause_seconds_total` by cause (`CAUSES` order) and its
+    /// `runqlat_cgroup_delay_seconds_sum`, seconds (the cgroup is new: no before).
+    pub causes_s: Vec<(String, f64)>,
+    pub waited_s: f64,
+    /// The loop's exit code, and what went wrong on the way.
+    pub rc: Option<i32>,
+    pub error: Option<String>,
+}
+
+impl Throttled {
+    /// From the guest's `throttle.*` sections.
+    pub fn parse(data: &Sections) -> Throttled {
+        let stat = |name: &str, key: &str| field(data.text(name), key);
+        let prom = data.text("throttle.prom");
+        let cause = |c: &str| {
+            let series = format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{CGROUP}\",cause=\"{c}\"}}");
+            sample(prom, &series).unwrap_or(0.0)
+        };
+        let done =
+            data.text("throttle.json").lines().filter_map(|l| serde_json::from_str::<Event>(l).ok()).find_map(|e| {
+                match e {
+                    Event::Done(d) => Some(d),
+                    _ => None,
+                }
+            });
+        let cpu_max = data.text("throttle.max").trim().to_owned();
+        let errors: Vec<&str> = data.text("throttle.err").lines().filter(|l| !l.trim().is_empty()).collect();
+        Throttled {
+            period_us: cpu_max.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0),
+            cpu_max,
+            nr_throttled: delta(stat("throttle.stat1", "nr_throttled"), stat("throttle.stat0", "nr_throttled")),
+            throttled_us: delta(stat("throttle.stat1", "throttled_usec"), stat("throttle.stat0", "throttled_usec")),
+            local_throttled_us: stat("throttle.local", "throttled_usec"),
+            spun_ns: done.as_ref().map_or(0, |d| d.cpu_ns),
+            run_delay_ns: done.as_ref().map_or(0, |d| d.run_delay_ns),
+            split: feature_state(prom, "throttle_split"),
+            causes_s: CAUSES.iter().map(|c| ((*c).to_owned(), cause(c))).collect(),
+            waited_s: sample(prom, &format!("runqlat_cgroup_delay_seconds_sum{{cgroup=\"{CGROUP}\"}}")).unwrap_or(0.0),
+            rc: data.rc("throttle.json"),
+            error: (!errors.is_empty()).then(|| errors.join("; ")),
+        }
+    }
+
+    /// The cgroup's wait of one cause, seconds.
+    pub fn cause_s(&self, cause: &str) -> f64 {
+        self.causes_s.iter().find(|(c, _)| c == cause).map_or(0.0, |(_, s)| *s)
+    }
+
+    /// The causes that are not 0, for a report line: `idle 2.10 s, same 0.01 s`.
+    pub fn by_cause(&self) -> String {
+        let parts: Vec<String> =
+            self.causes_s.iter().filter(|(_, s)| *s > 0.0).map(|(c, s)| format!("{c} {s:.3} s")).collect();
+        if parts.is_empty() { "none".to_owned() } else { parts.join(", ") }
+    }
+}
+
+/// `key value` in a cgroup stat file.
+fn field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+fn delta(after: Option<u64>, before: Option<u64>) -> u64 {
+    after.unwrap_or(0).saturating_sub(before.unwrap_or(0))
+}
+
+/// The state `runqlat_feature_info` says `feature` is in (the series whose value is 1).
+pub fn feature_state(prom: &str, feature: &str) -> Option<String> {
+    let label = format!("feature=\"{feature}\"");
+    prom.lines()
+        .filter(|l| l.starts_with("runqlat_feature_info{") && l.contains(&label))
+        .find(|l| l.trim_end().ends_with(" 1"))
+        .and_then(|l| l.split("state=\"").nth(1)?.split('"').next())
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// init.sh limits the loop's cgroup by `CPU_MAX` and makes it where the daemon labels `CGROUP`.
+    #[test]
+    fn init_sets_this_limit() {
+        let init = include_str!("init.sh");
+        assert!(init.contains(&format!("T=/sys/fs/cgroup{CGROUP}\n")), "init.sh's throttle cgroup is not {CGROUP}");
+        assert!(init.contains(&format!("echo \"{CPU_MAX}\" > $T/cpu.max")), "init.sh's cpu.max is not {CPU_MAX}");
+    }
+
+    #[test]
+    fn a_throttle_from_the_guests_sections() {
+        let series = |c: &str, v: f64| {
+            format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{CGROUP}\",cause=\"{c}\"}} {v}\n")
+        };
+        let prom = format!(
+            "runqlat_feature_info{{feature=\"throttle_split\",state=\"on\"}} 1\n\
+             runqlat_feature_info{{feature=\"throttle_split\",state=\"off\"}} 0\n\
+             runqlat_cgroup_delay_seconds_sum{{cgroup=\"{CGROUP}\"}} 2.25\n{}{}",
+            series("throttled", 2.2),
+            series("idle", 0.05)
+        );
+        let done = "{\"event\":\"done\",\"name\":\"cpu/0\",\"tid\":9,\"group\":\"cpu\",\"nice\":0,\"weight\":null,\
+                    \"sleeps\":0,\"cpu_ns\":250000000,\"run_delay_ns\":2250000000,\"largest_gap_ns\":null}";
+        let data = format!(
+            "@@begin throttle.max\n10000 100000\n@@end throttle.max\n\
+             @@begin throttle.stat0\nusage_usec 0\nnr_throttled 0\nthrottled_usec 0\n@@end throttle.stat0\n\
+             @@begin throttle.stat1\nusage_usec 250000\nnr_throttled 24\nthrottled_usec 2180000\n@@end throttle.stat1\n\
+             @@begin throttle.json\n{done}\n@@end throttle.json 0\n\
+             @@begin throttle.prom\n{prom}@@end throttle.prom 0\n@@begin throttle.err\n@@end throttle.err\n"
+        );
+        let t = Throttled::parse(&Sections::parse(&data));
+        assert_eq!((t.period_us, t.nr_throttled, t.throttled_us, t.local_throttled_us), (100_000, 24, 2_180_000, None));
+        assert_eq!((t.split.as_deref(), t.rc, t.error.as_deref()), (Some("on"), Some(0), None));
+        assert_eq!((t.cause_s("throttled"), t.cause_s("idle"), t.waited_s), (2.2, 0.05, 2.25));
+        assert_eq!((t.spun_ns, t.run_delay_ns), (250_000_000, 2_250_000_000));
+        assert_eq!(t.by_cause(), "throttled 2.200 s, idle 0.050 s");
+    }
+}
