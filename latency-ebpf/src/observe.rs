@@ -19,6 +19,15 @@ use crate::{
     task::Task,
 };
 
+/// `i` as a value the compiler cannot see through, so the mask that follows stays in the program:
+/// an index made from an enum has a range the compiler knows and would drop the mask for, but a
+/// verifier (6.1's) that lost the range across a 4-byte spill needs it to bound the offset.
+#[inline(always)]
+fn opaque(i: u32) -> u32 {
+    // SAFETY: a read of a local.
+    unsafe { core::ptr::read_volatile(&i) }
+}
+
 /// The one clock read of an event: CLOCK_MONOTONIC ns, or with the `clock_rq` knob the clock
 /// of `task`'s run queue (what the kernel's run_delay uses); the verifier prunes the other.
 #[inline(always)]
@@ -168,7 +177,7 @@ pub fn record(
     cpu.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
     cpu.waited_ns[holder as usize] += held;
     let bucket = bucket_of(delay) & (BUCKETS - 1);
-    let h = &mut state.histograms[reason as usize & (Reason::COUNT - 1)];
+    let h = &mut state.histograms[(opaque(reason as u32) & 1) as usize];
     h.buckets[bucket] += 1;
     h.sum_ns += delay;
     if let Some(c) = cgroup {
@@ -199,7 +208,7 @@ pub fn record(
         attribute::incident(d, now, epoch, next, next_tid, cgroup_id);
     }
     // This CPU's slot; user space reads it only after the epoch moved on.
-    let w: &mut WindowMax = &mut state.window[window_index(epoch, reason) as usize & 3];
+    let w: &mut WindowMax = &mut state.window[(opaque(window_index(epoch, reason)) & 3) as usize];
     {
         if w.epoch != epoch || delay > w.delay_ns {
             w.epoch = epoch;
@@ -359,7 +368,7 @@ pub fn task_in(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, delay
         t.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
         t.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
         t.waited_ns[holder as usize] += delay_ns - d.throttled_ns - d.stolen_ns;
-        t.delays[reason as usize & (Reason::COUNT - 1)] += 1;
+        t.delays[(opaque(reason as u32) & 1) as usize] += 1;
         t.delay_sum_ns += delay_ns;
         if delay_ns > t.delay_max_ns {
             t.delay_max_ns = delay_ns;
