@@ -17,7 +17,7 @@ use latency_lab::{
     daemon::Daemon,
     guard::{Proc, Scratch},
     oracle::throttle::CpuCgroup,
-    services::TestCgroup,
+    services::{TestCgroup, cgroup_mounts},
     web::{sample, total},
 };
 
@@ -47,13 +47,7 @@ impl Drop for V1Cpu {
 
 /// The mount point of the v1 hierarchy holding the `cpu` controller, if any.
 fn v1_cpu_mount() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let mut right = right.split_whitespace();
-        let v1_cpu = right.next()? == "cgroup" && right.nth(1)?.split(',').any(|o| o == "cpu");
-        v1_cpu.then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-    })
+    cgroup_mounts().into_iter().find(|m| m.v1_with("cpu")).map(|m| m.point)
 }
 
 /// Limits `pid` (in `cg`) to QUOTA_US per PERIOD_US where the cpu controller is.

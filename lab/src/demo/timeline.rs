@@ -4,7 +4,7 @@
 //! dots, the threshold, and the moments the alert fired and the task ran.
 use std::fmt::Write as _;
 
-use super::stall_alert::StallAlert;
+use super::{figure::open, stall_alert::StallAlert};
 
 const W: f64 = 860.0;
 const H: f64 = 380.0;
@@ -22,14 +22,15 @@ pub fn svg(a: &StallAlert) -> String {
     let x = |s: f64| LEFT + s.clamp(-0.2, x_max) / x_max * (W - LEFT - RIGHT);
     let y = |s: f64| H - BOTTOM - s.clamp(0.0, y_max) / y_max * (H - TOP - BOTTOM);
 
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{LEFT}\" y=\"20\" font-size=\"14\">SCHED_FIFO hog on CPU {} for {spin_s:.0} s, a 1 ms sleeper beside \
-         it: its wait as it grew, and as the daemon saw it</text>\n",
-        a.cpu
+    let mut out = open(
+        W,
+        H,
+        LEFT,
+        &format!(
+            "SCHED_FIFO hog on CPU {} for {spin_s:.0} s, a 1 ms sleeper beside it: its wait as it grew, and as the \
+             daemon saw it",
+            a.cpu
+        ),
     );
     // The spin.
     let _ = writeln!(

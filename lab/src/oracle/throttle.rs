@@ -2,9 +2,11 @@
 //! holds its limit — the v1 cpu controller's directory on a hybrid host, else its cgroup v2 one —
 //! the limit, the threads in it and how long it has been throttled (cpu.stat), which the daemon's
 //! cause="throttled" is checked against.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
+
+use crate::services::{CgroupMount, cgroup_mounts_in};
 
 /// The cpu cgroup of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,26 +68,10 @@ impl CpuCgroup {
 /// The v1 line whose controllers include `cpu` under the mount of that hierarchy, else the v2
 /// ("0::") line under the cgroup2 mount.
 fn locate(proc_cgroup: &str, mountinfo: &str) -> Option<CpuCgroup> {
-    // (mount point, mount root, super options, v2) of every cgroup mount.
-    let mounts: Vec<(&str, &str, &str, bool)> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut fields = left.split_whitespace();
-            let root = fields.nth(3)?;
-            let point = fields.next()?;
-            let mut right = right.split_whitespace();
-            let v2 = match right.next()? {
-                "cgroup" => false,
-                "cgroup2" => true,
-                _ => return None,
-            };
-            Some((point, root, right.nth(1).unwrap_or_default(), v2))
-        })
-        .collect();
-    let under = |(point, root): (&str, &str), path: &str| {
-        let rel = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
-        Path::new(point).join(rel)
+    let mounts = cgroup_mounts_in(mountinfo);
+    let under = |m: &CgroupMount, path: &str| {
+        let rel = path.strip_prefix(m.root.as_str()).unwrap_or(path).trim_start_matches('/');
+        m.point.join(rel)
     };
     let lines = proc_cgroup.lines().filter_map(|l| {
         let mut parts = l.splitn(3, ':');
@@ -93,12 +79,12 @@ fn locate(proc_cgroup: &str, mountinfo: &str) -> Option<CpuCgroup> {
     });
     let v1 = lines.clone().find(|(id, controllers, _)| *id != "0" && controllers.split(',').any(|c| c == "cpu"));
     if let Some((_, _, path)) = v1 {
-        let mount = mounts.iter().find(|m| !m.3 && m.2.split(',').any(|o| o == "cpu"))?;
-        return Some(CpuCgroup { dir: under((mount.0, mount.1), path), v1: true });
+        let mount = mounts.iter().find(|m| m.v1_with("cpu"))?;
+        return Some(CpuCgroup { dir: under(mount, path), v1: true });
     }
     let (_, _, path) = lines.clone().find(|(id, _, _)| *id == "0")?;
-    let mount = mounts.iter().find(|m| m.3)?;
-    Some(CpuCgroup { dir: under((mount.0, mount.1), path), v1: false })
+    let mount = mounts.iter().find(|m| m.v2)?;
+    Some(CpuCgroup { dir: under(mount, path), v1: false })
 }
 
 /// A `key value` line of a cpu.stat.

@@ -139,7 +139,7 @@ pub(crate) struct RuntimeCgroups {
 impl RuntimeCgroups {
     pub(crate) fn new(name: &str) -> RuntimeCgroups {
         let (existing, tops): (Vec<PathBuf>, Vec<PathBuf>) =
-            cgroup_mounts().into_iter().map(|m| m.join(name)).partition(|p| p.exists());
+            cgroup_mounts().into_iter().map(|m| m.point.join(name)).partition(|p| p.exists());
         let existing = existing.into_iter().map(|p| (p.clone(), child_names(&p))).collect();
         RuntimeCgroups { tops, existing }
     }
@@ -187,30 +187,61 @@ impl Drop for RuntimeCgroups {
     }
 }
 
-/// Every cgroup (v1 and v2) mount point in /proc/self/mountinfo.
-fn cgroup_mounts() -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
+/// One cgroup file system mounted, as /proc/self/mountinfo has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupMount {
+    /// Where it is mounted (the 5th field).
+    pub point: PathBuf,
+    /// The hierarchy's directory shown there (the 4th field; "/" unless a namespace narrowed it).
+    pub root: String,
+    /// cgroup2, or a v1 hierarchy.
+    pub v2: bool,
+    /// Its super options (after " - " and the source): a v1 hierarchy's controllers among them.
+    pub options: Vec<String>,
+}
+
+impl CgroupMount {
+    /// A v1 hierarchy that holds `controller`.
+    pub fn v1_with(&self, controller: &str) -> bool {
+        !self.v2 && self.options.iter().any(|o| o == controller)
+    }
+}
+
+/// Every cgroup (v1 and v2) mount in `mountinfo`, in its order.
+pub fn cgroup_mounts_in(mountinfo: &str) -> Vec<CgroupMount> {
+    mountinfo
+        .lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
-            let cgroup = right.starts_with("cgroup ") || right.starts_with("cgroup2 ");
-            cgroup.then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+            let mut left = left.split_whitespace();
+            let root = left.nth(3)?.to_owned();
+            let point = PathBuf::from(left.next()?);
+            let mut right = right.split_whitespace();
+            let v2 = match right.next()? {
+                "cgroup" => false,
+                "cgroup2" => true,
+                _ => return None,
+            };
+            let options = right.nth(1).unwrap_or_default().split(',').map(str::to_owned).collect();
+            Some(CgroupMount { point, root, v2, options })
         })
         .collect()
 }
 
-/// Where cgroup2 is mounted: the mount point (5th field) of the mountinfo line whose filesystem
-/// type (after " - ") is cgroup2.
+/// Every cgroup mount of this process's mount namespace (none if /proc/self/mountinfo cannot be read).
+pub fn cgroup_mounts() -> Vec<CgroupMount> {
+    cgroup_mounts_in(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+/// Where cgroup2 is mounted: the mount point of the mountinfo line whose filesystem type (after
+/// " - ") is cgroup2.
 fn cgroup2_mount() -> anyhow::Result<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     find_cgroup2(&info).context("no cgroup2 mount in /proc/self/mountinfo")
 }
 
 fn find_cgroup2(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        right.starts_with("cgroup2 ").then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-    })
+    cgroup_mounts_in(mountinfo).into_iter().find(|m| m.v2).map(|m| m.point)
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
+use crate::services::cgroup_mounts_in;
+
 /// A CPU limit: `quota_us` of CPU time every `period_us`.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit {
@@ -37,19 +39,6 @@ pub struct Groups {
     pub how: String,
 }
 
-/// A mount's point and its super options, for each `fstype` mount in mountinfo.
-fn mounts(info: &str, fstype: &str) -> Vec<(PathBuf, Vec<String>)> {
-    info.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut right = right.split_whitespace();
-            (right.next()? == fstype).then_some(())?;
-            let options = right.nth(1).unwrap_or("").split(',').map(str::to_owned).collect();
-            Some((PathBuf::from(left.split_whitespace().nth(4)?), options))
-        })
-        .collect()
-}
-
 fn write(path: &Path, value: &str) -> anyhow::Result<()> {
     std::fs::write(path, value).with_context(|| format!("writing {value:?} to {}", path.display()))
 }
@@ -62,10 +51,11 @@ impl Groups {
     /// `runqlat-causes-<our pid>` right under the cgroup2 mount (and the v1 cpu mount, if any).
     pub fn new() -> anyhow::Result<Groups> {
         let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-        let mount = mounts(&info, "cgroup2").into_iter().next().map(|(m, _)| m).context(
+        let mounts = cgroup_mounts_in(&info);
+        let mount = mounts.iter().find(|m| m.v2).map(|m| m.point.clone()).context(
             "no cgroup2 file system is mounted (see /proc/self/mountinfo): the daemon labels waits by cgroup v2 path",
         )?;
-        let v1 = mounts(&info, "cgroup").into_iter().find(|(_, o)| o.iter().any(|o| o == "cpu")).map(|(m, _)| m);
+        let v1 = mounts.iter().find(|m| m.v1_with("cpu")).map(|m| m.point.clone());
         let name = format!("runqlat-causes-{}", std::process::id());
         let v2 = mount.join(&name);
         let (cpu, how) = match v1 {
@@ -197,16 +187,17 @@ impl Drop for Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::CgroupMount;
 
     #[test]
     fn finds_the_v1_cpu_mount_and_cgroup2() {
         let info = "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
                     33 31 0:30 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n\
                     41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n";
-        let v1: Vec<PathBuf> =
-            mounts(info, "cgroup").into_iter().filter(|(_, o)| o.iter().any(|o| o == "cpu")).map(|(m, _)| m).collect();
+        let mounts = cgroup_mounts_in(info);
+        let v1: Vec<PathBuf> = mounts.iter().filter(|m| m.v1_with("cpu")).map(|m| m.point.clone()).collect();
         assert_eq!(v1, [PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")]);
-        let v2 = mounts(info, "cgroup2");
-        assert_eq!((v2.len(), v2[0].0.as_path()), (1, Path::new("/sys/fs/cgroup/unified")));
+        let v2: Vec<&CgroupMount> = mounts.iter().filter(|m| m.v2).collect();
+        assert_eq!((v2.len(), v2[0].point.as_path()), (1, Path::new("/sys/fs/cgroup/unified")));
     }
 }
