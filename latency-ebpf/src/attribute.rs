@@ -10,7 +10,7 @@ use crate::{
     delay::Delay,
     knobs,
     maps::{DEPTHS, FINALS, INCIDENTS, RUNS},
-    task::{RunQueue, Task},
+    task::Task,
 };
 
 const RING_MASK: u64 = RUNS_KEPT as u64 - 1;
@@ -32,13 +32,12 @@ pub fn remember_run(prev: Task, prev_tid: u32, now: u64) {
     ring.running_since_ns = now;
 }
 
-/// A task (tid `tid`, on `queue`: its `run_queue()`) was just enqueued: remember how many others
-/// were runnable on its CPU.
+/// `task` (tid `tid`) was just enqueued: remember how many others were runnable on its CPU.
 #[inline(always)]
-pub fn remember_depth(queue: Option<RunQueue>, tid: u32) {
+pub fn remember_depth(task: Task, tid: u32) {
     let depth = if knobs::depth_known() {
         // The run queue already counts the task itself (woken: activated; preempted: still on it).
-        queue.map_or(DEPTH_UNKNOWN, |q| q.nr_running().saturating_sub(1))
+        task.rq_nr_running().map_or(DEPTH_UNKNOWN, |n| n.saturating_sub(1))
     } else {
         DEPTH_UNKNOWN
     };

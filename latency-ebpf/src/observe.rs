@@ -65,16 +65,12 @@ const MIGRATION_MASK: u32 = (1 << SPLIT_MIGRATION_BITS) - 1;
 /// queue depth when attribution is on and the cause split's snapshots when it is on.
 #[inline(always)]
 pub fn stamp(ctx: &BtfTracePointContext, task: Task, tid: u32, now: u64, reason: Reason) {
-    let depth = knobs::attribute_ns() != 0;
-    let split = knobs::split();
-    // The task's group and run queue, found once for whichever of the two reads them.
-    let queue = if (depth && knobs::depth_known()) || split { task.run_queue() } else { None };
-    if depth {
-        attribute::remember_depth(queue, tid);
+    if knobs::attribute_ns() != 0 {
+        attribute::remember_depth(task, tid);
     }
     let mut stolen = 0;
-    if split {
-        let c = task.split_clocks(queue);
+    if knobs::split() {
+        let c = task.split_clocks();
         stolen = c.stolen;
         if let Some(slot) = SPLITS.get_ptr_mut(tid) {
             // SAFETY: an element of an array map, written only for this tid's own events.
@@ -130,7 +126,7 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
     if knobs::split() {
         // SAFETY: an element of an array map, see `stamp`.
         let then = SPLITS.get(tid).copied().unwrap_or(0);
-        let c = next.split_clocks(next.run_queue());
+        let c = next.split_clocks();
         if (c.migrations as u32 & MIGRATION_MASK) != then >> SPLIT_THROTTLE_BITS {
             // The wait began on another CPU, whose clocks these are not: not split (counted).
             cpu.unsplit += 1;
@@ -175,7 +171,11 @@ pub fn record(
     let cgroup_id = if cgroups { next.cgroup_id() } else { 0 };
     let cgroup = if cgroups { cgroup_entry(ctx, cgroup_id) } else { None };
     let (holder, holder_cgroup) = holder(prev, prev_tid, prev_cgroup, cgroup_id, cgroups);
-    add_split(&mut state.stats.waited_ns, d, holder);
+    let held = delay - d.throttled_ns - d.stolen_ns;
+    let cpu = &mut state.stats;
+    cpu.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+    cpu.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+    cpu.waited_ns[holder as usize] += held;
     let bucket = bucket_of(delay) & (BUCKETS - 1);
     let h = &mut state.histograms[(opaque(reason as u32) & 1) as usize];
     h.buckets[bucket] += 1;
@@ -185,7 +185,9 @@ pub fn record(
             *count += 1;
         }
         c.sum_ns += delay;
-        add_split(&mut c.waited_ns, d, holder);
+        c.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+        c.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+        c.waited_ns[holder as usize] += held;
         // The other side of `Cause::Other`: the cgroup that held the CPU is charged the part
         // of the wait it ran, so it can be named. A second slot lookup, only for waits that end
         // on another cgroup's task.
@@ -223,14 +225,6 @@ pub fn record(
         }
     }
     (cgroup_id, holder)
-}
-
-/// Add a delay to a split by cause: the parts the clocks account for, and the rest to its holder.
-#[inline(always)]
-fn add_split(waited: &mut [u64; Cause::COUNT], d: Delay, holder: Cause) {
-    waited[Cause::Throttled as usize] += d.throttled_ns;
-    waited[Cause::IrqSteal as usize] += d.stolen_ns;
-    waited[holder as usize] += d.ns - d.throttled_ns - d.stolen_ns;
 }
 
 /// Who held the CPU until the waiting task (of cgroup `victim_cgroup`) got it: `prev` at this
@@ -371,7 +365,9 @@ pub fn task_in(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, delay
     t.prio = next.prio();
     if let Some((d, holder)) = delay {
         let (delay_ns, reason) = (d.ns, d.reason);
-        add_split(&mut t.waited_ns, d, holder);
+        t.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+        t.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+        t.waited_ns[holder as usize] += delay_ns - d.throttled_ns - d.stolen_ns;
         t.delays[(opaque(reason as u32) & 1) as usize] += 1;
         t.delay_sum_ns += delay_ns;
         if delay_ns > t.delay_max_ns {

@@ -7,21 +7,6 @@ use latency_common::maps::SPLIT_UNIT_SHIFT;
 
 use crate::knobs;
 
-/// A task's group on its CPU (`struct cfs_rq *`) and that CPU's run queue (`struct rq *`).
-#[derive(Clone, Copy)]
-pub struct RunQueue {
-    pub cfs_rq: Task,
-    pub rq: Task,
-}
-
-impl RunQueue {
-    /// `rq->nr_running`: tasks runnable on this CPU (including the task once it is enqueued).
-    #[inline(always)]
-    pub fn nr_running(self) -> u32 {
-        self.rq.load::<u32>(knobs::rq_nr_running())
-    }
-}
-
 /// See [`Task::split_clocks`].
 #[derive(Clone, Copy)]
 pub struct SplitClocks {
@@ -106,33 +91,27 @@ impl Task {
         if p.is_null() { None } else { Some(Task(p)) }
     }
 
-    /// `task->se.cfs_rq` and its `->rq`: the task's own group on its CPU and that CPU's run
-    /// queue, or `None` if a pointer on the way is NULL. Found once per event by whoever needs it.
-    #[inline(always)]
-    pub fn run_queue(self) -> Option<RunQueue> {
-        let cfs_rq = self.follow(knobs::task_se_cfs_rq())?;
-        let rq = cfs_rq.follow(knobs::cfs_rq_rq())?;
-        Some(RunQueue { cfs_rq, rq })
-    }
-
     /// `task->se.cfs_rq->rq->clock`: the clock of the run queue this task is on, or 0 if a
     /// pointer on the way is NULL.
     #[inline(always)]
     pub fn rq_clock(self) -> u64 {
-        self.run_queue().map_or(0, |q| q.rq.load::<u64>(knobs::rq_clock()))
+        self.follow(knobs::task_se_cfs_rq())
+            .and_then(|cfs_rq| cfs_rq.follow(knobs::cfs_rq_rq()))
+            .map_or(0, |rq| rq.load::<u64>(knobs::rq_clock()))
     }
 
     /// The clocks the cause split reads at an enqueue and at the switch-in that ends the wait,
     /// in `SPLIT_UNIT_SHIFT` units: how long `task->se.cfs_rq` (the task's own group on its CPU)
     /// has been throttled, by itself or an ancestor, in all (`throttled_clock_self_time`, plus the
     /// throttle in progress since `throttled_clock_self`), and the run queue's irq+steal clock
-    /// (`clock - clock_task`); with `se.nr_migrations`. `queue` is this task's `run_queue()`.
-    /// Parts switched off (or a NULL on the way) read 0.
+    /// (`clock - clock_task`); with `se.nr_migrations`. Parts switched off (or a NULL on the way)
+    /// read 0.
     #[inline(always)]
-    pub fn split_clocks(self, queue: Option<RunQueue>) -> SplitClocks {
+    pub fn split_clocks(self) -> SplitClocks {
         let mut c = SplitClocks { throttled: 0, stolen: 0, migrations: 0 };
         c.migrations = self.load::<u64>(knobs::task_se_nr_migrations());
-        let Some(RunQueue { cfs_rq, rq }) = queue else { return c };
+        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return c };
+        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return c };
         let clock = rq.load::<u64>(knobs::rq_clock());
         if knobs::split_throttle() {
             let total = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time());
@@ -144,6 +123,15 @@ impl Task {
             c.stolen = clock.wrapping_sub(rq.load::<u64>(knobs::rq_clock_task())) >> SPLIT_UNIT_SHIFT;
         }
         c
+    }
+
+    /// `task->se.cfs_rq->rq->nr_running`: tasks runnable on this task's CPU (including itself
+    /// once it is enqueued), or `None` if a pointer on the way is NULL.
+    #[inline(always)]
+    pub fn rq_nr_running(self) -> Option<u32> {
+        self.follow(knobs::task_se_cfs_rq())
+            .and_then(|cfs_rq| cfs_rq.follow(knobs::cfs_rq_rq()))
+            .map(|rq| rq.load::<u32>(knobs::rq_nr_running()))
     }
 
     /// `task->cgroups->dfl_cgrp->kn->id`: the task's cgroup v2 id (what

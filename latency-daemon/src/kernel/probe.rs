@@ -364,12 +364,22 @@ fn knobs(
         kernfs_node_id: cgroup.map_or(0, |c| c.kernfs_node_id.offset),
         cgroup_slot_bits: if cgroup.is_some() { cgroup_slot_bits(options.max_cgroups) } else { 6 },
         attribute_ns: options.attribute_ns,
+        depth_known: 0,
+        rq_nr_running: 0,
         cgroup_root: cgroup.map_or(0, |c| c.cgroup_root.offset),
         cgroup_root_hierarchy_id: cgroup.map_or(0, |c| c.cgroup_root_hierarchy_id.offset),
         task_flags: cgroup.map_or(0, |c| c.task_flags.offset),
-        // The rest (queue depth, wait scan, cause split, running wakeups) `load_object` fills in
-        // from what this kernel's BTF gives.
-        ..Knobs::UNSET
+        task_on_rq: 0,
+        task_on_cpu: 0,
+        task_cpu: 0,
+        split_throttle: 0,
+        cfs_rq_throttled_clock_self: 0,
+        cfs_rq_throttled_clock_self_time: 0,
+        task_se_nr_migrations: 0,
+        split_stolen: 0,
+        rq_clock_task: 0,
+        wakeup_running_known: 0,
+        _pad: 0,
     }
 }
 
