@@ -74,7 +74,9 @@ pub struct Knobs {
     /// 1 when `task_on_cpu` is set (CONFIG_SMP): a wakeup of a task still on its CPU is not
     /// stamped.
     pub wakeup_running_known: u32,
-    pub _pad: u32,
+    /// 1 to add the IRQ time the irq tracepoints timed (`IRQ_CLOCKS`) to each wait's irq+steal
+    /// part, on kernels that do not account IRQ time; needs `task_cpu`.
+    pub split_irq: u32,
 }
 
 impl Knobs {
@@ -115,7 +117,7 @@ impl Knobs {
         split_stolen: 0,
         rq_clock_task: 0,
         wakeup_running_known: 0,
-        _pad: 0,
+        split_irq: 0,
     };
 }
 

@@ -49,6 +49,10 @@ pub mod names {
     /// Per tid, the throttle snapshot of its last enqueue and its migration count then
     /// (`Array<u32>`, sized like `STAMPS` when the throttle split is on, 1 entry otherwise).
     pub const SPLITS: &str = "SPLITS";
+    /// Per CPU (`Array<IrqClock>`, indexed by CPU number, sized to the possible CPUs when the IRQ
+    /// tracepoints are on and to 1 entry otherwise): the time that CPU spent in device IRQ
+    /// handlers and softirqs, timed by the irq tracepoints.
+    pub const IRQ_CLOCKS: &str = "IRQ_CLOCKS";
 
     /// Programs, one per tracepoint; the program name is the tracepoint name.
     pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
@@ -57,6 +61,9 @@ pub mod names {
     /// The task iterator (`iter/task`) the daemon runs once per drain: waits in progress. Never on
     /// the scheduler's path; not part of the bench's floor.
     pub const WAIT_SCAN: &str = "wait_scan";
+    /// The programs attached with `--irq-tracepoints` only (not part of the bench's floor): they
+    /// time device IRQ handlers and softirqs on kernels that do not account IRQ time.
+    pub const IRQ_PROGRAMS: [&str; 4] = ["irq_handler_entry", "irq_handler_exit", "softirq_entry", "softirq_exit"];
 }
 
 /// Why a task was waiting on a run queue.
@@ -533,6 +540,24 @@ pub struct CpuState {
     pub window: [WindowMax; WINDOW_SLOTS as usize * Reason::COUNT],
 }
 
+/// One CPU's IRQ clock, kept by the irq tracepoints when `--irq-tracepoints` is on (written only on
+/// that CPU, read by the cause split on any): `total_ns` is the time spent in device IRQ handlers
+/// and softirqs so far, not counting the softirq or handler in progress, which began at
+/// `soft_since_ns` / `hard_since_ns` (0: none). A handler that runs inside a softirq is part of
+/// that softirq's time, so it is counted once. No nesting count: an entry always starts its level
+/// afresh, so one missed exit (attaching in between) costs at most one period. A cache line each,
+/// so CPUs do not share one.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IrqClock {
+    pub total_ns: u64,
+    pub soft_since_ns: u64,
+    pub hard_since_ns: u64,
+    pub _pad: [u64; 5],
+}
+
+const _: () = assert!(core::mem::size_of::<IrqClock>() == 64);
+
 /// Written by user space; read by the kernel to pick the [`WindowMax`] slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -666,6 +691,7 @@ mod pod {
     unsafe impl aya::Pod for super::CpuStats {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::Control {}
+    unsafe impl aya::Pod for super::IrqClock {}
     unsafe impl aya::Pod for super::WindowMax {}
     unsafe impl aya::Pod for super::TaskStats {}
     unsafe impl aya::Pod for super::CgroupHist {}

@@ -211,6 +211,7 @@ fn run(args: &Args) -> Vec<Row> {
                 histograms,
                 tasks: Vec::new(),
                 cgroups,
+                irq_ns: None,
             };
             sum.push(t.elapsed());
             let now = after_windows(now, i as u64 + 1);

@@ -41,6 +41,7 @@ fn default_options() -> ProbeOptions {
         wait_scan: false,
         split_throttle: true,
         split_stolen: true,
+        split_irq: false,
     }
 }
 

@@ -1,8 +1,10 @@
 //! Why it waited, on this host's kernel: a busy loop under its own 10 % CPU limit waits mostly
 //! `throttled` (as long as its cpu.stat says), a 1 ms sleeper beside an unlimited busy neighbour
 //! mostly `other`; at each drain the six causes add up to the delay sums (all CPUs and per
-//! cgroup); and the `irq_steal` part stays within /proc/stat's steal + irq + softirq. Prints the
-//! figures.
+//! cgroup); and the `irq_steal` part stays within /proc/stat's steal + irq + softirq. With
+//! `--irq-tracepoints`, under a loopback UDP flood on CPU 1: the IRQ time the daemon timed equals
+//! what perf's own trace of the same tracepoints gives, and a sleeper beside the flood waits a good
+//! part of its time in softirq (`irq_steal`, not the flood's cgroup). Prints the figures.
 //!
 //! The cgroups: a cgroup2 directory of the test's own names each workload in the daemon's
 //! per-cgroup series; the CPU limit is set where the cpu controller is — in that directory on a
@@ -16,9 +18,10 @@ use std::time::{Duration, Instant};
 use latency_lab::{
     daemon::Daemon,
     guard::{Proc, Scratch},
-    oracle::throttle::CpuCgroup,
+    oracle::{irq_time::PerfIrq, throttle::CpuCgroup},
     services::{TestCgroup, cgroup_mounts},
     web::{sample, total},
+    workload::flood::UdpFlood,
 };
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
@@ -137,6 +140,15 @@ fn irq_steal_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     (f[5] + f[6] + f[7]) as f64 / hz
+}
+
+/// /proc/stat's steal on CPU `cpu`, in seconds.
+fn steal_s(cpu: usize) -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let line = stat.lines().find(|l| l.starts_with(&format!("cpu{cpu} "))).expect("a per-CPU line in /proc/stat");
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // SAFETY: sysconf has no preconditions.
+    f[7] as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// CPU `cpu`'s busy time (user, nice, system, irq, softirq, steal) and `pid`'s CPU time
@@ -373,5 +385,98 @@ fn waits_split_by_cause_agree_with_cpu_stat_and_proc_stat() {
         if ours > one_waiter { ", exceeded: tasks waited at once through the same steal" } else { "" }
     );
     assert!(ours <= bound, "irq_steal {ours} s > /proc/stat's {one_waiter} s × {most} runnable at once");
+    daemon.stop().expect("SIGTERM");
+}
+
+#[test]
+fn irq_tracepoints_time_a_softirq_flood_as_perf_does() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("irq: skipped: needs root (BPF, cgroups, perf)");
+        return;
+    }
+    assert!(latency_lab::workload::cpus() >= 2, "the scene pins to CPU 1");
+    assert!(latency_lab::workload::stall::pin(0), "pinning the test to CPU 0");
+    let daemon =
+        Daemon::start(DAEMON, &["--interval", "1s", "--window", "1s", "--top-cgroups", "1000", "--irq-tracepoints"])
+            .expect("latency-daemon run --irq-tracepoints");
+    let start = at_drain(&daemon, 0.0);
+    if sample(&start.text, "runqlat_feature_info{feature=\"irq_tracepoints\",state=\"on\"}").is_none() {
+        // A kernel that accounts IRQ time itself has it in the irq_steal part already.
+        let why = daemon.log().into_iter().find(|l| l.contains("irq_tracepoints unavailable"));
+        eprintln!("irq: irq_tracepoints not on on this kernel: {why:?}");
+        assert!(
+            sample(&start.text, "runqlat_feature_info{feature=\"irq_tracepoints\",state=\"unavailable\"}").is_some()
+                && why.is_some(),
+            "neither on nor unavailable with a reason"
+        );
+        assert!(!start.text.contains("runqlat_cpu_irq_seconds_total"), "IRQ time without the tracepoints");
+        daemon.stop().expect("SIGTERM");
+        return;
+    }
+
+    let scratch = Scratch::new("runqlat-irq").expect("a scratch directory");
+    let fifo = scratch.join("wake");
+    let fifo_c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path in a directory of our own.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let flood_cg = TestCgroup::new("irq-flood").expect("a test cgroup");
+    let victim_cg = TestCgroup::new("irq-victim").expect("a test cgroup");
+    let sleeper = format!("exec 3<>'{}'; while :; do read -t 0.001 x <&3; done", fifo.display());
+    let mut victim =
+        victim_cg.spawn(&["taskset", "-c", "1", "bash", "-c", &sleeper]).unwrap_or_else(|e| panic!("{e:#}"));
+    let first = until_listed(&daemon, &victim_cg.path, at_drain(&daemon, start.drains));
+    let steal_first = steal_s(1);
+    let crowd = Crowd::watch();
+    let mut perf = PerfIrq::start(1, &scratch.join("irq.data")).unwrap_or_else(|e| panic!("{e:#}"));
+    perf.wait_ready().unwrap_or_else(|e| panic!("{e:#}"));
+    {
+        let flood = UdpFlood::start(1).unwrap_or_else(|e| panic!("{e:#}"));
+        flood_cg.enter(flood.pid()).unwrap_or_else(|e| panic!("{e:#}"));
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let trace = perf.stop().unwrap_or_else(|e| panic!("{e:#}"));
+    let last = at_drain(&daemon, first.drains + 1.0);
+    let most = crowd.stop();
+    let steal = steal_s(1) - steal_first;
+    assert!(!victim.exited(), "the sleeper ended early");
+
+    let irq = |text: &str| sample(text, "runqlat_cpu_irq_seconds_total{cpu=\"1\"}").expect("CPU 1's IRQ time");
+    let ours = irq(&last.text) - irq(&first.text);
+    eprintln!(
+        "irq: CPU 1 in IRQ handlers and softirqs: ours {ours:.6} s over {} drains, perf's trace {:.6} s ({} events{}), \
+         diff {:.6} s",
+        last.drains - first.drains,
+        trace.irq_s,
+        trace.events,
+        trace.lost.as_deref().map(|l| format!("; {l}")).unwrap_or_default(),
+        ours - trace.irq_s
+    );
+    assert!(trace.lost.is_none(), "perf lost events, so its trace is no oracle: {:?}", trace.lost);
+    assert!(trace.irq_s >= 0.1, "the flood put CPU 1 in softirq for only {} s", trace.irq_s);
+    // Ours also counts what CPU 1 spent in IRQs between the drains and perf's start and stop
+    // (a quiet CPU's timer softirqs: milliseconds).
+    assert!((ours - trace.irq_s).abs() <= 0.05 * trace.irq_s + 0.02, "ours {ours} s, perf's trace {} s", trace.irq_s);
+
+    let d = delta(&split(&first.text, &victim_cg.path), &split(&last.text, &victim_cg.path));
+    show("victim of the flood", &d);
+    show("flood", &delta(&split(&first.text, &flood_cg.path), &split(&last.text, &flood_cg.path)));
+    check_sums(&last.text);
+    let irq_part = part(&d.1, "irq_steal");
+    let other = part(&d.1, "other");
+    // SAFETY: sysconf has no preconditions.
+    let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let bound = (ours + steal + tick) * most.max(1) as f64;
+    // The sleeper also waits on an idle CPU 1 before and after the flood (`idle`); behind the
+    // flood, the part spent in its softirqs is `irq_steal`, the rest `other` (without the
+    // tracepoints, all of it would be `other`).
+    eprintln!(
+        "irq: victim: irq_steal {irq_part:.6} s = {:.1} % of its wait behind the flood (irq_steal + other); bound \
+         (CPU 1's IRQ time + steal {steal:.3} s + a tick) × {most} runnable = {bound:.3} s",
+        100.0 * irq_part / (irq_part + other).max(1e-12)
+    );
+    assert!(irq_part > 0.0 && irq_part >= 0.2 * (irq_part + other), "victim: {d:?}");
+    assert!(irq_part <= bound, "victim: irq_steal {irq_part} s > {bound} s");
     daemon.stop().expect("SIGTERM");
 }

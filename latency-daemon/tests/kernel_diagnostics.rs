@@ -110,6 +110,7 @@ fn load_and_dump(object: Option<&[u8]>) -> Vec<(String, Xlated)> {
         wait_scan: false,
         split_throttle: false,
         split_stolen: false,
+        split_irq: false,
     };
     let mut probe = match object {
         None => Probe::load(&options),

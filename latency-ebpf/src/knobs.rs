@@ -133,10 +133,14 @@ pub fn split_throttle() -> bool {
 pub fn split_stolen() -> bool {
     knob!(split_stolen) != 0
 }
+#[inline(always)]
+pub fn split_irq() -> bool {
+    knob!(split_irq) != 0
+}
 /// Either part of the cause split is on (then `SPLITS` holds each task's migration count).
 #[inline(always)]
 pub fn split() -> bool {
-    split_throttle() || split_stolen()
+    split_throttle() || split_stolen() || split_irq()
 }
 #[inline(always)]
 pub fn cfs_rq_throttled_clock_self() -> u32 {

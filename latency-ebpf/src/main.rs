@@ -7,6 +7,7 @@ mod attribute;
 mod cgroup;
 mod delay;
 mod diag;
+mod irq;
 mod knobs;
 mod maps;
 mod object;

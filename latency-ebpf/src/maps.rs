@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, REMOVED_BYTES, Reason, RunRing, TaskStats,
-    WINDOW_SLOTS,
+    CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason, RunRing,
+    TaskStats, WINDOW_SLOTS,
 };
 
 /// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
@@ -84,3 +84,9 @@ pub static FINALS: PerCpuArray<FinalRing> = PerCpuArray::with_max_entries(1, 0);
 /// attribution is on and to 1 entry otherwise.
 #[map]
 pub static DEPTHS: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Per CPU, indexed by CPU number: the time it spent in device IRQ handlers and softirqs (irq.rs).
+/// An array, not per-CPU, because a wakeup reads the clock of the CPU its task is queued on;
+/// the daemon sizes it to the possible CPUs with `--irq-tracepoints` and to 1 entry otherwise.
+#[map]
+pub static IRQ_CLOCKS: Array<IrqClock> = Array::with_max_entries(1, 0);

@@ -70,7 +70,7 @@ pub fn stamp(ctx: &BtfTracePointContext, task: Task, tid: u32, now: u64, reason:
     }
     let mut stolen = 0;
     if knobs::split() {
-        let c = task.split_clocks();
+        let c = task.split_clocks(now);
         stolen = c.stolen;
         if let Some(slot) = SPLITS.get_ptr_mut(tid) {
             // SAFETY: an element of an array map, written only for this tid's own events.
@@ -126,7 +126,7 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
     if knobs::split() {
         // SAFETY: an element of an array map, see `stamp`.
         let then = SPLITS.get(tid).copied().unwrap_or(0);
-        let c = next.split_clocks();
+        let c = next.split_clocks(now);
         if (c.migrations as u32 & MIGRATION_MASK) != then >> SPLIT_THROTTLE_BITS {
             // The wait began on another CPU, whose clocks these are not: not split (counted).
             cpu.unsplit += 1;
@@ -137,7 +137,7 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
             // The run queue's clock and the stamps' may differ by a little over a wait.
             d.throttled_ns = if t < delay { t } else { delay };
         }
-        if knobs::split_stolen() {
+        if knobs::split_stolen() || knobs::split_irq() {
             let s = split_part(c.stolen, stolen_then, STAMP_STOLEN_BITS);
             let left = delay - d.throttled_ns;
             d.stolen_ns = if s < left { s } else { left };

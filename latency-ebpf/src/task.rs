@@ -5,7 +5,7 @@ use aya_ebpf::programs::BtfTracePointContext;
 
 use latency_common::maps::SPLIT_UNIT_SHIFT;
 
-use crate::knobs;
+use crate::{irq, knobs};
 
 /// See [`Task::split_clocks`].
 #[derive(Clone, Copy)]
@@ -100,29 +100,39 @@ impl Task {
             .map_or(0, |rq| rq.load::<u64>(knobs::rq_clock()))
     }
 
-    /// The clocks the cause split reads at an enqueue and at the switch-in that ends the wait,
-    /// in `SPLIT_UNIT_SHIFT` units: how long `task->se.cfs_rq` (the task's own group on its CPU)
-    /// has been throttled, by itself or an ancestor, in all (`throttled_clock_self_time`, plus the
-    /// throttle in progress since `throttled_clock_self`), and the run queue's irq+steal clock
-    /// (`clock - clock_task`); with `se.nr_migrations`. Parts switched off (or a NULL on the way)
-    /// read 0.
+    /// The clocks the cause split reads at an enqueue and at the switch-in that ends the wait
+    /// (`now`), in `SPLIT_UNIT_SHIFT` units: how long `task->se.cfs_rq` (the task's own group on
+    /// its CPU) has been throttled, by itself or an ancestor, in all (`throttled_clock_self_time`,
+    /// plus the throttle in progress since `throttled_clock_self`), and the run queue's irq+steal
+    /// clock (`clock - clock_task`) plus, with the irq tracepoints, the IRQ time they timed on its
+    /// CPU; with `se.nr_migrations`. Parts switched off (or a NULL on the way) read 0.
     #[inline(always)]
-    pub fn split_clocks(self) -> SplitClocks {
-        let mut c = SplitClocks { throttled: 0, stolen: 0, migrations: 0 };
-        c.migrations = self.load::<u64>(knobs::task_se_nr_migrations());
-        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return c };
-        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return c };
+    pub fn split_clocks(self, now: u64) -> SplitClocks {
+        let migrations = self.load::<u64>(knobs::task_se_nr_migrations());
+        let irq = if knobs::split_irq() { irq::clock(self.cpu(), now) } else { 0 };
+        let (throttled, stolen) = self.rq_split_clocks();
+        SplitClocks { throttled: throttled >> SPLIT_UNIT_SHIFT, stolen: (stolen + irq) >> SPLIT_UNIT_SHIFT, migrations }
+    }
+
+    /// The run queue's part of `split_clocks`, in ns: (throttle clock, irq+steal clock).
+    #[inline(always)]
+    fn rq_split_clocks(self) -> (u64, u64) {
+        // With only the irq tracepoints on, the chain's offsets are not set.
+        if !knobs::split_throttle() && !knobs::split_stolen() {
+            return (0, 0);
+        }
+        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return (0, 0) };
+        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return (0, 0) };
         let clock = rq.load::<u64>(knobs::rq_clock());
+        let mut throttled = 0;
         if knobs::split_throttle() {
             let total = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time());
             let since = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self());
             let now = if since != 0 && clock > since { clock - since } else { 0 };
-            c.throttled = (total + now) >> SPLIT_UNIT_SHIFT;
+            throttled = total + now;
         }
-        if knobs::split_stolen() {
-            c.stolen = clock.wrapping_sub(rq.load::<u64>(knobs::rq_clock_task())) >> SPLIT_UNIT_SHIFT;
-        }
-        c
+        let stolen = if knobs::split_stolen() { clock.wrapping_sub(rq.load::<u64>(knobs::rq_clock_task())) } else { 0 };
+        (throttled, stolen)
     }
 
     /// `task->se.cfs_rq->rq->nr_running`: tasks runnable on this task's CPU (including itself

@@ -1,6 +1,8 @@
 //! Independent views of what our program measures, each a tool of its own: the kernel's
-//! `run_delay`, `perf sched`, libbpf-tools `runqlat`; and bpftool for what stays loaded.
+//! `run_delay`, `perf sched`, libbpf-tools `runqlat`, the cgroup's own throttle counters, perf's trace of
+//! the irq tracepoints; and bpftool for what stays loaded.
 pub mod bpftool;
+pub mod irq_time;
 pub mod perf;
 pub mod run_delay;
 pub mod runqlat;

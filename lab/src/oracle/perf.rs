@@ -99,7 +99,7 @@ impl Perf {
 
 /// perf reads the sched events' formats from tracefs; `cargo xtask setup` mounts it, a test
 /// run on a fresh machine may not have.
-fn ensure_tracefs() -> anyhow::Result<()> {
+pub(crate) fn ensure_tracefs() -> anyhow::Result<()> {
     if !Path::new("/sys/kernel/tracing/events/sched").exists() {
         cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))
             .context("mounting tracefs for perf")?;

@@ -4,6 +4,7 @@
 //! xtask workload`, the demo's).
 mod crew;
 mod event;
+pub mod flood;
 mod run;
 pub mod stall;
 pub mod weights;

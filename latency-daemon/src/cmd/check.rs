@@ -91,6 +91,7 @@ fn check() -> bool {
             wait_scan: true,
             split_throttle: true,
             split_stolen: true,
+            split_irq: true,
         };
         match features::load(&options) {
             Ok((probe, degraded)) => {

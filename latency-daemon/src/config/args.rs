@@ -139,6 +139,17 @@ settings! {
 
         #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
               value_parser = BoolishValueParser::new())]
+        irq_tracepoints: bool {
+            help: "With --wait-causes, on kernels that do not account IRQ time (CONFIG_IRQ_TIME_ACCOUNTING \
+                   off), time device IRQ handlers and softirqs with the irq tracepoints and count them in each \
+                   wait's irq_steal part (two clock reads per handler or softirq run); unavailable where the \
+                   kernel accounts IRQ time itself",
+            default: "false",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              value_parser = BoolishValueParser::new())]
         wait_scan: bool {
             help: "At each drain, list the tasks still waiting for a CPU (a kernel task iterator, off the \
                    scheduler's path; about 0.6 µs per task on the host): stalls are seen and alerted on while \

@@ -91,6 +91,7 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
         per_cgroup: merged.per_cgroup.unwrap_or(d.per_cgroup),
         wait_scan: merged.wait_scan.unwrap_or(d.wait_scan),
         wait_causes: merged.wait_causes.unwrap_or(d.wait_causes),
+        irq_tracepoints: merged.irq_tracepoints.unwrap_or(d.irq_tracepoints),
         per_task: merged.per_task.unwrap_or(d.per_task),
         max_tasks: merged.max_tasks.unwrap_or(d.max_tasks),
         ceiling: merged.ceiling.unwrap_or(d.ceiling),

@@ -65,6 +65,8 @@ pub struct Config {
     pub wait_scan: bool,
     /// Split each wait by cause (throttled, irq+steal, holder).
     pub wait_causes: bool,
+    /// Time IRQs with the irq tracepoints for the irq+steal part.
+    pub irq_tracepoints: bool,
     pub per_task: bool,
     pub max_tasks: u32,
     /// Delays above this are discarded (and counted).
@@ -153,6 +155,7 @@ impl Default for Config {
             per_cgroup: true,
             wait_scan: true,
             wait_causes: true,
+            irq_tracepoints: false,
             per_task: false,
             // The kernel's default pid_max.
             max_tasks: 32768,
@@ -221,6 +224,7 @@ impl Config {
                 "per_cgroup" => keep(key, &mut config.per_cgroup, self.per_cgroup, r),
                 "wait_scan" => keep(key, &mut config.wait_scan, self.wait_scan, r),
                 "wait_causes" => keep(key, &mut config.wait_causes, self.wait_causes, r),
+                "irq_tracepoints" => keep(key, &mut config.irq_tracepoints, self.irq_tracepoints, r),
                 "per_task" => keep(key, &mut config.per_task, self.per_task, r),
                 "max_tasks" => keep(key, &mut config.max_tasks, self.max_tasks, r),
                 "ceiling" => keep(key, &mut config.ceiling, self.ceiling, r),

@@ -602,6 +602,7 @@ fn every_setting_reloads_as_the_table_says() {
             "per_cgroup" => "false".into(),
             "wait_scan" => "false".into(),
             "wait_causes" => "false".into(),
+            "irq_tracepoints" => "true".into(),
             "per_task" => "true".into(),
             "max_tasks" => "100".into(),
             "ceiling" => "\"1m\"".into(),

@@ -1,10 +1,10 @@
 //! The loaded probe's maps in, plain data out: a `Snapshot` of every aggregate, the records of a
 //! window-maximum slot and the attributed incidents of a window. Reads only; what the values mean
 //! is `model`'s business.
-use aya::maps::{HashMap, MapError, PerCpuArray};
+use aya::maps::{Array, HashMap, MapError, PerCpuArray};
 use latency_common::{
     Histogram, Reason, TaskStats,
-    maps::{CpuState, FinalRing, RunRing, names, window_index},
+    maps::{CpuState, FinalRing, IrqClock, RunRing, names, window_index},
 };
 
 use super::probe::{Probe, ProbeError};
@@ -53,7 +53,16 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
         }
     }
 
-    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups: Vec::new() })
+    let irq_ns = if probe.irq_timed() { Some(irq_clocks(probe)?) } else { None };
+    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups: Vec::new(), irq_ns })
+}
+
+/// Each CPU's IRQ time so far (index = CPU), as the irq tracepoints timed it; a handler or
+/// softirq in progress is left to the next read.
+fn irq_clocks(probe: &Probe) -> Result<Vec<u64>, ProbeError> {
+    let map = names::IRQ_CLOCKS;
+    let clocks: Array<_, IrqClock> = Array::try_from(probe.map(map)?).map_err(map_err(map))?;
+    (0..clocks.len()).map(|cpu| clocks.get(&cpu, 0).map(|c| c.total_ns).map_err(map_err(map))).collect()
 }
 
 /// Each CPU's run ring (index = CPU): who ran there lately, for the waits still in progress.

@@ -24,10 +24,13 @@ pub enum Feature {
     ThrottleSplit,
     /// The irq+steal part of each wait: `rq->clock - rq->clock_task` (IRQ time or steal accounting).
     IrqStealSplit,
+    /// The irq tracepoints' IRQ time in each wait's irq+steal part (`--irq-tracepoints`), where
+    /// the kernel does not account IRQ time.
+    IrqTracepoints,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 7] = [
+    pub const ALL: [Feature; 8] = [
         Feature::RunQueueClock,
         Feature::PerCgroup,
         Feature::Attribution,
@@ -35,6 +38,7 @@ impl Feature {
         Feature::WaitScan,
         Feature::ThrottleSplit,
         Feature::IrqStealSplit,
+        Feature::IrqTracepoints,
     ];
 
     /// As in metrics and logs.
@@ -47,6 +51,7 @@ impl Feature {
             Feature::WaitScan => "wait_scan",
             Feature::ThrottleSplit => "throttle_split",
             Feature::IrqStealSplit => "irq_steal_split",
+            Feature::IrqTracepoints => "irq_tracepoints",
         }
     }
 
@@ -58,6 +63,7 @@ impl Feature {
             Feature::WaitScan => o.wait_scan,
             Feature::ThrottleSplit => o.split_throttle,
             Feature::IrqStealSplit => o.split_stolen,
+            Feature::IrqTracepoints => o.split_irq,
         }
     }
 
@@ -72,6 +78,7 @@ impl Feature {
             Feature::WaitScan => o.wait_scan = on && from.wait_scan,
             Feature::ThrottleSplit => o.split_throttle = on && from.split_throttle,
             Feature::IrqStealSplit => o.split_stolen = on && from.split_stolen,
+            Feature::IrqTracepoints => o.split_irq = on && from.split_irq,
         }
     }
 }
@@ -111,6 +118,7 @@ pub fn load(asked: &ProbeOptions) -> Result<(Probe, Vec<Degraded>), ProbeError> 
         Feature::WaitScan => btf.wait_layout().map(drop),
         Feature::ThrottleSplit => btf.throttle_layout().map(drop),
         Feature::IrqStealSplit => btf.stolen_layout().map(drop),
+        Feature::IrqTracepoints => btf.irq_layout().map(drop),
     };
     let missing: Vec<Degraded> = Feature::ALL
         .iter()
@@ -180,6 +188,7 @@ mod tests {
             wait_scan: true,
             split_throttle: true,
             split_stolen: true,
+            split_irq: true,
         }
     }
 

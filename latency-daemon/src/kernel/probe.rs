@@ -49,6 +49,9 @@ pub struct ProbeOptions {
     pub split_throttle: bool,
     /// Split each wait's irq+steal part off (`rq->clock - rq->clock_task`).
     pub split_stolen: bool,
+    /// Time device IRQ handlers and softirqs with the irq tracepoints and add that to each wait's
+    /// irq+steal part (for kernels that do not account IRQ time).
+    pub split_irq: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +91,8 @@ pub struct Probe {
     loads: Vec<(&'static str, Duration)>,
     /// The wait scan is loaded (asked for, and this kernel has what it needs).
     wait_scan: bool,
+    /// The irq tracepoints are attached: `IRQ_CLOCKS` holds each CPU's IRQ time.
+    irq: bool,
 }
 
 /// The kernel program's aya-log ring, forwarded to the `log` facade at each drain.
@@ -133,6 +138,7 @@ impl Probe {
         let on_cpu = btf.member("task_struct", "on_cpu").ok().filter(|m| m.size == 4);
         let throttle = if options.split_throttle { Some(btf.throttle_layout()?) } else { None };
         let stolen = if options.split_stolen { Some(btf.stolen_layout()?) } else { None };
+        let irq = if options.split_irq { Some(btf.irq_layout()?) } else { None };
         drop(btf);
         let mut knobs = knobs(&layout, rq.as_ref(), cgroup.as_ref(), options);
         if let Some(w) = wait {
@@ -145,6 +151,11 @@ impl Probe {
             knobs.wakeup_running_known = 1;
         }
         let split = throttle.map(|t| (t.rq, t.nr_migrations)).or(stolen.map(|s| (s.rq, s.nr_migrations)));
+        if let Some(i) = &irq {
+            knobs.split_irq = 1;
+            knobs.task_cpu = i.task_cpu.offset;
+            knobs.task_se_nr_migrations = i.nr_migrations.offset;
+        }
         if let Some((rq, migrations)) = split {
             knobs.task_se_cfs_rq = rq.task_se_cfs_rq.offset;
             knobs.cfs_rq_rq = rq.cfs_rq_rq.offset;
@@ -189,11 +200,19 @@ impl Probe {
                 if options.cgroups && options.cgroup_removals { REMOVED_BYTES } else { page_size() },
             )
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
-            .map_max_entries(names::SPLITS, if split.is_some() { stamps } else { 1 })
+            .map_max_entries(names::SPLITS, if split.is_some() || irq.is_some() { stamps } else { 1 })
+            .map_max_entries(names::IRQ_CLOCKS, if irq.is_some() { super::drain::possible_cpus() as u32 } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
-        let mut probe =
-            Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new(), wait_scan: false };
+        let mut probe = Probe {
+            ebpf,
+            kernel_log: None,
+            links: Vec::new(),
+            stamps,
+            loads: Vec::new(),
+            wait_scan: false,
+            irq: irq.is_some(),
+        };
         // Taken before the programs load: they refer to its map. Without it (an object built
         // without logging) the kernel's rare-condition lines are simply not forwarded.
         probe.kernel_log = aya_log::EbpfLogger::init(&mut probe.ebpf).ok().map(KernelLog);
@@ -201,6 +220,11 @@ impl Probe {
         let mut attached = attach(&mut probe.ebpf)?;
         if options.cgroups && options.cgroup_removals {
             attached.push(attach_one(&mut probe.ebpf, names::CGROUP_RMDIR)?);
+        }
+        if probe.irq {
+            for program in names::IRQ_PROGRAMS {
+                attached.push(attach_one(&mut probe.ebpf, program)?);
+            }
         }
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();
         probe.links = attached.into_iter().map(|a| (a.program, a.link)).collect();
@@ -293,6 +317,11 @@ impl Probe {
         self.ebpf.map_mut(map).ok_or(ProbeError::MissingMap { map })
     }
 
+    /// Whether the irq tracepoints are attached (`IRQ_CLOCKS` holds each CPU's IRQ time).
+    pub fn irq_timed(&self) -> bool {
+        self.irq
+    }
+
     /// Entries in the stamp array (`kernel.pid_max` at load).
     pub fn stamp_capacity(&self) -> u32 {
         self.stamps
@@ -379,7 +408,7 @@ fn knobs(
         split_stolen: 0,
         rq_clock_task: 0,
         wakeup_running_known: 0,
-        _pad: 0,
+        split_irq: 0,
     }
 }
 

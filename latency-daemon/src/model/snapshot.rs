@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub tasks: Vec<(u32, TaskStats)>,
     /// Per cgroup v2 id, summed over CPUs (empty unless the per-cgroup feature is on).
     pub cgroups: Vec<(u64, CgroupHist)>,
+    /// Per possible CPU, the time it spent in device IRQ handlers and softirqs, as the irq
+    /// tracepoints timed it (ns; `None` unless `--irq-tracepoints` is in force).
+    pub irq_ns: Option<Vec<u64>>,
 }
 
 impl Snapshot {
@@ -30,6 +33,7 @@ impl Snapshot {
             histograms: [Histogram::ZERO; Reason::COUNT],
             tasks: Vec::new(),
             cgroups: Vec::new(),
+            irq_ns: None,
         }
     }
 }

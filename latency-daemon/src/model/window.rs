@@ -91,6 +91,7 @@ mod tests {
             histograms: [Histogram::ZERO; Reason::COUNT],
             tasks: Vec::new(),
             cgroups,
+            irq_ns: None,
         }
     }
 

@@ -258,6 +258,22 @@ fn cpu_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEncoder) -> Re
             .encode_family(&[("cpu", cpu.as_str())])?
             .encode_counter::<NoLabelSet, _, f64>(&seconds(c.idle_ns + open), None)?;
     }
+    if let Some(irq) = &s.irq_ns {
+        let mut family = enc.encode_descriptor(
+            "runqlat_cpu_irq_seconds",
+            "Time each CPU spent in device IRQ handlers and softirqs, timed by the irq tracepoints \
+             (--irq-tracepoints; the architecture's own vectors, such as the local timer and IPIs, are not \
+             seen). A handler or softirq in progress counts from the next drain.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (cpu, ns) in irq.iter().enumerate() {
+            let cpu = cpu.to_string();
+            family
+                .encode_family(&[("cpu", cpu.as_str())])?
+                .encode_counter::<NoLabelSet, _, f64>(&seconds(*ns), None)?;
+        }
+    }
     Ok(())
 }
 

@@ -76,6 +76,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         wait_scan: false,
         split_throttle: true,
         split_stolen: true,
+        split_irq: false,
     };
     let (mut probe, degraded) = features::load(&options)?;
     for d in &degraded {

@@ -133,7 +133,13 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         wait_scan: config.wait_scan,
         split_throttle: config.wait_causes,
         split_stolen: config.wait_causes,
+        split_irq: config.wait_causes && config.irq_tracepoints,
     };
+    if config.irq_tracepoints && !config.wait_causes {
+        log::warn!(
+            "irq_tracepoints is set but wait_causes is off: there is no irq_steal part to add IRQ time to, so the irq tracepoints stay detached"
+        );
+    }
     let (probe, degraded) = features::load(&options)?;
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {

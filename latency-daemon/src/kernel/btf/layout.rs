@@ -84,6 +84,15 @@ pub struct StolenLayout {
     pub steal: bool,
 }
 
+/// What the IRQ tracepoints' part of a wait needs: the task's CPU (whose IRQ clock a wakeup
+/// reads) and its migration count, on a kernel with the four tracepoints that does not account
+/// IRQ time itself (where it does, the irq+steal part already holds it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IrqLayout {
+    pub task_cpu: Member,
+    pub nr_migrations: Member,
+}
+
 impl StolenLayout {
     /// What the part holds on this kernel, for the log.
     pub fn holds(&self) -> &'static str {
@@ -126,6 +135,26 @@ impl Btf {
             nr_migrations: eight("task_struct", "se.nr_migrations")?,
             irq,
             steal,
+        })
+    }
+
+    /// Offsets for the IRQ tracepoints' part; an error where the kernel accounts IRQ time itself
+    /// or lacks a tracepoint.
+    pub fn irq_layout(&self) -> Result<IrqLayout, BtfError> {
+        if self.member("rq", "prev_irq_time").is_ok() {
+            return Err(BtfError::IrqAccounted);
+        }
+        for tracepoint in ["irq_handler_entry", "irq_handler_exit", "softirq_entry", "softirq_exit"] {
+            self.tracepoint_arity(tracepoint)?;
+        }
+        Ok(IrqLayout {
+            task_cpu: self.wait_layout()?.cpu,
+            nr_migrations: check_size(
+                "task_struct",
+                "se.nr_migrations",
+                self.member("task_struct", "se.nr_migrations")?,
+                &[8],
+            )?,
         })
     }
 

@@ -91,6 +91,11 @@ pub enum BtfError {
          (CONFIG_PARAVIRT_TIME_ACCOUNTING): struct rq has no prev_irq_time or prev_steal_time_rq"
     )]
     NotAccounted,
+    #[error(
+        "this kernel accounts IRQ time itself (CONFIG_IRQ_TIME_ACCOUNTING): the irq_steal part holds it \
+         without the tracepoints"
+    )]
+    IrqAccounted,
     #[error("{struct_name}.{path} has BTF kind {kind}, not STRUCT or UNION, so it has no member `{next}`")]
     NotComposite { struct_name: String, path: String, kind: &'static str, next: String },
     #[error("{struct_name}.{path} is a {bits}-bit bitfield; only whole-byte members can be read")]

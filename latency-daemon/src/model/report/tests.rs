@@ -10,6 +10,7 @@ fn snapshot(taken_ns: u64) -> Snapshot {
         histograms: [Histogram::ZERO; Reason::COUNT],
         tasks: Vec::new(),
         cgroups: Vec::new(),
+        irq_ns: None,
     }
 }
 
