@@ -246,6 +246,10 @@ pub fn scrape(prom: &str, cpus: usize, sleepers: Option<(&str, u64)>) -> Vec<Che
 /// accounting, which Debian's kernels build without).
 pub const JUDGED_APART: [&str; 3] = ["wait_scan", "throttle_split", "irq_steal_split"];
 
+/// Judged like those, in the configuration that asks for it (`--irq-tracepoints`): on where the
+/// kernel does not account IRQ time (Debian's), unavailable with the reason where it does.
+pub const IRQ_TRACEPOINTS: &str = "irq_tracepoints";
+
 /// A `JUDGED_APART` feature's state in a scrape: on, or unavailable with the daemon's one-line
 /// reason in its log (`NAME unavailable on this kernel, running without it: …`). The figure says
 /// which; the check is named after the feature (`wait scan`, `throttle split`, …).

@@ -27,7 +27,11 @@ pub struct Config {
 pub const CONFIGS: [Config; 6] = [
     Config { name: "run", command: "run", knobs: "per-cgroup (the service's default)" },
     Config { name: "run-core", command: "run --per-cgroup=false", knobs: "none: the core histogram only" },
-    Config { name: "run-per-task", command: "run --per-task", knobs: "per-task, per-cgroup" },
+    Config {
+        name: "run-per-task",
+        command: "run --per-task --irq-tracepoints",
+        knobs: "per-task, per-cgroup, the irq tracepoints",
+    },
     Config {
         name: "run-alerting",
         command: "run --alert-max-delay 5ms",
@@ -97,6 +101,9 @@ pub struct GuestResult {
     pub throttle_split: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irq_steal_split: Option<String>,
+    /// `--irq-tracepoints` as the configuration that asks for it reported it, like `wait_scan`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq_tracepoints: Option<String>,
     /// The stall (`vmt.stall=1` guests): what the daemon showed while the victim waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall: Option<super::stall::Watched>,
@@ -186,6 +193,7 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         wait_scan: None,
         throttle_split: None,
         irq_steal_split: None,
+        irq_tracepoints: None,
         stall: None,
         throttle: None,
     }
@@ -271,6 +279,9 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
         let cgroup = cx.sleepers_seen.filter(|_| per_cgroup).map(|n| (SLEEPERS_CGROUP, n));
         list.extend(checks::scrape(prom, cx.cpus, cgroup));
         list.extend(checks::JUDGED_APART.iter().map(|f| checks::feature(prom, log, f)));
+        if config.command.contains("--irq-tracepoints") {
+            list.push(checks::feature(prom, log, checks::IRQ_TRACEPOINTS));
+        }
         list.extend(checks::causes(prom));
     }
     ConfigResult {
@@ -365,6 +376,11 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     };
     let (wait_scan, throttle_split, irq_steal_split) =
         (state("wait scan"), state("throttle split"), state("irq steal split"));
+    let irq_tracepoints = configs
+        .iter()
+        .flat_map(|c| &c.checks)
+        .find(|k| k.what == checks::IRQ_TRACEPOINTS.replace('_', " "))
+        .map(|k| k.detail.clone());
     if !boot.finished {
         let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
         list.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
@@ -395,6 +411,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         wait_scan,
         throttle_split,
         irq_steal_split,
+        irq_tracepoints,
         stall: stall.flatten(),
         throttle,
     }

@@ -80,7 +80,7 @@ mark attach
 start record record --duration 10m --json
 start record-rq record --duration 10m --json --clock run-queue
 start run $RUN 127.0.0.1:9101
-start run-per-task $RUN 127.0.0.1:9102 --per-task
+start run-per-task $RUN 127.0.0.1:9102 --per-task --irq-tracepoints
 start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms
 start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
 # Each one's attach time to the tenth of a second: all are looked at every round.

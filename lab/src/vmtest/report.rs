@@ -66,8 +66,12 @@ pub fn one_line(g: &GuestResult) -> String {
 /// `; wait scan on; throttle split on; …; stall: …; throttle: …` for a guest that reported them.
 fn waits(g: &GuestResult) -> String {
     let mut out = String::new();
-    let features =
-        [("wait scan", &g.wait_scan), ("throttle split", &g.throttle_split), ("irq+steal split", &g.irq_steal_split)];
+    let features = [
+        ("wait scan", &g.wait_scan),
+        ("throttle split", &g.throttle_split),
+        ("irq+steal split", &g.irq_steal_split),
+        ("irq tracepoints", &g.irq_tracepoints),
+    ];
     for (what, state) in features {
         if let Some(state) = state {
             let _ = write!(out, "; {what} {state}");
@@ -126,10 +130,10 @@ pub fn table(report: &Report) -> String {
     }
     out.push_str(" run_delay |");
     if split {
-        out.push_str(" throttle split | irq+steal split |");
+        out.push_str(" throttle split | irq+steal split | irq tracepoints |");
     }
     out.push_str(" load+attach | verifier | boot | guest | accel |\n|");
-    out.push_str(&"---|".repeat(3 + CONFIGS.len() + 6 + if split { 2 } else { 0 }));
+    out.push_str(&"---|".repeat(3 + CONFIGS.len() + 6 + if split { 3 } else { 0 }));
     out.push('\n');
     for g in &report.guests {
         let rt = if g.kernel.preempt_rt { "PREEMPT_RT" } else { g.kernel.flavour.as_str() };
@@ -145,7 +149,13 @@ pub fn table(report: &Report) -> String {
         let retried = if g.attempts > 1 { " (2nd boot)" } else { "" };
         let _ = write!(out, " {agreement} |");
         if split {
-            let _ = write!(out, " {} | {} |", state(g.throttle_split.as_ref()), state(g.irq_steal_split.as_ref()));
+            let _ = write!(
+                out,
+                " {} | {} | {} |",
+                state(g.throttle_split.as_ref()),
+                state(g.irq_steal_split.as_ref()),
+                state(g.irq_tracepoints.as_ref())
+            );
         }
         let _ = writeln!(
             out,
