@@ -5,7 +5,8 @@ use crate::buckets::BUCKETS;
 
 /// Map and program names, as the object file spells them.
 pub mod names {
-    /// Per-tid enqueue stamp (`Array<u64>`), sized to `kernel.pid_max` at load.
+    /// Per-tid enqueue stamp and the cause split's snapshot, two tids to an element
+    /// (`Array<StampPair>`, indexed by tid / 2), sized to half of `kernel.pid_max` at load.
     pub const STAMPS: &str = "STAMPS";
     /// Per-CPU state of the switch path (`PerCpuArray<CpuState>`, one entry): counters, the
     /// histogram per [`super::Reason`] and the window maximum per reason, two slots each (see
@@ -46,9 +47,6 @@ pub mod names {
     /// (`PerCpuArray<FinalRing>`, one entry): an alert fired on a wait in progress finds its
     /// task's final delay here, whatever else was the window's worst on that CPU.
     pub const FINALS: &str = "FINALS";
-    /// Per tid, the throttle snapshot of its last enqueue and its migration count then
-    /// (`Array<u32>`, sized like `STAMPS` when the throttle split is on, 1 entry otherwise).
-    pub const SPLITS: &str = "SPLITS";
     /// Per CPU (`Array<IrqClock>`, indexed by CPU number, sized to the possible CPUs when the IRQ
     /// tracepoints are on and to 1 entry otherwise): the time that CPU spent in device IRQ
     /// handlers and softirqs, timed by the irq tracepoints.
@@ -172,7 +170,25 @@ pub const MAX_CEILING_NS: u64 = 1 << (STAMP_TIME_BITS - 1);
 /// differences of two such snapshots, exact to a unit each, and the holder's part is the rest, so
 /// the parts always add up to the wait exactly.
 pub const SPLIT_UNIT_SHIFT: u32 = 10;
-/// Bits of the throttle snapshot in a `SPLITS` entry (the rest, [`SPLIT_MIGRATION_BITS`], is the
+/// The stamps of tids `2i` and `2i + 1` (see [`stamp_pack`]) and, with the cause split on, their
+/// split snapshots (see [`SPLIT_THROTTLE_BITS`]): 12 bytes per tid, and a task's stamp and
+/// snapshot found by one lookup, mostly in one cache line.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StampPair {
+    pub stamp: [u64; 2],
+    pub split: [u32; 2],
+}
+
+const _: () = assert!(core::mem::size_of::<StampPair>() == 24);
+
+/// The `STAMPS` element of tid `tid`, and its index in that element's arrays.
+#[inline(always)]
+pub const fn stamp_slot(tid: u32) -> (u32, usize) {
+    (tid >> 1, (tid & 1) as usize)
+}
+
+/// Bits of the throttle snapshot in a `StampPair`'s split entry (the rest, [`SPLIT_MIGRATION_BITS`], is the
 /// task's migration count): a throttled part wraps at 2^(28+10) ns ≈ 275 s, an irq+steal part at
 /// 2^(22+10) ns ≈ 4.3 s (longer parts are taken modulo that).
 pub const SPLIT_THROTTLE_BITS: u32 = 28;
@@ -705,6 +721,15 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_tids_share_a_stamp_element() {
+        assert_eq!(stamp_slot(0), (0, 0));
+        assert_eq!(stamp_slot(1), (0, 1));
+        assert_eq!(stamp_slot(32_769), (16_384, 1));
+        // The last tid of PID_MAX_LIMIT (4 Mi) is in the last of 2 Mi elements.
+        assert_eq!(stamp_slot(4 * 1024 * 1024 - 1), (2 * 1024 * 1024 - 1, 1));
+    }
 
     #[test]
     fn stamp_round_trip() {

@@ -137,7 +137,7 @@ pub fn split_stolen() -> bool {
 pub fn split_irq() -> bool {
     knob!(split_irq) != 0
 }
-/// Either part of the cause split is on (then `SPLITS` holds each task's migration count).
+/// Either part of the cause split is on (then `STAMPS` holds each task's migration count).
 #[inline(always)]
 pub fn split() -> bool {
     split_throttle() || split_stolen() || split_irq()

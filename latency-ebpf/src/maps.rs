@@ -7,19 +7,15 @@ use aya_ebpf::{
 };
 use latency_common::maps::{
     CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason, RunRing,
-    TaskStats, WINDOW_SLOTS,
+    StampPair, TaskStats, WINDOW_SLOTS,
 };
 
-/// Enqueue stamp per tid. Indexed by tid, so a lookup never fails and never fills; the daemon
-/// resizes it to `kernel.pid_max` before load (4 Mi here is PID_MAX_LIMIT, the largest possible).
+/// Enqueue stamp per tid, with the cause split's throttle snapshot and migration count (see
+/// latency-common's `StampPair`), two tids to an element. Indexed by tid, so a lookup never fails
+/// and never fills; the daemon resizes it to half of `kernel.pid_max` before load (2 Mi here is
+/// for PID_MAX_LIMIT, the largest possible).
 #[map]
-pub static STAMPS: Array<u64> = Array::with_max_entries(4 * 1024 * 1024, 0);
-
-/// Per tid, the cause split's throttle snapshot and migration count at its last enqueue (see
-/// latency-common's `SPLIT_THROTTLE_BITS`); the daemon sizes it like `STAMPS` when the split is on
-/// and to 1 entry otherwise.
-#[map]
-pub static SPLITS: Array<u32> = Array::with_max_entries(1, 0);
+pub static STAMPS: Array<StampPair> = Array::with_max_entries(2 * 1024 * 1024, 0);
 
 /// Counters, idle bookkeeping, one histogram per reason and the window maxima (double-buffered:
 /// the kernel writes slot `epoch % 2`), one entry per CPU: no atomics, no contention, one lookup.

@@ -6,7 +6,7 @@ use latency_common::{
     buckets::{BUCKETS, bucket_of},
     maps::{
         Cause, CgroupHist, CgroupSlot, CpuState, SPLIT_MIGRATION_BITS, SPLIT_THROTTLE_BITS, STAMP_STOLEN_BITS,
-        cgroup_bucket, cgroup_slot, split_part, stamp_age, stamp_pack, stamp_unpack, window_index,
+        cgroup_bucket, cgroup_slot, split_part, stamp_age, stamp_pack, stamp_slot, stamp_unpack, window_index,
     },
 };
 
@@ -15,7 +15,7 @@ use crate::{
     attribute,
     diag::{self, Rare},
     knobs,
-    maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, SPLITS, STAMPS, TASKS},
+    maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, STAMPS, TASKS},
     task::Task,
 };
 
@@ -68,35 +68,33 @@ pub fn stamp(ctx: &BtfTracePointContext, task: Task, tid: u32, now: u64, reason:
     if knobs::attribute_ns() != 0 {
         attribute::remember_depth(task, tid);
     }
+    let (element, i) = stamp_slot(tid);
+    let Some(pair) = STAMPS.get_ptr_mut(element) else {
+        count_lost(Lost::Stamps);
+        diag::rare(ctx, Rare::LostStamp, tid as u64);
+        return;
+    };
+    // SAFETY: an element of an array map; its two tids' entries are written only for their own
+    // tasks' events, and a racing writer for the same tid can only be another event of that
+    // task (the last stamp wins either way).
+    let pair = unsafe { &mut *pair };
     let mut stolen = 0;
     if knobs::split() {
         let c = task.split_clocks(now);
         stolen = c.stolen;
-        if let Some(slot) = SPLITS.get_ptr_mut(tid) {
-            // SAFETY: an element of an array map, written only for this tid's own events.
-            unsafe {
-                *slot = (c.throttled as u32 & THROTTLE_MASK)
-                    | ((c.migrations as u32 & MIGRATION_MASK) << SPLIT_THROTTLE_BITS)
-            };
-        }
+        pair.split[i & 1] =
+            (c.throttled as u32 & THROTTLE_MASK) | ((c.migrations as u32 & MIGRATION_MASK) << SPLIT_THROTTLE_BITS);
     }
-    match STAMPS.get_ptr_mut(tid) {
-        // SAFETY: an element of an array map; a racing writer for the same tid can only be
-        // another event of that task, and the last stamp wins either way.
-        Some(slot) => unsafe { *slot = stamp_pack(now, reason, stolen) },
-        None => {
-            count_lost(Lost::Stamps);
-            diag::rare(ctx, Rare::LostStamp, tid as u64);
-        }
-    }
+    pair.stamp[i & 1] = stamp_pack(now, reason, stolen);
 }
 
 /// Forget `tid`'s stamp: it may predate a switch-in nobody saw.
 #[inline(always)]
 pub fn forget(tid: u32) {
-    if let Some(slot) = STAMPS.get_ptr_mut(tid) {
+    let (element, i) = stamp_slot(tid);
+    if let Some(pair) = STAMPS.get_ptr_mut(element) {
         // SAFETY: see `stamp`.
-        unsafe { *slot = 0 };
+        unsafe { (*pair).stamp[i & 1] = 0 };
     }
 }
 
@@ -104,14 +102,14 @@ pub fn forget(tid: u32) {
 /// is none (the task was queued before we attached) or it is not believable (counted).
 #[inline(always)]
 pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mut CpuStats) -> Option<Delay> {
-    let slot = STAMPS.get_ptr_mut(tid)?;
+    let (element, i) = stamp_slot(tid);
     // SAFETY: an element of an array map, see `stamp`.
-    let stamp = unsafe { *slot };
+    let pair = unsafe { &mut *STAMPS.get_ptr_mut(element)? };
+    let stamp = pair.stamp[i & 1];
     if stamp == 0 {
         return None;
     }
-    // SAFETY: as above.
-    unsafe { *slot = 0 };
+    pair.stamp[i & 1] = 0;
     let (at, reason, stolen_then) = stamp_unpack(stamp);
     let Some(delay) = stamp_age(at, now) else {
         cpu.discarded[Discard::FutureStamp as usize] += 1;
@@ -124,8 +122,7 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
     }
     let mut d = Delay { ns: delay, reason, throttled_ns: 0, stolen_ns: 0 };
     if knobs::split() {
-        // SAFETY: an element of an array map, see `stamp`.
-        let then = SPLITS.get(tid).copied().unwrap_or(0);
+        let then = pair.split[i & 1];
         let c = next.split_clocks(now);
         if (c.migrations as u32 & MIGRATION_MASK) != then >> SPLIT_THROTTLE_BITS {
             // The wait began on another CPU, whose clocks these are not: not split (counted).
@@ -172,9 +169,13 @@ pub fn record(
     let cgroup = if cgroups { cgroup_entry(ctx, cgroup_id) } else { None };
     let (holder, holder_cgroup) = holder(prev, prev_tid, prev_cgroup, cgroup_id, cgroups);
     let held = delay - d.throttled_ns - d.stolen_ns;
+    // Most waits have neither clock part: a test and a jump instead of a load, add and store.
+    let split = d.throttled_ns | d.stolen_ns != 0;
     let cpu = &mut state.stats;
-    cpu.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
-    cpu.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+    if split {
+        cpu.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+        cpu.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+    }
     cpu.waited_ns[holder as usize] += held;
     let bucket = bucket_of(delay) & (BUCKETS - 1);
     let h = &mut state.histograms[(opaque(reason as u32) & 1) as usize];
@@ -185,8 +186,10 @@ pub fn record(
             *count += 1;
         }
         c.sum_ns += delay;
-        c.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
-        c.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+        if split {
+            c.waited_ns[Cause::Throttled as usize] += d.throttled_ns;
+            c.waited_ns[Cause::IrqSteal as usize] += d.stolen_ns;
+        }
         c.waited_ns[holder as usize] += held;
         // The other side of `Cause::Other`: the cgroup that held the CPU is charged the part
         // of the wait it ran, so it can be named. A second slot lookup, only for waits that end

@@ -6,7 +6,7 @@
 use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated::bpf_seq_write;
-use latency_common::maps::{DEPTH_UNKNOWN, SEEN_RUNNING, Seen, stamp_age, stamp_unpack};
+use latency_common::maps::{DEPTH_UNKNOWN, SEEN_RUNNING, Seen, stamp_age, stamp_slot, stamp_unpack};
 
 use crate::{
     knobs,
@@ -55,7 +55,8 @@ pub extern "C" fn wait_scan(ctx: *mut c_void) -> i32 {
         if task.on_rq() == 0 || task.state() != TASK_RUNNING {
             return 0;
         }
-        let Some(stamp) = STAMPS.get(tid).copied() else { return 0 };
+        let (element, i) = stamp_slot(tid);
+        let Some(stamp) = STAMPS.get(element).map(|pair| pair.stamp[i & 1]) else { return 0 };
         if stamp == 0 {
             return 0;
         }

@@ -188,7 +188,8 @@ impl Probe {
         let ebpf = EbpfLoader::new()
             .btf(Some(&aya_btf))
             .override_global(KNOBS_SYMBOL, &knobs, true)
-            .map_max_entries(names::STAMPS, stamps)
+            // Two tids to an element (latency-common's `StampPair`).
+            .map_max_entries(names::STAMPS, stamps.div_ceil(2))
             .map_max_entries(names::TASKS, if options.per_task { options.max_tasks } else { 1 })
             .map_max_entries(names::FILTER, (options.filter.len() as u32).max(1))
             .map_max_entries(names::CGROUPS, if options.cgroups { options.max_cgroups } else { 1 })
@@ -200,7 +201,6 @@ impl Probe {
                 if options.cgroups && options.cgroup_removals { REMOVED_BYTES } else { page_size() },
             )
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
-            .map_max_entries(names::SPLITS, if split.is_some() || irq.is_some() { stamps } else { 1 })
             .map_max_entries(names::IRQ_CLOCKS, if irq.is_some() { super::drain::possible_cpus() as u32 } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
