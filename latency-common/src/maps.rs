@@ -12,8 +12,9 @@ pub mod names {
     /// histogram per [`super::Reason`] and the window maximum per reason, two slots each (see
     /// [`super::window_index`]).
     pub const CPU_STATS: &str = "CPU_STATS";
-    /// Written by user space: the current window epoch (`Array<Control>`, one entry).
-    pub const CONTROL: &str = "CONTROL";
+    /// Written by user space: the current window epoch. The object's `.bss` section, whose only
+    /// global is a [`super::Control`]: the loader makes it a one-entry array map of that name.
+    pub const CONTROL: &str = ".bss";
     /// Per-task statistics when the per-task feature is on (`HashMap<u32, TaskStats>`).
     pub const TASKS: &str = "TASKS";
     /// tids/tgids to keep when filtering is on (`HashMap<u32, u8>`).

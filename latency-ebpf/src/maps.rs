@@ -22,9 +22,18 @@ pub static STAMPS: Array<StampPair> = Array::with_max_entries(2 * 1024 * 1024, 0
 #[map]
 pub static CPU_STATS: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
-/// The epoch, written by user space when it closes a window.
-#[map]
-pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
+/// The epoch, written by user space when it closes a window: a global of the object's `.bss`
+/// (a one-entry array map the loader names after the section), so the switch path reads it with a
+/// plain load instead of a map lookup, which the compiler treats as a call and spills around.
+#[unsafe(no_mangle)]
+pub static mut CONTROL: Control = Control { epoch: 0 };
+
+/// The current window epoch.
+#[inline(always)]
+pub fn epoch() -> u64 {
+    // SAFETY: a static, always valid; user space updates it whole (an 8-byte map value).
+    unsafe { core::ptr::read_volatile(&raw const CONTROL.epoch) }
+}
 
 /// Per-task statistics; the daemon sizes it (`--max-tasks`) and shrinks it to 1 entry when the
 /// per-task feature is off. A full map is counted in `Lost::Tasks`.

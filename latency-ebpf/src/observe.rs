@@ -15,7 +15,7 @@ use crate::{
     attribute,
     diag::{self, Rare},
     knobs,
-    maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CONTROL, CPU_STATS, FILTER, STAMPS, TASKS},
+    maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CPU_STATS, FILTER, STAMPS, TASKS},
     task::Task,
 };
 
@@ -202,10 +202,7 @@ pub fn record(
             }
         }
     }
-    let epoch = match CONTROL.get(0) {
-        Some(c) => c.epoch,
-        None => 0,
-    };
+    let epoch = crate::maps::epoch();
     let threshold = knobs::attribute_ns();
     if threshold != 0 && delay >= threshold {
         attribute::incident(d, now, epoch, next, next_tid, cgroup_id);
