@@ -3,8 +3,9 @@
 //! mostly `other`; at each drain the six causes add up to the delay sums (all CPUs and per
 //! cgroup); and the `irq_steal` part stays within /proc/stat's steal + irq + softirq. With
 //! `--irq-tracepoints`, under a loopback UDP flood on CPU 1: the IRQ time the daemon timed equals
-//! what perf's own trace of the same tracepoints gives, and a sleeper beside the flood waits a good
-//! part of its time in softirq (`irq_steal`, not the flood's cgroup). Prints the figures.
+//! what perf's own trace of the same tracepoints gives, and the receiver the flood's softirq wakes
+//! waits a good part of its time in softirq (`irq_steal`, not the flood's cgroup). Prints the
+//! figures.
 //!
 //! The cgroups: a cgroup2 directory of the test's own names each workload in the daemon's
 //! per-cgroup series; the CPU limit is set where the cpu controller is — in that directory on a
@@ -21,7 +22,7 @@ use latency_lab::{
     oracle::{irq_time::PerfIrq, throttle::CpuCgroup},
     services::{TestCgroup, cgroup_mounts},
     web::{sample, total},
-    workload::flood::UdpFlood,
+    workload::flood::{UdpFlood, UdpSink},
 };
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
@@ -416,22 +417,18 @@ fn irq_tracepoints_time_a_softirq_flood_as_perf_does() {
     }
 
     let scratch = Scratch::new("runqlat-irq").expect("a scratch directory");
-    let fifo = scratch.join("wake");
-    let fifo_c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path in a directory of our own.
-    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o600) }, 0, "mkfifo");
     let flood_cg = TestCgroup::new("irq-flood").expect("a test cgroup");
     let victim_cg = TestCgroup::new("irq-victim").expect("a test cgroup");
-    let sleeper = format!("exec 3<>'{}'; while :; do read -t 0.001 x <&3; done", fifo.display());
-    let mut victim =
-        victim_cg.spawn(&["taskset", "-c", "1", "bash", "-c", &sleeper]).unwrap_or_else(|e| panic!("{e:#}"));
-    let first = until_listed(&daemon, &victim_cg.path, at_drain(&daemon, start.drains));
+    // The victim: blocked in recv on CPU 1, woken by the flood's receive softirq for each datagram.
+    let victim = UdpSink::start(1).unwrap_or_else(|e| panic!("{e:#}"));
+    victim_cg.enter(victim.pid()).unwrap_or_else(|e| panic!("{e:#}"));
+    let first = at_drain(&daemon, start.drains);
     let steal_first = steal_s(1);
     let crowd = Crowd::watch();
     let mut perf = PerfIrq::start(1, &scratch.join("irq.data")).unwrap_or_else(|e| panic!("{e:#}"));
     perf.wait_ready().unwrap_or_else(|e| panic!("{e:#}"));
     {
-        let flood = UdpFlood::start(1).unwrap_or_else(|e| panic!("{e:#}"));
+        let flood = UdpFlood::start(1, Some(&victim)).unwrap_or_else(|e| panic!("{e:#}"));
         flood_cg.enter(flood.pid()).unwrap_or_else(|e| panic!("{e:#}"));
         std::thread::sleep(Duration::from_millis(1500));
     }
@@ -440,7 +437,6 @@ fn irq_tracepoints_time_a_softirq_flood_as_perf_does() {
     let last = at_drain(&daemon, first.drains + 1.0);
     let most = crowd.stop();
     let steal = steal_s(1) - steal_first;
-    assert!(!victim.exited(), "the sleeper ended early");
 
     let irq = |text: &str| sample(text, "runqlat_cpu_irq_seconds_total{cpu=\"1\"}").expect("CPU 1's IRQ time");
     let ours = irq(&last.text) - irq(&first.text);
@@ -464,19 +460,23 @@ fn irq_tracepoints_time_a_softirq_flood_as_perf_does() {
     show("flood", &delta(&split(&first.text, &flood_cg.path), &split(&last.text, &flood_cg.path)));
     check_sums(&last.text);
     let irq_part = part(&d.1, "irq_steal");
-    let other = part(&d.1, "other");
     // SAFETY: sysconf has no preconditions.
     let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let bound = (ours + steal + tick) * most.max(1) as f64;
-    // The sleeper also waits on an idle CPU 1 before and after the flood (`idle`); behind the
-    // flood, the part spent in its softirqs is `irq_steal`, the rest `other` (without the
-    // tracepoints, all of it would be `other`).
+    // Woken inside a softirq, the victim waits for the rest of it before CPU 1 can switch, then
+    // perhaps for the flood's task (`other`) or, on a shared host, anyone else's. What steal alone
+    // could give it is at most CPU 1's steal meanwhile, to a tick.
     eprintln!(
-        "irq: victim: irq_steal {irq_part:.6} s = {:.1} % of its wait behind the flood (irq_steal + other); bound \
-         (CPU 1's IRQ time + steal {steal:.3} s + a tick) × {most} runnable = {bound:.3} s",
-        100.0 * irq_part / (irq_part + other).max(1e-12)
+        "irq: victim: irq_steal {irq_part:.6} s = {:.1} % of its wait; CPU 1's steal meanwhile {steal:.3} s (to a \
+         tick); bound (CPU 1's IRQ time + steal + a tick) × {most} runnable = {bound:.3} s",
+        100.0 * irq_part / d.0.max(1e-12)
     );
-    assert!(irq_part > 0.0 && irq_part >= 0.2 * (irq_part + other), "victim: {d:?}");
+    assert!(d.0 > 0.0, "the victim never waited");
+    assert!(
+        irq_part >= 0.1 * d.0 && irq_part > steal + tick,
+        "victim: irq_steal {irq_part} s of {} s waited, steal {steal} s; {d:?}",
+        d.0
+    );
     assert!(irq_part <= bound, "victim: irq_steal {irq_part} s > {bound} s");
     daemon.stop().expect("SIGTERM");
 }

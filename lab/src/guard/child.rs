@@ -183,3 +183,45 @@ mod tests {
         assert!(started >= 1 && !alive.contains(&shell));
     }
 }
+
+/// A fork of this process that runs `body` and then exits: for a child that makes only raw
+/// system calls (so forking a multi-threaded test is fine). It dies with this process
+/// (`PR_SET_PDEATHSIG`), and is killed and reaped on drop.
+#[derive(Debug)]
+pub struct Forked {
+    pid: libc::pid_t,
+}
+
+impl Forked {
+    /// # Safety
+    /// `body` must make only async-signal-safe calls (raw system calls on its own stack): it runs
+    /// in a child forked from a possibly multi-threaded process.
+    pub unsafe fn spawn(body: impl FnOnce()) -> anyhow::Result<Forked> {
+        // SAFETY: the caller's promise above; the child never returns from here.
+        match unsafe { libc::fork() } {
+            -1 => Err(std::io::Error::last_os_error()).context("fork"),
+            0 => {
+                // SAFETY: a raw system call; the child dies with its parent even if that is killed.
+                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+                body();
+                // SAFETY: ends the child without running the parent's destructors.
+                unsafe { libc::_exit(0) }
+            }
+            pid => Ok(Forked { pid }),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        // SAFETY: our own child, killed and reaped once.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}

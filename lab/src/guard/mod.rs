@@ -8,7 +8,7 @@ mod scratch;
 mod signals;
 mod sysctl;
 
-pub use child::{Proc, children_alive, piped};
+pub use child::{Forked, Proc, children_alive, piped};
 pub use lines::{Lines, Log, Slurp, Stream, spawn_until_line};
 pub use scratch::Scratch;
 pub use signals::{Signals, catch_signals, check_interrupted};

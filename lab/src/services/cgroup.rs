@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::guard::Proc;
+use crate::guard::{Forked, Proc};
 
 #[derive(Debug)]
 pub struct TestCgroup {
@@ -83,42 +83,26 @@ impl Drop for TestCgroup {
 /// period wherever it is moved, for the price of a timer (a fork of the test, no exec). Killed
 /// and reaped on drop.
 #[derive(Debug)]
-pub struct Waker {
-    pid: libc::pid_t,
-}
+pub struct Waker(Forked);
 
 impl Waker {
     pub fn spawn(period: Duration) -> anyhow::Result<Waker> {
         let ts =
             libc::timespec { tv_sec: period.as_secs() as libc::time_t, tv_nsec: period.subsec_nanos() as libc::c_long };
-        // SAFETY: the child makes only raw system calls (prctl, nanosleep), so forking a
-        // multi-threaded test is fine; it never returns from here.
-        match unsafe { libc::fork() } {
-            -1 => Err(std::io::Error::last_os_error()).context("fork"),
-            0 => {
-                // SAFETY: dies with the test even if the test is killed.
-                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        // SAFETY: the child makes only raw system calls (nanosleep) on its own stack.
+        let child = unsafe {
+            Forked::spawn(move || {
                 loop {
                     // SAFETY: a valid timespec on this stack; no remainder wanted.
-                    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                    libc::nanosleep(&ts, std::ptr::null_mut());
                 }
-            }
-            pid => Ok(Waker { pid }),
-        }
+            })
+        }?;
+        Ok(Waker(child))
     }
 
     pub fn pid(&self) -> u32 {
-        self.pid as u32
-    }
-}
-
-impl Drop for Waker {
-    fn drop(&mut self) {
-        // SAFETY: our own child, killed and reaped once.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-        }
+        self.0.pid()
     }
 }
 

@@ -13,11 +13,9 @@ use crate::{
     model::snapshot::{Incidents, Snapshot, WindowSlot, sum_histograms},
 };
 
-/// How many CPUs the per-CPU maps hold a value for (the possible CPUs), so a `Snapshot` of
-/// freshly created maps has the right shape.
-pub fn possible_cpus() -> usize {
-    aya::util::nr_cpus().unwrap_or(1)
-}
+/// How many CPUs the per-CPU maps hold a value for, so a `Snapshot` of freshly created maps has
+/// the right shape.
+pub use super::probe::possible_cpus;
 
 /// What to read besides the always-on aggregates (the per-cgroup maps: `cgroups::CgroupTable`).
 #[derive(Clone, Copy, Debug, Default)]

@@ -201,7 +201,7 @@ impl Probe {
                 if options.cgroups && options.cgroup_removals { REMOVED_BYTES } else { page_size() },
             )
             .map_max_entries(names::DEPTHS, if options.attribute_ns != 0 { stamps } else { 1 })
-            .map_max_entries(names::IRQ_CLOCKS, if irq.is_some() { super::drain::possible_cpus() as u32 } else { 1 })
+            .map_max_entries(names::IRQ_CLOCKS, if irq.is_some() { possible_cpus() as u32 } else { 1 })
             .load(object)
             .map_err(ProbeError::Load)?;
         let mut probe = Probe {
@@ -331,6 +331,12 @@ impl Probe {
     pub fn load_times(&self) -> &[(&'static str, Duration)] {
         &self.loads
     }
+}
+
+/// How many CPUs the per-CPU maps hold a value for, and the per-CPU-number arrays are sized to:
+/// the possible CPUs.
+pub fn possible_cpus() -> usize {
+    aya::util::nr_cpus().unwrap_or(1)
 }
 
 /// The smallest ring buffer the kernel takes: one page.
