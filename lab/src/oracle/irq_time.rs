@@ -4,25 +4,16 @@
 //! once), and perf's complaint about lost events.
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-
-use super::perf::ensure_tracefs;
+use super::perf::Recording;
 use crate::cmd;
-use crate::guard::{Lines, Proc, check_interrupted, piped};
 
-/// Long enough for `perf record` to open its events (it prints nothing when it is ready).
-const PERF_WARMUP: Duration = Duration::from_millis(1500);
-const STOP_LIMIT: Duration = Duration::from_secs(30);
 const EVENTS: &str = "irq:irq_handler_entry,irq:irq_handler_exit,irq:softirq_entry,irq:softirq_exit";
 
 #[derive(Debug)]
 pub struct PerfIrq {
-    proc: Proc,
-    stderr: Lines,
+    recording: Recording,
     file: PathBuf,
-    started: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -38,40 +29,24 @@ pub struct IrqTrace {
 impl PerfIrq {
     /// `perf record` of the four irq tracepoints on CPU `cpu` into `file`.
     pub fn start(cpu: usize, file: &Path) -> anyhow::Result<PerfIrq> {
-        ensure_tracefs()?;
-        let mut command = Command::new("perf");
-        command.args(["record", "-q", "-e", EVENTS, "-C", &cpu.to_string(), "-m", "64M", "-o"]).arg(file);
-        let mut proc = Proc::spawn(piped(&mut command), "perf record (irq)")?;
-        let stderr = Lines::read(proc.take_stderr().context("perf's stderr")?);
-        Ok(PerfIrq { proc, stderr, file: file.to_owned(), started: Instant::now() })
+        let cpu = cpu.to_string();
+        let args = ["record", "-q", "-e", EVENTS, "-C", &cpu, "-m", "64M", "-o"];
+        Ok(PerfIrq { recording: Recording::start(&args, file, "perf record (irq)")?, file: file.to_owned() })
     }
 
     /// Returns once perf has had the time it needs to open its events.
     pub fn wait_ready(&mut self) -> anyhow::Result<()> {
-        while self.started.elapsed() < PERF_WARMUP {
-            check_interrupted()?;
-            if self.proc.exited() {
-                bail!("perf record exited at once: {:?}", self.stderr.seen);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
+        self.recording.wait_ready()
     }
 
     /// SIGINT (perf finishes its file), then the trace's IRQ time.
-    pub fn stop(mut self) -> anyhow::Result<IrqTrace> {
-        let status = self.proc.stop(libc::SIGINT, STOP_LIMIT)?;
-        let stderr = self.stderr.rest().join("\n");
-        if !(status.success() || status.code() == Some(130) || status.code().is_none()) {
-            bail!("perf record failed ({status}): {stderr}");
-        }
+    pub fn stop(self) -> anyhow::Result<IrqTrace> {
+        let lost = self.recording.stop()?;
         let mut script = Command::new("perf");
         // Nanoseconds: a softirq here lasts about a microsecond, and perf's default microsecond
         // times (truncated) made its sum 10–60 % short.
         script.args(["script", "-F", "time,event", "--ns", "-i"]).arg(&self.file);
-        let text = cmd::stdout(&mut script)?;
-        let (irq_s, events) = irq_seconds(&text);
-        let lost = stderr.lines().find(|l| l.to_lowercase().contains("lost")).map(str::to_owned);
+        let (irq_s, events) = irq_seconds(&cmd::stdout(&mut script)?);
         Ok(IrqTrace { irq_s, events, lost })
     }
 }

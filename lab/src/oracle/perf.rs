@@ -41,47 +41,73 @@ pub struct PerfResult {
     pub idle_switches: Vec<(u32, u64, u64)>,
 }
 
-/// `perf sched record -a` writing to a file.
+/// A perf recording into a file (`perf sched record`, `perf record`): started, waited for until
+/// its events are open, stopped with SIGINT so it finishes the file.
 #[derive(Debug)]
-pub struct Perf {
+pub(crate) struct Recording {
     proc: Proc,
     stderr: Lines,
-    file: PathBuf,
+    what: &'static str,
     started: Instant,
 }
 
-impl Perf {
-    pub fn start(file: &Path) -> anyhow::Result<Perf> {
+impl Recording {
+    /// Runs `perf ARGS` (which write to a file); `what` names it in errors.
+    pub(crate) fn start(args: &[&str], file: &Path, what: &'static str) -> anyhow::Result<Recording> {
         ensure_tracefs()?;
         let mut command = Command::new("perf");
-        command.args(["sched", "record", "-a", "-m", "16M", "-o"]).arg(file);
-        let mut proc = Proc::spawn(piped(&mut command), "perf sched record")?;
+        command.args(args).arg(file);
+        let mut proc = Proc::spawn(piped(&mut command), what)?;
         let stderr = Lines::read(proc.take_stderr().context("perf's stderr")?);
-        Ok(Perf { proc, stderr, file: file.to_owned(), started: Instant::now() })
+        Ok(Recording { proc, stderr, what, started: Instant::now() })
     }
 
     /// Returns once perf has had the time it needs to open its events.
-    pub fn wait_ready(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn wait_ready(&mut self) -> anyhow::Result<()> {
         while self.started.elapsed() < PERF_WARMUP {
             check_interrupted()?;
             if self.proc.exited() {
-                bail!("perf sched record exited at once: {:?}", self.stderr.seen);
+                bail!("{} exited at once: {:?}", self.what, self.stderr.seen);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
     }
 
-    /// SIGINT (perf finishes its file), then `perf sched latency -p` on it; with
-    /// `with_idle_switches`, the trace's switches into and out of idle too (slow: seconds).
-    pub fn stop(mut self, with_idle_switches: bool) -> anyhow::Result<PerfResult> {
+    /// SIGINT (perf finishes its file); perf's complaint about lost events, if any.
+    pub(crate) fn stop(mut self) -> anyhow::Result<Option<String>> {
         let status = self.proc.stop(libc::SIGINT, STOP_LIMIT)?;
         let stderr = self.stderr.rest().join("\n");
         // perf exits 0, or 130 / by the signal itself, when stopped with SIGINT.
         if !(status.success() || status.code() == Some(130) || status.code().is_none()) {
-            bail!("perf sched record failed ({status}): {stderr}");
+            bail!("{} failed ({status}): {stderr}", self.what);
         }
-        let lost = stderr.lines().find(|l| l.to_lowercase().contains("lost")).map(str::to_owned);
+        Ok(stderr.lines().find(|l| l.to_lowercase().contains("lost")).map(str::to_owned))
+    }
+}
+
+/// `perf sched record -a` writing to a file.
+#[derive(Debug)]
+pub struct Perf {
+    recording: Recording,
+    file: PathBuf,
+}
+
+impl Perf {
+    pub fn start(file: &Path) -> anyhow::Result<Perf> {
+        let recording = Recording::start(&["sched", "record", "-a", "-m", "16M", "-o"], file, "perf sched record")?;
+        Ok(Perf { recording, file: file.to_owned() })
+    }
+
+    /// Returns once perf has had the time it needs to open its events.
+    pub fn wait_ready(&mut self) -> anyhow::Result<()> {
+        self.recording.wait_ready()
+    }
+
+    /// SIGINT (perf finishes its file), then `perf sched latency -p` on it; with
+    /// `with_idle_switches`, the trace's switches into and out of idle too (slow: seconds).
+    pub fn stop(self, with_idle_switches: bool) -> anyhow::Result<PerfResult> {
+        let lost = self.recording.stop()?;
         let mut latency = Command::new("perf");
         latency.args(["sched", "latency", "-p", "-i"]).arg(&self.file);
         let latency = parse_latency(&cmd::stdout(&mut latency)?);
@@ -99,7 +125,7 @@ impl Perf {
 
 /// perf reads the sched events' formats from tracefs; `cargo xtask setup` mounts it, a test
 /// run on a fresh machine may not have.
-pub(crate) fn ensure_tracefs() -> anyhow::Result<()> {
+fn ensure_tracefs() -> anyhow::Result<()> {
     if !Path::new("/sys/kernel/tracing/events/sched").exists() {
         cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))
             .context("mounting tracefs for perf")?;
