@@ -44,6 +44,9 @@ pub struct Exposition {
     pub snapshot: Option<Snapshot>,
     /// The last closed window.
     pub window: Option<Arc<Window>>,
+    /// Per reason (index = `Reason as usize`): the last closed window's worst wait, shown as an
+    /// exemplar on `runqlat_delay_seconds` (None: no wait of that reason in the window).
+    pub exemplars: [Option<DelayExemplar>; Reason::COUNT],
     /// Cumulative per-cgroup series (top N and "other").
     pub cgroups: Vec<(String, CgroupHist)>,
     /// Namespace, pod and container of the cgroups named in `cgroups` and `alerts_active` (absent:
@@ -81,6 +84,19 @@ pub struct Exposition {
     pub last_alert: Option<Arc<LastAlert>>,
     /// The last wait scan (None: the scan is off or unavailable).
     pub waits: Option<Arc<WaitsNow>>,
+}
+
+/// One window's worst wait of a reason: an exemplar, labelled with what the daemon already shows
+/// of the task elsewhere (its tid and comm in alerts and the snapshot API, its pod in labels).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DelayExemplar {
+    pub delay_ns: u64,
+    /// When the task got the CPU, Unix ns.
+    pub unix_ns: u64,
+    pub tid: u32,
+    pub comm: String,
+    /// Its pod ("" when not a pod's, or the process was gone when the window closed).
+    pub pod: String,
 }
 
 /// Classic buckets (non-cumulative counts per `le` in `bounds`, native indices) from kernel

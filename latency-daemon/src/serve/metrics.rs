@@ -2,7 +2,10 @@
 //! OpenMetrics or protobuf (native histograms) out. Every `runqlat_*` family is named and
 //! described here, and only here. A scrape reads what the last drain published; nothing here
 //! touches the kernel.
-use std::{fmt, sync::Arc};
+use std::{
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use latency_common::{
     Discard, Lost, Reason,
@@ -18,7 +21,6 @@ use prometheus_client::{
     metrics::MetricType,
     registry::Registry,
 };
-use tokio::sync::watch;
 
 use super::{Instruments, ProcessSampler, http::HttpStats};
 use crate::{
@@ -37,13 +39,9 @@ use crate::{
 
 /// Every metric the daemon serves: the latest exposition and process figures at scrape time,
 /// the instruments, the HTTP server's and the alert sinks' counters.
-pub fn registry(
-    latest: watch::Receiver<Arc<Exposition>>,
-    instruments: &Instruments,
-    process: ProcessSampler,
-) -> Registry {
+pub fn registry(pinned: Pinned, instruments: &Instruments, process: ProcessSampler) -> Registry {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(ExpositionCollector { latest, process }));
+    registry.register_collector(Box::new(ExpositionCollector { pinned, process }));
     registry.register(
         "runqlat_drain_duration_seconds",
         "Time to read the kernel maps and publish the result, per drain",
@@ -59,9 +57,14 @@ pub fn registry(
     registry
 }
 
-/// Adds the latest exposition, and this process's own cost, to every scrape.
+/// The exposition an encode is of: `encode::Metrics` sets it before each encode, so that one
+/// encode (and the exemplars added after it) shows one drain, whatever the drain loop publishes
+/// meanwhile.
+pub type Pinned = Arc<Mutex<Arc<Exposition>>>;
+
+/// Adds the pinned exposition, and this process's own cost, to every encode.
 struct ExpositionCollector {
-    latest: watch::Receiver<Arc<Exposition>>,
+    pinned: Pinned,
     process: ProcessSampler,
 }
 
@@ -73,8 +76,8 @@ impl fmt::Debug for ExpositionCollector {
 
 impl Collector for ExpositionCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        // Clone the Arc and let go of the lock at once: encoding must not hold up the drain loop.
-        let e = self.latest.borrow().clone();
+        // Clone the Arc and let go of the lock at once.
+        let e = self.pinned.lock().unwrap_or_else(PoisonError::into_inner).clone();
         encode_all(&e, &mut encoder)?;
         process_metrics((self.process)(), &mut encoder)
     }

@@ -4,6 +4,7 @@
 //! the hardened HTTP/1.1 transport underneath. `Instruments` are what the daemon measures about
 //! itself while serving.
 pub mod encode;
+pub mod exemplars;
 pub mod http;
 pub mod metrics;
 pub mod routes;

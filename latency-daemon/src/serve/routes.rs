@@ -169,7 +169,7 @@ impl Routes {
             Format::OpenMetrics => 1,
             Format::Protobuf => 2,
         };
-        self.encoded[slot].get_or(&e, || self.metrics.encode(format).map(|(t, b)| (t, Bytes::from(b))))
+        self.encoded[slot].get_or(&e, || self.metrics.encode_of(&e, format).map(|(t, b)| (t, Bytes::from(b))))
     }
 }
 
