@@ -28,13 +28,15 @@ pub struct Setup {
     pub native_histograms: bool,
     /// Uncomment the shipped job's `scrape_classic_histograms: true` (2.45 and later).
     pub classic_too: bool,
+    /// Further `--enable-feature` values, e.g. `exemplar-storage`, `otlp-write-receiver` (2.47+).
+    pub features: Vec<&'static str>,
 }
 
 impl Setup {
     /// Debian 12's Prometheus 2.42 at its defaults: no feature flags, so it negotiates
     /// OpenMetrics and stores the classic buckets only.
     pub fn debian() -> Setup {
-        Setup { binary: PathBuf::from("prometheus"), native_histograms: false, classic_too: false }
+        Setup { binary: PathBuf::from("prometheus"), native_histograms: false, classic_too: false, features: Vec::new() }
     }
 
     /// Debian 12's 2.42 with native histograms: protobuf, the native form only.
@@ -45,7 +47,12 @@ impl Setup {
     /// Prometheus 2.53 (Debian trixie's, unpacked by `cargo xtask setup`) with native histograms
     /// and `scrape_classic_histograms: true`: both forms from one scrape.
     pub fn trixie_both() -> Setup {
-        Setup { binary: prometheus_trixie::binary(), native_histograms: true, classic_too: true }
+        Setup { binary: prometheus_trixie::binary(), native_histograms: true, classic_too: true, features: Vec::new() }
+    }
+
+    /// The same with further feature flags.
+    pub fn with_features(self, features: &[&'static str]) -> Setup {
+        Setup { features: [self.features, features.to_vec()].concat(), ..self }
     }
 
     /// What the histograms are stored as, for messages.
@@ -55,11 +62,17 @@ impl Setup {
             (true, false) => "native only",
             (true, true) => "native and classic",
         };
-        format!("{} ({stores})", self.binary.display())
+        let features =
+            if self.features.is_empty() { String::new() } else { format!(", features {}", self.features.join(",")) };
+        format!("{} ({stores}{features})", self.binary.display())
     }
 
     fn flags(&self) -> Vec<String> {
-        if self.native_histograms { vec!["--enable-feature=native-histograms".to_owned()] } else { Vec::new() }
+        let mut features = self.features.clone();
+        if self.native_histograms {
+            features.insert(0, "native-histograms");
+        }
+        if features.is_empty() { Vec::new() } else { vec![format!("--enable-feature={}", features.join(","))] }
     }
 }
 
@@ -131,6 +144,13 @@ impl Prometheus {
     pub fn query_range(&self, promql: &str, start: f64, end: f64, step: f64) -> anyhow::Result<Vec<Value>> {
         let path =
             format!("/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step}", web::urlencode(promql));
+        self.api(&path, promql)
+    }
+
+    /// The exemplars of the series `promql` selects between `start` and `end` (Unix s): one entry
+    /// per series, `{seriesLabels, exemplars: [{labels, value, timestamp}]}`.
+    pub fn query_exemplars(&self, promql: &str, start: f64, end: f64) -> anyhow::Result<Vec<Value>> {
+        let path = format!("/api/v1/query_exemplars?query={}&start={start:.3}&end={end:.3}", web::urlencode(promql));
         self.api(&path, promql)
     }
 
