@@ -28,6 +28,9 @@
 //! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
 //!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened
 //!   transport: TLS, basic auth, per-peer shares, the request cap).
+//! - `export`  — push exporters: `otlp` (the families a scrape shows → OTLP/HTTP protobuf requests:
+//!   names and units from the Prometheus names, native histograms as exponential ones; a bounded
+//!   queue, retries with backoff and `Retry-After`, counted in `serve::push`).
 //! - `alert`   — rules → transitions, typed by `Reason`; `notify`: the log, Alertmanager and
 //!   webhook sinks (http or https, URLs shown redacted).
 //! - `config`  — flags, `RUNQLAT_*` variables and the TOML file → one validated `Config`; `args`:
@@ -40,8 +43,9 @@
 //! Each layer imports only those named here: `model` → latency-common, std, serde, hdrhistogram;
 //! `host` → `model`; `kernel` → `model`, `host`; `alert` → `model`; `pipeline` → `model`, the
 //! alert engine (`alert::{Engine, Rules, Transition, Alert, Ran}`, not `notify`); `config` → `model`,
-//! `alert::Rules`; `serve` → `model`, `config`, `alert::notify::NotifyStats` (the sinks' counters
-//! it exports); `cli` → `config`; `cmd` → anything; nothing imports `cmd`. Nor do two files import
+//! `alert::Rules`, `alert::notify::{ca_roots, client_identity}`; `serve` → `model`, `config`,
+//! `alert::notify::NotifyStats` (the sinks' counters it exports); `export` → `model`, `config`,
+//! `serve` (the scrape's families, its counters), `alert::notify` (the transport); `cli` → `config`; `cmd` → anything; nothing imports `cmd`. Nor do two files import
 //! each other, directly or around a loop (a parent module and its children count as one).
 //! `tests/layering.rs` enforces both, the rule written there as a table: it reads every
 //! `crate::`, `super::` and `self::` path in src (in `use` trees and inline) and names each
@@ -56,6 +60,7 @@ pub mod alert;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod export;
 pub mod host;
 pub mod kernel;
 pub mod model;

@@ -15,11 +15,13 @@ const RULE: &[(&str, &[&str])] = &[
     // The alert engine, not its sinks: the pipeline decides, `cmd` delivers.
     ("pipeline", &["model", "alert::Engine", "alert::Rules", "alert::Transition", "alert::Alert", "alert::Ran"]),
     // The CA file is checked with the call the sinks' client makes.
-    ("config", &["model", "alert::Rules", "alert::notify::ca_roots"]),
+    ("config", &["model", "alert::Rules", "alert::notify::ca_roots", "alert::notify::client_identity"]),
     // The stats types of alert::notify: what /metrics reports of the sinks.
     ("serve", &["model", "config", "alert::notify::NotifyStats"]),
+    // Push exporters: the scrape's families and the sinks' transport.
+    ("export", &["model", "config", "serve", "alert::notify"]),
     ("cli", &["config"]),
-    ("cmd", &["model", "host", "kernel", "alert", "pipeline", "config", "serve", "cli"]),
+    ("cmd", &["model", "host", "kernel", "alert", "pipeline", "config", "serve", "export", "cli"]),
 ];
 
 /// One path a file names, resolved to segments after `crate`.

@@ -188,7 +188,14 @@ fn process() -> Option<ProcessSample> {
 /// A fresh registry per format: the encode-duration histogram counts earlier encodes.
 fn encode_bytes(format: Format) -> Vec<u8> {
     let (_published, latest) = watch::channel(Arc::new(exposition()));
-    let metrics = Metrics::new(latest, &Instruments::default(), process);
+    let instruments = Instruments::default();
+    // An OTLP exporter that sent one batch, dropped one and is retrying after a 503.
+    instruments.push.enable();
+    instruments.push.sent(12_345, 1_700_000_015_250);
+    instruments.push.dropped();
+    instruments.push.failed(3);
+    instruments.push.set_queued(2);
+    let metrics = Metrics::new(latest, &instruments, process);
     metrics.encode(format).expect("encoding cannot fail on a fixed exposition").1
 }
 

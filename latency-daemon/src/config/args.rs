@@ -320,6 +320,102 @@ settings! {
             apply: Reload,
         },
 
+        #[arg(long, visible_alias = "otlp.endpoint", value_name = "URL")]
+        otlp_endpoint: String {
+            section: "OpenTelemetry push" => "Every metric of /metrics pushed over OTLP/HTTP (protobuf) to an \
+                OpenTelemetry Collector, Prometheus's or VictoriaMetrics's OTLP receiver or a vendor. The standard \
+                OTEL_EXPORTER_OTLP_* variables fill what these settings leave unset; OTEL_SERVICE_NAME and \
+                OTEL_RESOURCE_ATTRIBUTES name the resource. See docs/otlp.md.",
+            help: "URL of the OTLP/HTTP metrics endpoint, http[s]://HOST:PORT/PATH (e.g. \
+                   http://collector:4318/v1/metrics); without it, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, or \
+                   OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/metrics; shown with user information and query hidden",
+            more: "A URL with credentials or a query is refused as a flag (every user reads /proc/<pid>/cmdline).",
+            default: "off",
+            example: "\"http://127.0.0.1:4318/v1/metrics\"",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.interval", value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        otlp_interval: Duration {
+            help: "How often to push: a whole multiple of --interval, at most 1h; each push shows the latest drain",
+            default: "15s",
+            example: "\"15s\"",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.timeout", value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        otlp_timeout: Duration {
+            help: "Time for one attempt (connect, send, the response's head), 100ms to 1m; else \
+                   OTEL_EXPORTER_OTLP_METRICS_TIMEOUT / OTEL_EXPORTER_OTLP_TIMEOUT (milliseconds)",
+            default: "10s",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.headers", value_name = "NAME=VALUE,…")]
+        otlp_headers: String {
+            help: "Headers sent with every push, e.g. an API key, as OTEL_EXPORTER_OTLP_HEADERS writes them \
+                   (comma-separated name=value, values percent-encoded); never shown or logged",
+            more: "Refused as a flag (every user reads /proc/<pid>/cmdline): give them in RUNQLAT_OTLP_HEADERS, \
+                   OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS or the --config file.",
+            default: "off",
+            example: "\"x-api-key=…\"",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.compression", value_enum, value_name = "gzip|none")]
+        #[serde(deserialize_with = "super::format::de_choice")]
+        otlp_compression: OtlpCompression {
+            help: "Request body compression: gzip or none; else OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+            default: "gzip",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.temporality", value_enum, value_name = "cumulative|delta")]
+        #[serde(deserialize_with = "super::format::de_choice")]
+        otlp_temporality: OtlpTemporality {
+            help: "Counters and histograms as totals since start (cumulative, what Prometheus takes) or as the \
+                   change since the previous push (delta); else OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+            more: "With delta, a batch dropped while the receiver was unreachable is lost (and counted).",
+            default: "cumulative",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.ca-file", value_name = "PATH")]
+        otlp_ca_file: PathBuf {
+            help: "PEM file of the CAs that sign an https:// receiver's certificate; else \
+                   OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE, else the system bundle",
+            default: "off",
+            example: "\"/etc/latency-daemon/otlp-ca.pem\"",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.cert-file", value_name = "PATH")]
+        otlp_cert_file: PathBuf {
+            help: "PEM client certificate (chain) for receivers that require one, with --otlp.key-file; else \
+                   OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+            default: "off",
+            example: "\"/etc/latency-daemon/otlp-client.pem\"",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.key-file", value_name = "PATH")]
+        otlp_key_file: PathBuf {
+            help: "PEM private key of --otlp.cert-file; else OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+            default: "off",
+            example: "\"/etc/latency-daemon/otlp-client.key\"",
+            apply: Restart,
+        },
+
+        #[arg(long, visible_alias = "otlp.queue", value_name = "N")]
+        otlp_queue: usize {
+            help: "Pushes kept while the receiver is unreachable or slow, 1 to 1000; when full, the oldest is \
+                   dropped and counted",
+            default: "8",
+            apply: Restart,
+        },
+
         #[arg(long, visible_alias = "log.level", value_enum, value_name = "LEVEL")]
         #[serde(deserialize_with = "super::format::de_choice")]
         log_level: LogLevel {
@@ -373,6 +469,24 @@ settings! {
             apply: Restart,
         },
     }
+}
+
+/// `--otlp.compression`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpCompression {
+    #[default]
+    Gzip,
+    None,
+}
+
+/// `--otlp.temporality`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpTemporality {
+    #[default]
+    Cumulative,
+    Delta,
 }
 
 /// `--log.level`: events below it are not written.

@@ -47,9 +47,15 @@ const MAX_WEB: usize = 65_536;
 
 /// Each field from `merged`, else its default; appends every problem to `problems`. The returned
 /// config is only meaningful when `problems` stays empty.
-pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &mut Vec<Problem>) -> Config {
+pub(super) fn resolve(
+    merged: RunArgs,
+    config_file: Option<PathBuf>,
+    env: super::Env<'_>,
+    problems: &mut Vec<Problem>,
+) -> Config {
     let d = Config::default();
     let alert = super::alert::resolve(&merged, problems);
+    let otlp = super::otlp::resolve(&merged, env, problems);
     // On a problem, the default stands in: the config is void anyway, and an empty list would
     // add a second, misleading problem.
     let classic_buckets = match merged.classic_buckets.map(|s| CLASSIC.rungs_of("classic_buckets", &s)) {
@@ -97,6 +103,7 @@ pub(super) fn resolve(merged: RunArgs, config_file: Option<PathBuf>, problems: &
         ceiling: merged.ceiling.unwrap_or(d.ceiling),
         clock: merged.clock.map_or(d.clock, Into::into),
         alert,
+        otlp,
         log_level: merged.log_level.unwrap_or(d.log_level),
         log_format: merged.log_format.unwrap_or(d.log_format),
         path_procfs: merged.path_procfs.unwrap_or(d.path_procfs),
@@ -168,6 +175,7 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
         ));
     }
     problems.extend(super::alert::check(&c.alert, c.ceiling));
+    problems.extend(super::otlp::check(&c.otlp, c.interval));
     for (field, path) in [
         ("path_procfs", &c.path_procfs),
         ("path_sysfs", &c.path_sysfs),
@@ -268,7 +276,7 @@ mod tests {
             ..RunArgs::default()
         };
         let mut found = Vec::new();
-        resolve(merged, None, &mut found);
+        resolve(merged, None, &|_| None, &mut found);
         in_field_order(&mut found);
         let fields: Vec<&str> = found.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(fields, ["window", "top_cgroups", "classic_buckets"]);

@@ -10,6 +10,7 @@ mod buckets;
 mod check;
 pub mod file;
 mod format;
+pub mod otlp;
 mod redact;
 pub mod reference;
 mod sources;
@@ -26,6 +27,7 @@ use self::args::RunArgs;
 
 pub use self::alert::AlertConfig;
 pub use self::check::Problem;
+pub use self::otlp::OtlpConfig;
 
 /// Default port. Not in Prometheus's default port allocations list (where node_exporter has 9100,
 /// Prometheus 9090, Alertmanager 9093, and 9435 is taken), so it can sit beside those exporters.
@@ -77,6 +79,9 @@ pub struct Config {
     /// Thresholds, timing and sinks of alerts (shown under their own `alert_*` keys).
     #[serde(flatten)]
     pub alert: AlertConfig,
+    /// The OTLP push exporter (shown under its `otlp_*` keys).
+    #[serde(flatten)]
+    pub otlp: OtlpConfig,
     /// Least severe log events written; adopted on reload.
     pub log_level: args::LogLevel,
     /// Logfmt or JSON lines on stderr; adopted on reload.
@@ -145,7 +150,7 @@ impl Default for Config {
             web_max_connections: 1024,
             interval: Duration::from_secs(1),
             // Prometheus's default scrape interval: every scrape sees a window no older than itself.
-            window: Duration::from_secs(15),
+            window: Config::DEFAULT_WINDOW,
             top_cgroups: 20,
             // Hundreds of cgroups are common on a systemd host running containers.
             max_cgroups: 1024,
@@ -162,6 +167,7 @@ impl Default for Config {
             ceiling: Duration::from_nanos(DEFAULT_CEILING_NS),
             clock: Clock::Monotonic,
             alert: AlertConfig::default(),
+            otlp: OtlpConfig::defaults(),
             log_level: args::LogLevel::Info,
             log_format: args::LogFormat::Logfmt,
             path_procfs: PathBuf::from("/proc"),
@@ -174,6 +180,9 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Prometheus's default scrape interval: every scrape sees a window no older than itself.
+    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15);
+
     /// Merges flags (`args`), the environment, the `--config` file and the defaults, in that order
     /// of precedence, and validates the result.
     /// Variables of the `RUNQLAT_` family that set nothing are problems too.
@@ -196,7 +205,7 @@ impl Config {
 
     fn assemble(args: &RunArgs, env: Env<'_>, occasion: sources::Occasion) -> Result<Config, ConfigError> {
         let (merged, config_file, mut problems) = sources::merge(args, env, occasion)?;
-        let config = check::resolve(merged, config_file, &mut problems);
+        let config = check::resolve(merged, config_file, env, &mut problems);
         check::in_field_order(&mut problems);
         if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { problems }) }
     }
@@ -233,6 +242,14 @@ impl Config {
                 "path_sysfs" => keep(key, &mut config.path_sysfs, self.path_sysfs.clone(), r),
                 "path_cgroupfs" => keep(key, &mut config.path_cgroupfs, self.path_cgroupfs.clone(), r),
                 "path_rootfs" => keep(key, &mut config.path_rootfs, self.path_rootfs.clone(), r),
+                // The exporter starts once; its settings (and the OTEL_* variables) wait for a restart.
+                k if k.starts_with("otlp_") => {
+                    // Compared as shown (header values hidden); all of it is kept below either way.
+                    let shown = |o: &OtlpConfig| serde_json::to_value(o).unwrap_or_default()[k].clone();
+                    if shown(&config.otlp) != shown(&self.otlp) {
+                        r.push(key);
+                    }
+                }
                 // A setting marked so in the table with no line here: refuse the reload rather than
                 // adopt what the running daemon cannot (a unit test reloads every setting).
                 _ => {
@@ -241,6 +258,8 @@ impl Config {
                 }
             }
         }
+        // The exporter starts once: what it runs with stays, whatever the files and OTEL_* say now.
+        config.otlp = self.otlp.clone();
         // Thresholds below the kernel's attribution threshold (`Apply::Raise`) wait for a restart.
         alert::reload(&mut config.alert, &self.alert, r);
 

@@ -30,6 +30,7 @@ pub(super) fn merge(
     occasion: Occasion,
 ) -> Result<(RunArgs, Option<PathBuf>, Vec<Problem>), ConfigError> {
     let mut problems = super::alert::secrets_in_flags(args);
+    problems.extend(super::otlp::secrets_in_flags(args));
     let merged = args.clone().or(from_env(env, &mut problems));
     let Some(path) = merged.config.clone() else { return Ok((merged, None, problems)) };
     let text = super::file::read(&path).map_err(|source| ConfigError::Read { source })?;

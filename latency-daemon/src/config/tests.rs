@@ -495,7 +495,7 @@ fn an_empty_file_is_the_defaults_at_start_but_refused_on_reload() {
 fn example_file_lists_every_setting_at_its_default() {
     let file = sources::parse_file(EXAMPLE, Path::new("deploy/latency-daemon.toml")).unwrap();
     let mut problems = Vec::new();
-    assert_eq!(check::resolve(file, None, &mut problems), Config::default());
+    assert_eq!(check::resolve(file, None, &|_| None, &mut problems), Config::default());
     assert!(problems.is_empty(), "{problems:?}");
 
     // Settings without a default (alert thresholds) are shown commented out, as `# key = value`.
@@ -522,7 +522,7 @@ fn example_file_lists_every_setting_at_its_default() {
         .map(|line| format!("{line}\n"))
         .collect();
     let file = sources::parse_file(&uncommented, Path::new("uncommented")).unwrap();
-    let config = check::resolve(file, None, &mut problems);
+    let config = check::resolve(file, None, &|_| None, &mut problems);
     assert!(problems.is_empty(), "{problems:?}");
     assert!(config.alert.enabled() && config.alert.per_reason.iter().all(Option::is_some), "{:?}", config.alert);
     assert_eq!(config.alert.per_cgroup.len(), 2);
@@ -555,7 +555,8 @@ fn serialized_config_reads_back() {
     for config in [Config::default(), custom] {
         let text = toml::to_string(&config).unwrap();
         let mut problems = Vec::new();
-        let parsed = check::resolve(sources::parse_file(&text, Path::new("x")).unwrap(), None, &mut problems);
+        let parsed =
+            check::resolve(sources::parse_file(&text, Path::new("x")).unwrap(), None, &|_| None, &mut problems);
         assert_eq!((parsed, problems), (config, vec![]), "{text}");
     }
 }
@@ -613,6 +614,12 @@ fn every_setting_reloads_as_the_table_says() {
             "alert_resend" => "\"1m\"".into(),
             "alert_severity" => "\"critical\"".into(),
             "alert_bearer_token_file" => format!("{secret_path:?}"),
+            "otlp_interval" => "\"30s\"".into(),
+            "otlp_timeout" => "\"5s\"".into(),
+            "otlp_headers" => "\"x-api-key=abc\"".into(),
+            "otlp_compression" => "\"none\"".into(),
+            "otlp_temporality" => "\"delta\"".into(),
+            "otlp_queue" => "16".into(),
             "log_level" => "\"warn\"".into(),
             "log_format" => "\"json\"".into(),
             "path_procfs" | "path_sysfs" | "path_cgroupfs" | "path_rootfs" => "\"/tmp\"".into(),
@@ -628,8 +635,16 @@ fn every_setting_reloads_as_the_table_says() {
         // Thresholds (`Raise`) have their own tests above; the others need a file of their kind.
         let value = match (setting.apply, setting.example) {
             (settings::Apply::Start | settings::Apply::Raise, _) => continue,
-            _ if ["web_config_file", "alert_ca_file", "alert_basic_auth_user", "alert_basic_auth_password_file"]
-                .contains(&setting.key) =>
+            _ if [
+                "web_config_file",
+                "alert_ca_file",
+                "alert_basic_auth_user",
+                "alert_basic_auth_password_file",
+                "otlp_ca_file",
+                "otlp_cert_file",
+                "otlp_key_file",
+            ]
+            .contains(&setting.key) =>
             {
                 continue;
             }

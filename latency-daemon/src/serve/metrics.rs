@@ -22,7 +22,11 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Instruments, ProcessSampler, http::HttpStats};
+use super::{
+    Instruments, ProcessSampler,
+    http::HttpStats,
+    push::{FAILURES, PushStats},
+};
 use crate::{
     alert::notify::NotifyStats,
     model::{
@@ -54,6 +58,7 @@ pub fn registry(pinned: Pinned, instruments: &Instruments, process: ProcessSampl
     );
     registry.register_collector(Box::new(HttpCollector(instruments.http.clone())));
     registry.register_collector(Box::new(NotifyCollector(instruments.notify.clone())));
+    registry.register_collector(Box::new(PushCollector(instruments.push.clone())));
     registry
 }
 
@@ -597,5 +602,48 @@ impl Collector for NotifyCollector {
             }
         }
         Ok(())
+    }
+}
+
+/// The OTLP exporter's counters as metrics, once it runs.
+#[derive(Debug)]
+struct PushCollector(Arc<PushStats>);
+
+impl Collector for PushCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let Some(s) = self.0.snapshot() else { return Ok(()) };
+        let mut family = encoder.encode_descriptor(
+            "runqlat_otlp_exports",
+            "OTLP batches by result: sent (the receiver took them), rejected (refused with a status retrying \
+             cannot change), dropped (unsent: the queue was full while the receiver was unreachable).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, n) in [("sent", s.sent), ("rejected", s.rejected), ("dropped", s.dropped)] {
+            family.encode_family(&[("result", result)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "runqlat_otlp_failed_attempts",
+            "OTLP send attempts that failed and were retried with backoff, by why: connect, tls, timeout, \
+             status (429, 502, 503, 504), io.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (why, n) in FAILURES.iter().zip(s.failed) {
+            family.encode_family(&[("why", *why)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+        }
+        gauge(&mut encoder, "runqlat_otlp_queued_batches", "OTLP batches waiting to be sent.", s.queued)?;
+        counter(
+            &mut encoder,
+            "runqlat_otlp_sent_bytes",
+            "Bytes of OTLP request bodies the receiver took, as sent (compressed).",
+            s.bytes,
+        )?;
+        gauge(
+            &mut encoder,
+            "runqlat_otlp_last_sent_timestamp_seconds",
+            "When the receiver last took a batch (Unix time; 0: never).",
+            s.last_sent_unix_ms as f64 / 1e3,
+        )
     }
 }

@@ -7,6 +7,7 @@ pub mod encode;
 pub mod exemplars;
 pub mod http;
 pub mod metrics;
+pub mod push;
 pub mod routes;
 pub mod view;
 
@@ -15,19 +16,22 @@ use std::sync::Arc;
 use prometheus_client::metrics::histogram::Histogram;
 
 use self::http::HttpStats;
+use self::push::PushStats;
 use crate::{alert::notify::NotifyStats, model::exposition::ProcessSample};
 
 /// Reads this process's own cost at scrape time (`host::procstat::sample` in the daemon).
 pub type ProcessSampler = fn() -> Option<ProcessSample>;
 
 /// What the daemon measures about itself, created once by `cmd::run` and shared with whoever
-/// observes it: the drain thread (drain), the HTTP server (http), the alert sinks (notify).
+/// observes it: the drain thread (drain), the HTTP server (http), the alert sinks (notify), the
+/// OTLP exporter (push).
 #[derive(Clone, Debug)]
 pub struct Instruments {
     pub drain: Histogram,
     pub encode: Histogram,
     pub http: Arc<HttpStats>,
     pub notify: Arc<NotifyStats>,
+    pub push: Arc<PushStats>,
 }
 
 impl Default for Instruments {
@@ -37,6 +41,7 @@ impl Default for Instruments {
             encode: duration_histogram(),
             http: Arc::default(),
             notify: Arc::default(),
+            push: Arc::default(),
         }
     }
 }

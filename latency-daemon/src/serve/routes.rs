@@ -84,7 +84,7 @@ pub fn negotiate(accept: Option<&str>) -> Format {
 }
 
 pub struct Routes {
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     latest: watch::Receiver<Arc<Exposition>>,
     config: RwLock<Arc<Config>>,
     /// /metrics by format: text, OpenMetrics, protobuf.
@@ -102,7 +102,7 @@ impl fmt::Debug for Routes {
 }
 
 impl Routes {
-    pub fn new(metrics: Metrics, latest: watch::Receiver<Arc<Exposition>>, config: Arc<Config>) -> Routes {
+    pub fn new(metrics: Arc<Metrics>, latest: watch::Receiver<Arc<Exposition>>, config: Arc<Config>) -> Routes {
         Routes {
             metrics,
             latest,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use rustls::{ClientConfig, RootCertStore};
-use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::model::{credentials::Auth, sink_url::HttpUrl};
 
@@ -31,11 +31,32 @@ impl Client {
     /// `ca_pem`: the CA file's text (None: the system bundle, if readable). Fails with one line
     /// when the PEM holds no usable certificate.
     pub fn new(ca_pem: Option<&str>, auth: Option<Auth>) -> Result<Client, String> {
+        Client::with_identity(ca_pem, None, auth)
+    }
+
+    /// The same, presenting a client certificate (`identity`: certificate chain and key, PEM) to
+    /// servers that ask for one.
+    pub fn with_identity(
+        ca_pem: Option<&str>,
+        identity: Option<(&str, &str)>,
+        auth: Option<Auth>,
+    ) -> Result<Client, String> {
         let roots = match ca_pem {
             Some(pem) => ca_roots(pem)?,
             None => system_roots(),
         };
-        Ok(Client { tls: Arc::new(config(roots)), auth })
+        let builder = {
+            install_ring();
+            ClientConfig::builder().with_root_certificates(roots)
+        };
+        let tls = match identity {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let (chain, key) = client_identity(cert, key)?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| format!("client certificate: {e}"))?
+            }
+        };
+        Ok(Client { tls: Arc::new(tls), auth })
     }
 
     pub fn tls(&self) -> Arc<ClientConfig> {
@@ -107,6 +128,21 @@ pub fn ca_roots(pem: &str) -> Result<RootCertStore, String> {
         return Err("the CA file holds no usable certificate".into());
     }
     Ok(roots)
+}
+
+/// A client certificate chain and its private key from their PEM texts; one line on what is
+/// wrong (configuration checks it with this before the exporter starts).
+pub fn client_identity(
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let chain = parse_certs(cert_pem.as_bytes())?;
+    if chain.is_empty() {
+        return Err("the certificate file holds no certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| format!("the key file holds no usable private key: {e}"))?;
+    Ok((chain, key))
 }
 
 /// Every certificate in a PEM text; one line on the first that does not parse.

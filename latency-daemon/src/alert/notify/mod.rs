@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-pub use self::client::{Client, ca_roots, install_ring, parse_certs};
+pub use self::client::{Client, ca_roots, client_identity, install_ring, parse_certs};
+pub use self::post::{MAX_RETRY_AFTER, PostError, Request, Response, send};
 pub use self::stats::NotifyStats;
 use self::stats::Sink;
 use crate::alert::Transition;

@@ -1,6 +1,7 @@
-//! The smallest HTTP/1.1 client that will do: a URL, a path, a JSON body and the [`Client`]
-//! (CAs, credentials) in, `Ok` for a 2xx status or a [`PostError`] out — over TCP or TLS, always
-//! within the given time, whatever the server does.
+//! The smallest HTTP/1.1 client that will do: a URL, a [`Request`] (path, content type, headers,
+//! body) and the [`Client`] (CAs, client certificate, credentials) in; the status and any
+//! `Retry-After` out ([`send`]), or `Ok` for a 2xx status ([`post`], JSON), or a [`PostError`] —
+//! over TCP or TLS, always within the given time, whatever the server does.
 use std::io;
 use std::time::Duration;
 
@@ -14,6 +15,28 @@ use crate::model::sink_url::HttpUrl;
 /// A status line longer than this is not HTTP; stop reading rather than buffer what a broken
 /// server sends.
 const MAX_STATUS_LINE: usize = 1024;
+/// The response head (status line and headers) is read up to this; a longer head is cut here,
+/// and only a `Retry-After` in the part read counts.
+const MAX_HEAD: usize = 16 * 1024;
+/// A `Retry-After` beyond this is taken as this: a receiver cannot park us for a day.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// One request: the path, its body's content type, extra headers (e.g. `Content-Encoding`, a
+/// receiver's API key) and the body.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub path: &'a str,
+    pub content_type: &'a str,
+    pub headers: &'a [(String, String)],
+    pub body: &'a [u8],
+}
+
+/// What the server answered: its status, and how long it asked us to wait (`Retry-After`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub retry_after: Option<Duration>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PostError {
@@ -35,64 +58,148 @@ pub enum PostError {
     Status { code: u16 },
 }
 
-/// POSTs `body` to `url`'s host at `path` with `Connection: close`; connecting, writing and
-/// reading the status line all count against `timeout`. The rest of the response is not read.
+/// POSTs the JSON `body` to `url`'s host at `path` with `Connection: close`; connecting, writing
+/// and reading the status line all count against `timeout`. The rest of the response is not read.
 pub async fn post(url: &HttpUrl, path: &str, body: &[u8], timeout: Duration, client: &Client) -> Result<(), PostError> {
-    match tokio::time::timeout(timeout, attempt(url, path, body, client)).await {
+    let request = Request { path, content_type: "application/json", headers: &[], body };
+    match send(url, &request, timeout, client).await?.status {
+        200..=299 => Ok(()),
+        code => Err(PostError::Status { code }),
+    }
+}
+
+/// POSTs `request` to `url`'s host with `Connection: close`: whatever the status, the response's
+/// status and `Retry-After`. Connecting, writing and reading the head count against `timeout`;
+/// the body is not read.
+pub async fn send(
+    url: &HttpUrl,
+    request: &Request<'_>,
+    timeout: Duration,
+    client: &Client,
+) -> Result<Response, PostError> {
+    match tokio::time::timeout(timeout, attempt(url, request, client)).await {
         Ok(result) => result,
         Err(_) => Err(PostError::Timeout { after: timeout }),
     }
 }
 
-async fn attempt(url: &HttpUrl, path: &str, body: &[u8], client: &Client) -> Result<(), PostError> {
+async fn attempt(url: &HttpUrl, request: &Request<'_>, client: &Client) -> Result<Response, PostError> {
     let stream =
         TcpStream::connect((url.host.as_str(), url.port)).await.map_err(|source| PostError::Connect { source })?;
     let authorization = client.authorization(url);
     if !url.tls {
-        return exchange(stream, url, path, body, authorization.as_deref()).await;
+        return exchange(stream, url, request, authorization.as_deref()).await;
     }
     let name = ServerName::try_from(url.host.clone()).map_err(|_| PostError::ServerName { host: url.host.clone() })?;
     let tls = tokio_rustls::TlsConnector::from(client.tls())
         .connect(name, stream)
         .await
         .map_err(|source| PostError::Tls { source })?;
-    exchange(tls, url, path, body, authorization.as_deref()).await
+    exchange(tls, url, request, authorization.as_deref()).await
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     url: &HttpUrl,
-    path: &str,
-    body: &[u8],
+    request: &Request<'_>,
     authorization: Option<&str>,
-) -> Result<(), PostError> {
+) -> Result<Response, PostError> {
     // One buffer, one write: a head and a body in separate segments can wait on Nagle and the
     // server's delayed ACK (tens of ms) for nothing.
-    let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: runqlat-monitor\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n{}\r\n",
+    let mut head = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: runqlat-monitor\r\nContent-Type: {}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        request.path,
         url.authority(),
-        body.len(),
-        authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default(),
-    )
-    .into_bytes();
-    request.extend_from_slice(body);
-    stream.write_all(&request).await.map_err(|source| PostError::Io { step: "send", source })?;
-    let line = read_status_line(&mut stream).await?;
-    match parse_status(&line) {
-        Some(code) if (200..300).contains(&code) => Ok(()),
-        Some(code) => Err(PostError::Status { code }),
-        None => Err(PostError::BadStatusLine { line: String::from_utf8_lossy(&line).into_owned() }),
+        request.content_type,
+        request.body.len(),
+    );
+    if let Some(a) = authorization {
+        head.push_str(&format!("Authorization: {a}\r\n"));
     }
+    for (name, value) in request.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(request.body);
+    stream.write_all(&bytes).await.map_err(|source| PostError::Io { step: "send", source })?;
+    let (line, rest) = read_status_line(&mut stream).await?;
+    let Some(status) = parse_status(&line) else {
+        return Err(PostError::BadStatusLine { line: String::from_utf8_lossy(&line).into_owned() });
+    };
+    // The headers matter only when the server may have asked us to wait.
+    let retry_after = if matches!(status, 429 | 503) {
+        read_head(&mut stream, rest).await.and_then(|head| retry_after(&head, std::time::SystemTime::now()))
+    } else {
+        None
+    };
+    Ok(Response { status, retry_after })
 }
 
-async fn read_status_line<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, PostError> {
+/// The rest of the response head after the status line (`rest`: what was read past it), up to
+/// [`MAX_HEAD`]; None when the connection fails first.
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S, mut buf: Vec<u8>) -> Option<String> {
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.starts_with(b"\r\n") && buf.len() < MAX_HEAD {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    buf.truncate(MAX_HEAD);
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// A `Retry-After` header's wait (delta-seconds or an IMF-fixdate HTTP date, as of `now`), at
+/// most [`MAX_RETRY_AFTER`]; None without one or when it does not parse.
+pub fn retry_after(head: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = head.split("\r\n").find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("retry-after").then(|| value.trim())
+    })?;
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => http_date(value)?.duration_since(now).unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP servers must send.
+fn http_date(value: &str) -> Option<std::time::SystemTime> {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let mut parts = value.split_ascii_whitespace().skip(1);
+    let day: i64 = parts.next()?.parse().ok()?;
+    let month_name = parts.next()?;
+    let month = MONTHS.iter().position(|m| *m == month_name)? as i64 + 1;
+    let year: i64 = parts.next()?.parse().ok()?;
+    let mut hms = parts.next()?.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    if parts.next() != Some("GMT") || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// The status line, and what was read past it.
+async fn read_status_line<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(Vec<u8>, Vec<u8>), PostError> {
     let mut buf = Vec::with_capacity(128);
     let mut chunk = [0u8; 256];
     loop {
         if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            let rest = buf.split_off(end + 2);
             buf.truncate(end);
-            return Ok(buf);
+            return Ok((buf, rest));
         }
         if buf.len() > MAX_STATUS_LINE {
             buf.truncate(MAX_STATUS_LINE);
@@ -129,6 +236,23 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date_and_bounded() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        let head = |v: &str| format!("Content-Length: 0\r\nretry-after: {v}\r\n\r\n");
+        assert_eq!(retry_after(&head("2"), now), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&head("Sun, 06 Nov 1994 08:49:47 GMT"), now), Some(Duration::from_secs(10)));
+        assert_eq!(retry_after(&head("Sun, 06 Nov 1994 08:49:30 GMT"), now), Some(Duration::ZERO));
+        assert_eq!(retry_after(&head("999999"), now), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after(&head("soon"), now), None);
+        assert_eq!(retry_after("Content-Length: 0\r\n\r\n", now), None);
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(std::time::UNIX_EPOCH));
+        assert_eq!(
+            http_date("Tue, 29 Feb 2000 12:00:00 GMT"),
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(951_825_600))
+        );
+    }
 
     #[test]
     fn status_lines() {

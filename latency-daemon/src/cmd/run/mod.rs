@@ -13,6 +13,7 @@ use super::logger;
 use crate::{
     alert::notify::{Client, Notifier, SinkConfig},
     config::{Config, ConfigError, Reload, args::RunArgs},
+    export::otlp,
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
@@ -174,7 +175,13 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     };
     let (published, latest) = watch::channel(Arc::new(first));
     let instruments = Instruments::default();
-    let metrics = Metrics::new(latest.clone(), &instruments, procstat::sample);
+    let metrics = Arc::new(Metrics::new(latest.clone(), &instruments, procstat::sample));
+    match otlp::Settings::of(&config.otlp, &system::hostname()) {
+        Ok(Some(settings)) => otlp::spawn(settings, Arc::clone(&metrics), latest.clone(), instruments.push.clone()),
+        Ok(None) => {}
+        // Checked with the configuration; only a CA bundle that changed since could get here.
+        Err(e) => log::error!("OTLP push is off: {e}"),
+    }
     let routes = Arc::new(Routes::new(metrics, latest, Arc::new(config.clone())));
     let (commands, inbox) = mpsc::channel();
     let notifier = config
