@@ -23,6 +23,7 @@ use clap::Parser as _;
 use latency_daemon::{
     cmd::run::pipeline_settings,
     config::Config,
+    export::otlp,
     model::{
         container::ContainerLabels,
         exposition::Exposition,
@@ -48,6 +49,9 @@ struct Args {
     /// Cgroups with delays in every window.
     #[arg(long, default_value_t = 200)]
     cgroups: usize,
+    /// Cgroups with a series of their own (the rest add up in "other"); the default's 20 unless given.
+    #[arg(long)]
+    top_cgroups: Option<usize>,
     /// Timed repetitions per CPU count (the median is reported).
     #[arg(long, default_value_t = 101)]
     iterations: usize,
@@ -88,6 +92,10 @@ struct Row {
     total_us: f64,
     text_bytes: usize,
     protobuf_bytes: usize,
+    /// One OTLP push: the scrape's families translated, encoded and gzipped (µs), and its body.
+    otlp_us: f64,
+    otlp_bytes: usize,
+    otlp_raw_bytes: usize,
 }
 
 /// A deterministic pseudo-random generator (xorshift): the same synthetic maps every run.
@@ -186,7 +194,12 @@ fn after_windows(mut s: Snapshot, k: u64) -> Snapshot {
 fn run(args: &Args) -> Vec<Row> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     // The daemon's settings from its default configuration; every drain closes a window.
-    let settings = Settings { intervals_per_window: 1, ..pipeline_settings(&Config::default(), true) };
+    let d = Config::default();
+    let settings = Settings {
+        intervals_per_window: 1,
+        top_cgroups: args.top_cgroups.unwrap_or(d.top_cgroups),
+        ..pipeline_settings(&d, true)
+    };
     let meta = Meta { kernel: "bench".into(), wall: WallClock::new(0, 0), filter: Vec::new(), clock: Clock::Monotonic };
     let mut rows = Vec::new();
     for &cpus in &args.cpus {
@@ -195,8 +208,9 @@ fn run(args: &Args) -> Vec<Row> {
         let (published, latest) = watch::channel(Arc::new(first.clone()));
         let metrics = Metrics::new(latest, &Instruments::default(), || None);
         let mut pipeline = Pipeline::new(settings.clone(), meta.clone(), Snapshot::empty(0, cpus), first);
-        let (mut sum, mut window, mut text, mut proto) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut text_bytes, mut protobuf_bytes) = (0, 0);
+        let (mut sum, mut window, mut text, mut proto, mut otlp) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut text_bytes, mut protobuf_bytes, mut otlp_bytes, mut otlp_raw_bytes) = (0, 0, 0, 0);
         for i in 0..args.iterations.max(1) {
             let t = Instant::now();
             let mut histograms = [Histogram::ZERO; Reason::COUNT];
@@ -231,8 +245,16 @@ fn run(args: &Args) -> Vec<Row> {
             let body = metrics.encode(Format::Protobuf).map(|(_, b)| b).unwrap_or_default();
             proto.push(t.elapsed());
             protobuf_bytes = body.len();
+
+            let e = latest_of(&published);
+            let t = Instant::now();
+            let body = otlp::body(&metrics, &e, Vec::new(), 0, None, true).unwrap_or_default();
+            otlp.push(t.elapsed());
+            otlp_bytes = body.len();
+            otlp_raw_bytes = otlp::body(&metrics, &e, Vec::new(), 0, None, false).map(|b| b.len()).unwrap_or_default();
         }
         let (s, w, t, p) = (median_us(sum), median_us(window), median_us(text), median_us(proto));
+        let o = median_us(otlp);
         rows.push(Row {
             cpus,
             cgroups: args.cgroups,
@@ -243,6 +265,9 @@ fn run(args: &Args) -> Vec<Row> {
             total_us: s + w + t.max(p),
             text_bytes,
             protobuf_bytes,
+            otlp_us: o,
+            otlp_bytes,
+            otlp_raw_bytes,
         });
     }
     rows
@@ -250,12 +275,22 @@ fn run(args: &Args) -> Vec<Row> {
 
 fn table(rows: &[Row]) -> String {
     let mut out = format!(
-        "{:>5} {:>8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}\n",
-        "cpus", "cgroups", "sum µs", "window µs", "text µs", "proto µs", "text KiB", "proto KiB"
+        "{:>5} {:>8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "cpus",
+        "cgroups",
+        "sum µs",
+        "window µs",
+        "text µs",
+        "proto µs",
+        "text KiB",
+        "proto KiB",
+        "otlp µs",
+        "otlp KiB",
+        "gzip KiB"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:>5} {:>8} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {:>10.1} {:>10.1}\n",
+            "{:>5} {:>8} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
             r.cpus,
             r.cgroups,
             r.sum_us,
@@ -263,7 +298,10 @@ fn table(rows: &[Row]) -> String {
             r.encode_text_us,
             r.encode_protobuf_us,
             r.text_bytes as f64 / 1024.0,
-            r.protobuf_bytes as f64 / 1024.0
+            r.protobuf_bytes as f64 / 1024.0,
+            r.otlp_us,
+            r.otlp_raw_bytes as f64 / 1024.0,
+            r.otlp_bytes as f64 / 1024.0
         ));
     }
     out.push_str(&format!(
@@ -271,4 +309,9 @@ fn table(rows: &[Row]) -> String {
         BUCKETS, CGROUP_BUCKETS
     ));
     out
+}
+
+/// What the drain loop published last.
+fn latest_of(published: &watch::Sender<Arc<Exposition>>) -> Arc<Exposition> {
+    published.borrow().clone()
 }

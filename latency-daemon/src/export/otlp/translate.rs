@@ -310,7 +310,116 @@ fn explicit(
 
 #[cfg(test)]
 mod tests {
+    use latency_common::buckets::{BUCKETS, ZERO_BUCKET, bucket_of, native_index};
+
     use super::*;
+    use crate::model::exposition::native_buckets;
+
+    /// A native histogram family as `serve::metrics` encodes `runqlat_delay_seconds`, of `delays` ns.
+    fn family(delays: &[u64]) -> (prom::MetricFamily, [u64; BUCKETS]) {
+        let mut raw = [0u64; BUCKETS];
+        for &d in delays {
+            raw[bucket_of(d)] += 1;
+        }
+        let (spans, deltas) = native_buckets(&raw);
+        let histogram = prom::Histogram {
+            sample_count: delays.len() as u64,
+            sample_sum: delays.iter().sum::<u64>() as f64 / 1e9,
+            schema: 3,
+            zero_threshold: 2f64.powi(-20),
+            zero_count: raw[ZERO_BUCKET],
+            positive_span: spans.iter().map(|&(offset, length)| prom::BucketSpan { offset, length }).collect(),
+            positive_delta: deltas,
+            ..prom::Histogram::default()
+        };
+        let metric = prom::Metric {
+            label: vec![prom::LabelPair { name: "reason".into(), value: "wakeup".into() }],
+            histogram: Some(histogram),
+            ..prom::Metric::default()
+        };
+        (prom::MetricFamily { name: "runqlat_delay_seconds".into(), metric: vec![metric], ..Default::default() }, raw)
+    }
+
+    fn point(m: &[Metric]) -> &ExponentialHistogramDataPoint {
+        match &m[0].data {
+            Some(Data::ExponentialHistogram(h)) => &h.data_points[0],
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn native_histograms_are_exponential_ones_bucket_for_bucket() {
+        // The zero bucket, adjacent buckets, a gap, a repeated count.
+        let delays = [300, 2_000, 2_100, 2_300, 4_000, 1_000_000, 1_000_000, 90_000_000_000];
+        let (f, raw) = family(&delays);
+        let times = Times { start_ns: 1, time_ns: 2 };
+        let m = metrics(&[f], times, None);
+        assert_eq!((m[0].name.as_str(), m[0].unit.as_str()), ("runqlat.delay", "s"));
+        let p = point(&m);
+        assert_eq!((p.scale, p.count, p.zero_count, p.zero_threshold), (3, 8, 1, 2f64.powi(-20)));
+        assert_eq!((p.start_time_unix_nano, p.time_unix_nano), (1, 2));
+        let positive = p.positive.as_ref().unwrap();
+        // OTel index i covers (2^(i/8), 2^((i+1)/8)]: the kernel bucket whose native index is i + 1.
+        for k in 1..BUCKETS - 1 {
+            let i = native_index(k).unwrap() - 1;
+            let got = usize::try_from(i - positive.offset).ok().and_then(|n| positive.bucket_counts.get(n)).copied();
+            assert_eq!(got.unwrap_or(0), raw[k], "kernel bucket {k}");
+        }
+        assert_eq!(positive.bucket_counts.iter().sum::<u64>() + p.zero_count, p.count);
+        assert_eq!(p.attributes, [KeyValue::string("reason", "wakeup")]);
+    }
+
+    #[test]
+    fn delta_temporality_sends_what_changed_and_survives_a_reset() {
+        let mut deltas = Deltas::default();
+        let (first, _) = family(&[2_000, 4_000]);
+        let m = metrics(&[first], Times { start_ns: 1, time_ns: 10 }, Some(&mut deltas));
+        assert_eq!(point(&m).count, 2);
+        let (second, _) = family(&[2_000, 4_000, 4_000, 300]);
+        let m = metrics(&[second], Times { start_ns: 1, time_ns: 20 }, Some(&mut deltas));
+        let p = point(&m);
+        assert_eq!((p.count, p.zero_count, p.start_time_unix_nano), (2, 1, 10));
+        assert_eq!(p.positive.as_ref().unwrap().bucket_counts.iter().sum::<u64>(), 1);
+        // A restart: fewer than before, so all of it is new.
+        let (third, _) = family(&[2_000]);
+        let m = metrics(&[third], Times { start_ns: 1, time_ns: 30 }, Some(&mut deltas));
+        assert_eq!(point(&m).count, 1);
+    }
+
+    #[test]
+    fn classic_histograms_keep_their_bounds_and_counters_become_sums() {
+        let bucket = |le: f64, c: u64| prom::Bucket { cumulative_count: c, upper_bound: le, ..Default::default() };
+        let classic = prom::MetricFamily {
+            name: "runqlat_cgroup_delay_seconds".into(),
+            metric: vec![prom::Metric {
+                label: vec![prom::LabelPair { name: "pod".into(), value: "web-1".into() }],
+                histogram: Some(prom::Histogram {
+                    sample_count: 5,
+                    sample_sum: 1.5,
+                    bucket: vec![bucket(0.001, 1), bucket(1.0, 4), bucket(f64::INFINITY, 5)],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let counter = prom::MetricFamily {
+            name: "runqlat_drains_total".into(),
+            metric: vec![prom::Metric {
+                counter: Some(prom::Counter { value: 7.0, ..Default::default() }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let m = metrics(&[classic, counter], Times { start_ns: 1, time_ns: 2 }, None);
+        let Some(Data::Histogram(h)) = &m[0].data else { panic!("{m:?}") };
+        let p = &h.data_points[0];
+        assert_eq!((p.explicit_bounds.as_slice(), p.bucket_counts.as_slice()), (&[0.001, 1.0][..], &[1, 3, 1][..]));
+        assert_eq!(p.attributes, [KeyValue::string("k8s.pod.name", "web-1")]);
+        let Some(Data::Sum(s)) = &m[1].data else { panic!("{m:?}") };
+        assert!(s.is_monotonic && s.aggregation_temporality == Temporality::Cumulative as i32);
+        assert_eq!((m[1].name.as_str(), m[1].unit.as_str()), ("runqlat.drains", "1"));
+    }
 
     #[test]
     fn names_and_units_round_trip_through_prometheus_naming() {
