@@ -33,7 +33,24 @@ pub fn pod_from_daemonset(daemonset: &str, name: &str, image: &str) -> anyhow::R
     let [old] = images[..] else { bail!("expected one container image, found {images:?}") };
     let indent = &old[..old.len() - old.trim_start().len()];
     let pod = pod.replacen(old, &format!("{indent}image: {image}"), 1);
-    Ok(with_seccomp_annotation(&pod))
+    Ok(with_seccomp_annotation(&with_node_name(&pod)))
+}
+
+/// A pod played by podman has no node: a variable from the downward API's `spec.nodeName`
+/// (which podman 4.3 refuses) gets this host's name as a plain value instead.
+fn with_node_name(pod: &str) -> String {
+    const FROM: &str = "valueFrom:\n{i}  fieldRef:\n{i}    fieldPath: spec.nodeName\n";
+    let mut out = pod.to_owned();
+    for line in pod.lines().filter(|l| l.trim() == "valueFrom:") {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let block = FROM.replace("{i}", indent);
+        if let Some(at) = out.find(&format!("{indent}{block}")) {
+            let node = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            let value = format!("{indent}value: \"{}\"\n", node.trim());
+            out.replace_range(at..at + indent.len() + block.len(), &value);
+        }
+    }
+    out
 }
 
 /// podman kube play (4.3) reads a Localhost seccomp profile only from the deprecated annotation,
@@ -93,6 +110,15 @@ impl Drop for KubePod<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_name_from_the_downward_api_becomes_a_value() {
+        let pod = "      env:\n        - name: K8S_NODE_NAME\n          valueFrom:\n            fieldRef:\n              fieldPath: spec.nodeName\n        - name: B\n          value: b\n";
+        let out = with_node_name(pod);
+        assert!(!out.contains("spec.nodeName") && out.contains("          value: \""), "{out}");
+        assert!(out.ends_with("        - name: B\n          value: b\n"), "{out}");
+        assert_eq!(with_node_name("a: b\n"), "a: b\n");
+    }
 
     #[test]
     fn the_template_becomes_a_pod() {
