@@ -43,6 +43,7 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(trixie::PROMETHEUS),
         Box::new(python::KUBERNETES_VALIDATE),
         Box::new(python::PROMETHEUS_CLIENT),
+        Box::new(python::OPENTELEMETRY_PROTO),
         Box::new(trixie::KUSTOMIZE),
         Box::new(python::CHECKOV),
         Box::new(python::CYCLONEDX),

@@ -51,6 +51,14 @@ pub const PROMETHEUS_CLIENT: PipPackage = PipPackage {
     dist_info: "prometheus_client-0.26.0.dist-info",
 };
 
+/// OpenTelemetry's own generated protobuf classes (opentelemetry-proto): the reference reader of
+/// the OTLP requests the daemon pushes (tests/otlp_wire.rs).
+pub const OPENTELEMETRY_PROTO: PipPackage = PipPackage {
+    name: "opentelemetry-proto (PyPI, in a venv)",
+    requirement: "opentelemetry-proto==1.45.2",
+    dist_info: "opentelemetry_proto-1.45.2.dist-info",
+};
+
 /// The policy scanner platform teams run on manifests; the tests want zero failed checks.
 pub const CHECKOV: PipPackage = PipPackage {
     name: "checkov (PyPI, in a venv)",
