@@ -8,6 +8,8 @@
 //! in docs/metrics.md is rendered from the same text encoding (`reference`) and regenerated the same way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "metrics_golden/otlp_reference.rs"]
+mod otlp_reference;
 #[path = "metrics_golden/reference.rs"]
 mod reference;
 
@@ -348,4 +350,42 @@ fn docs_name_only_encoded_metrics() {
     let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let unknown = reference::unknown_names(&doc, &reference::families(&encode(Format::Text)));
     assert!(unknown.is_empty(), "{} names metrics the daemon does not serve: {unknown:?}", path.display());
+}
+
+/// docs/otlp.md's mapping table is what the exporter sends for the fixture: every family, its
+/// OTLP name, unit, type and attributes (a family the translation dropped would be a short table).
+#[test]
+fn docs_otlp_mapping_matches_the_translation() {
+    use latency_daemon::export::otlp::translate::{Times, metrics};
+    let (_published, latest) = watch::channel(Arc::new(exposition()));
+    let e = latest.borrow().clone();
+    let instruments = Instruments::default();
+    instruments.push.enable();
+    let m = Metrics::new(latest, &instruments, process);
+    let families = m.families(&e).expect("encoding cannot fail on a fixed exposition");
+    let prometheus: Vec<(String, Vec<String>)> = families
+        .iter()
+        .map(|f| {
+            let mut labels: Vec<String> = Vec::new();
+            for l in f.metric.iter().flat_map(|m| &m.label) {
+                if !labels.contains(&l.name) {
+                    labels.push(l.name.clone());
+                }
+            }
+            (f.name.clone(), labels)
+        })
+        .collect();
+    let otlp = metrics(&families, Times { start_ns: 1, time_ns: 2 }, None);
+    assert_eq!(otlp.len(), families.len(), "every family is pushed");
+    let table = otlp_reference::table(&prometheus, &otlp);
+    let path = workspace_file("docs/otlp.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let expected = otlp_reference::with_table(&doc, &table).unwrap_or_else(|| {
+        panic!("{} has no `{}` … `{}` block", path.display(), otlp_reference::BEGIN, otlp_reference::END)
+    });
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &expected).unwrap();
+        return;
+    }
+    assert!(doc == expected, "{}'s OTLP mapping is stale (regenerate: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)", path.display());
 }
