@@ -387,5 +387,9 @@ fn docs_otlp_mapping_matches_the_translation() {
         std::fs::write(&path, &expected).unwrap();
         return;
     }
-    assert!(doc == expected, "{}'s OTLP mapping is stale (regenerate: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)", path.display());
+    assert!(
+        doc == expected,
+        "{}'s OTLP mapping is stale (regenerate: UPDATE_GOLDEN=1 cargo test -p latency-daemon --test metrics_golden)",
+        path.display()
+    );
 }

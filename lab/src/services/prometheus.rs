@@ -36,7 +36,12 @@ impl Setup {
     /// Debian 12's Prometheus 2.42 at its defaults: no feature flags, so it negotiates
     /// OpenMetrics and stores the classic buckets only.
     pub fn debian() -> Setup {
-        Setup { binary: PathBuf::from("prometheus"), native_histograms: false, classic_too: false, features: Vec::new() }
+        Setup {
+            binary: PathBuf::from("prometheus"),
+            native_histograms: false,
+            classic_too: false,
+            features: Vec::new(),
+        }
     }
 
     /// Debian 12's 2.42 with native histograms: protobuf, the native form only.

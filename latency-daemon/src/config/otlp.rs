@@ -283,7 +283,7 @@ pub(super) fn check(o: &OtlpConfig, interval: Duration) -> Vec<Problem> {
     }
     {
         let every = o.interval;
-        let whole = !interval.is_zero() && every.as_nanos() % interval.as_nanos() == 0;
+        let whole = !interval.is_zero() && every.as_nanos().is_multiple_of(interval.as_nanos());
         if every < interval || !whole || every > Duration::from_secs(3600) {
             problems.push(Problem::new(
                 "otlp_interval",

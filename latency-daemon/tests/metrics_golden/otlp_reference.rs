@@ -9,9 +9,8 @@ pub const END: &str = "<!-- otlp-mapping end -->";
 
 /// One row per metric: `prometheus` the scrape's family names, in the same order.
 pub fn table(prometheus: &[(String, Vec<String>)], metrics: &[Metric]) -> String {
-    let mut out = String::from(
-        "| Prometheus (scrape) | OTLP metric | unit | OTLP type | attributes |\n|---|---|---|---|---|\n",
-    );
+    let mut out =
+        String::from("| Prometheus (scrape) | OTLP metric | unit | OTLP type | attributes |\n|---|---|---|---|---|\n");
     for ((name, labels), m) in prometheus.iter().zip(metrics) {
         let kind = match &m.data {
             Some(Data::ExponentialHistogram(h)) => {
