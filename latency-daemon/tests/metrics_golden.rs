@@ -393,3 +393,63 @@ fn docs_otlp_mapping_matches_the_translation() {
         path.display()
     );
 }
+
+/// What the exporter sends for the fixture, read by OpenTelemetry's own generated classes
+/// (opentelemetry-proto, in the lab's venv): they parse it with no unknown field; each reason's
+/// `runqlat.delay` is an exponential histogram at scale 3 holding every kernel bucket's count at
+/// its index, the zero bucket as `zeroCount`; and the resource names the daemon.
+#[test]
+fn the_otlp_body_reads_back_with_opentelemetrys_own_classes() {
+    use latency_common::buckets::{BUCKETS, ZERO_BUCKET, native_index};
+    use latency_daemon::export::otlp::proto::KeyValue;
+    use latency_daemon::export::otlp::{body, resource};
+    let e = Arc::new(exposition());
+    let (_published, latest) = watch::channel(Arc::clone(&e));
+    let m = Metrics::new(latest, &Instruments::default(), process);
+    let attributes: Vec<KeyValue> = resource(&[("k8s.node.name".into(), "node-1".into())], "host-1")
+        .into_iter()
+        .map(|(k, v)| KeyValue::string(k, v))
+        .collect();
+    let gzipped = body(&m, &e, attributes, 1_699_999_000_000_000_000, None, true).expect("a body");
+    let request = latency_lab::oracle::otlp::decode(&gzipped).unwrap_or_else(|e| panic!("{e:#}"));
+    let resource = latency_lab::oracle::otlp::resource(&request);
+    for want in [
+        ("service.name", "latency-daemon"),
+        ("host.name", "host-1"),
+        ("service.instance.id", "host-1"),
+        ("k8s.node.name", "node-1"),
+        ("os.type", "linux"),
+    ] {
+        assert!(resource.contains(&(want.0.to_owned(), want.1.to_owned())), "{want:?} in {resource:?}");
+    }
+    let metrics = latency_lab::oracle::otlp::metrics(&request);
+    let delay = metrics.iter().find(|m| m["name"] == "runqlat.delay").expect("runqlat.delay");
+    assert_eq!(delay["unit"], "s");
+    let points = delay["exponentialHistogram"]["dataPoints"].as_array().expect("data points");
+    let snapshot = e.snapshot.as_ref().expect("the fixture has a snapshot");
+    assert_eq!(points.len(), Reason::ALL.len());
+    for reason in Reason::ALL {
+        let raw = &snapshot.histograms[reason as usize].buckets;
+        let p = points
+            .iter()
+            .find(|p| p["attributes"][0]["value"]["stringValue"] == reason.name())
+            .unwrap_or_else(|| panic!("no point for {}", reason.name()));
+        let int = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse::<i64>().ok()).or(v.as_i64()).unwrap_or(0);
+        assert_eq!(p["scale"], 3);
+        assert_eq!(int(&p["count"]) as u64, raw.iter().sum::<u64>());
+        assert_eq!(int(&p["zeroCount"]) as u64, raw[ZERO_BUCKET]);
+        assert_eq!(p["zeroThreshold"].as_f64(), Some(2f64.powi(-20)));
+        assert_eq!(p["sum"].as_f64(), Some(snapshot.histograms[reason as usize].sum_ns as f64 / 1e9));
+        assert_eq!(int(&p["timeUnixNano"]) as u64, (e.last_drain_unix * 1e9) as u64);
+        let offset = p["positive"]["offset"].as_i64().unwrap_or(0);
+        let counts: Vec<u64> =
+            p["positive"]["bucketCounts"].as_array().into_iter().flatten().map(|c| int(c) as u64).collect();
+        for (k, &want) in raw.iter().enumerate().take(BUCKETS - 1).skip(1) {
+            let i = i64::from(native_index(k).expect("a native bucket")) - 1;
+            let got = usize::try_from(i - offset).ok().and_then(|n| counts.get(n)).copied().unwrap_or(0);
+            assert_eq!(got, want, "{}: kernel bucket {k} (exponential index {i})", reason.name());
+        }
+    }
+    // Every family is there, under its OTel name.
+    assert_eq!(metrics.len(), m.families(&e).expect("families").len());
+}

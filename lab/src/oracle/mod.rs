@@ -3,6 +3,7 @@
 //! the irq tracepoints; and bpftool for what stays loaded.
 pub mod bpftool;
 pub mod irq_time;
+pub mod otlp;
 pub mod perf;
 pub mod run_delay;
 pub mod runqlat;
