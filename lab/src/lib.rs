@@ -7,7 +7,7 @@
 //! - [`guard`]: what the lab starts and changes, undone on every exit path: child processes,
 //!   sysctls, caught signals; and readers of the children's output.
 //! - [`oracle`]: independent views of the same delays: the kernel's run_delay, `perf sched`,
-//!   libbpf-tools `runqlat`; and bpftool for what stays loaded.
+//!   libbpf-tools `runqlat`; bpftool for what stays loaded; OpenTelemetry's own classes for OTLP requests.
 //! - [`workload`]: the experiment itself: its modes, the plan of named threads, and the crew
 //!   that runs a plan in this process (tests) or in `xtask workload` (the demo).
 //! - [`recorder`]: `latency-daemon record` in the background.
