@@ -2,11 +2,13 @@
 //! with `Names` for cgroups, containers and processes — in; the next `Exposition` and the alert
 //! `Transition`s out. The run pipeline's rules: when a window closes, its report and late writes,
 //! attribution, alerts and the last alert (`alerts`), the cgroup series with top N and "other",
-//! removed cgroups forgotten, container labels (`cgroups`), the timeline. Pure: the kernel reads and
+//! removed cgroups forgotten, container labels (`cgroups`), each reason's worst wait as an exemplar
+//! (`exemplars`), the timeline. Pure: the kernel reads and
 //! the host lookups are the caller's (`cmd::run`'s drainer, `benches/pipeline.rs`), so every rule is
 //! tested without root.
 mod alerts;
 mod cgroups;
+mod exemplars;
 #[cfg(test)]
 mod tests;
 mod waits;
@@ -161,6 +163,7 @@ impl Pipeline {
         let mut transitions = Vec::new();
         if let Some(closed) = closed {
             let mut window = Window::close(&self.window_start, &now, &closed.maxima, &self.meta);
+            self.exposition.exemplars = exemplars::worst(&window.report.window_max, names);
             if let Some(incidents) = &closed.incidents {
                 transitions = self.attribute(&mut window, incidents, names);
             }

@@ -12,7 +12,7 @@ use latency_common::{
 use super::*;
 use crate::{
     alert::Alert,
-    model::{cgroup_series::OTHER, wall::WallClock},
+    model::{cgroup_series::OTHER, exposition::DelayExemplar, wall::WallClock},
 };
 
 const MS: u64 = 1_000_000;
@@ -587,4 +587,86 @@ fn a_windows_causes_reach_its_report_its_cgroups_the_timeline_and_the_alert() {
     assert_eq!((a.worst.throttled_ns, a.worst.irq_steal_ns, a.worst.held_ns()), (15 * MS, 2 * MS, 3 * MS));
     let worst = &p.exposition().last_alert.as_ref().expect("the last alert").worst;
     assert_eq!(worst.throttled_ns, 15 * MS, "the live view's last alert carries the split");
+}
+
+/// A window's maximum on `cpu`: `delay_ns` ending at `end_ns`, of tid `tid` in process `pid`.
+fn worst_on(
+    reason: Reason,
+    cpu: u32,
+    epoch: u64,
+    delay_ns: u64,
+    end_ns: u64,
+    (tid, pid): (u32, u32),
+    comm: &str,
+) -> (Reason, u32, WindowMax) {
+    let mut m = WindowMax {
+        epoch,
+        delay_ns,
+        end_ns,
+        victim_tid: tid,
+        victim_tgid: pid,
+        reason: reason as u32,
+        ..WindowMax::ZERO
+    };
+    m.victim_comm[..comm.len()].copy_from_slice(comm.as_bytes());
+    (reason, cpu, m)
+}
+
+#[test]
+fn each_reason_s_exemplar_is_its_largest_maximum_with_the_victim_s_pod() {
+    let mut p = pipeline(settings(1));
+    let mut names = Table::default();
+    names.processes.insert(12, "/pod".into());
+    names.containers.insert("/pod".into(), pod("web-0"));
+    // Window 0: two CPUs' wakeup maxima and a smaller preempt one; the largest wakeup's process is a pod's.
+    let slot = vec![
+        worst_on(Reason::Wakeup, 0, 0, 3 * MS, S / 2, (10, 10), "small"),
+        worst_on(Reason::Wakeup, 1, 0, 9 * MS, S / 4, (11, 12), "big"),
+        worst_on(Reason::Preempt, 1, 0, 2 * MS, S / 3, (13, 13), "pre"),
+    ];
+    drain(&mut p, &mut names, snap(S, 3, &[]), slot, Vec::new());
+    let [wakeup, preempt] = p.exposition().exemplars.clone();
+    assert_eq!(
+        wakeup,
+        Some(DelayExemplar {
+            delay_ns: 9 * MS,
+            unix_ns: BOOT_UNIX_NS + S / 4,
+            tid: 11,
+            comm: "big".into(),
+            pod: "web-0".into()
+        })
+    );
+    assert_eq!(
+        preempt,
+        Some(DelayExemplar {
+            delay_ns: 2 * MS,
+            unix_ns: BOOT_UNIX_NS + S / 3,
+            tid: 13,
+            comm: "pre".into(),
+            pod: String::new()
+        })
+    );
+    // One lookup per reason, of the victim's process (13's is not known: no pod).
+    assert_eq!(names.asked_processes, [12, 13]);
+
+    // Window 1: only preempt waits, of a process gone by the close: no wakeup exemplar, no pod.
+    names.processes.clear();
+    drain(
+        &mut p,
+        &mut names,
+        snap(2 * S, 3, &[]),
+        vec![worst_on(Reason::Preempt, 0, 1, 5 * MS, S + 1, (12, 12), "big")],
+        Vec::new(),
+    );
+    let [wakeup, preempt] = p.exposition().exemplars.clone();
+    assert_eq!(wakeup, None);
+    assert_eq!(preempt.map(|e| (e.delay_ns, e.pod)), Some((5 * MS, String::new())));
+
+    // Between closes the exemplars stay; an empty window clears them.
+    p.begin();
+    let before = p.exposition().exemplars.clone();
+    p.end(snap(2 * S + 1, 3, &[]), None, &mut names);
+    assert_eq!(p.exposition().exemplars, before);
+    drain(&mut p, &mut names, snap(3 * S, 3, &[]), Vec::new(), Vec::new());
+    assert_eq!(p.exposition().exemplars, [None, None]);
 }
