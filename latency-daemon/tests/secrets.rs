@@ -143,7 +143,10 @@ const OTHER_FILE: &str = "SHADOW-SECRET-333";
 const FLAG_TOKEN: &str = "FLAGTOKEN444";
 const ENV_PASSWORD: &str = "ENVPW555";
 const ENV_TOKEN: &str = "ENVTOKEN666";
-const SEEDED: [&str; 6] = [FILE_PASSWORD, FILE_TOKEN, OTHER_FILE, FLAG_TOKEN, ENV_PASSWORD, ENV_TOKEN];
+const OTLP_HEADER: &str = "OTLPHEADER777";
+const OTLP_PASSWORD: &str = "OTLPPW888";
+const SEEDED: [&str; 8] =
+    [FILE_PASSWORD, FILE_TOKEN, OTHER_FILE, FLAG_TOKEN, ENV_PASSWORD, ENV_TOKEN, OTLP_HEADER, OTLP_PASSWORD];
 
 /// `run ARGS` that must be refused: its exit status and stderr.
 fn refused(args: &[&str]) -> (Option<i32>, String) {
@@ -233,9 +236,14 @@ fn seeded_secrets_never_reach_a_log_line_or_a_response() {
     let config = dir.join("runqlat.toml");
     std::fs::write(&config, "alert_for = 1\n").unwrap();
     let env = format!("RUNQLAT_ALERT_WEBHOOK=http://eve:{ENV_PASSWORD}@127.0.0.1:{port}/hook?token={ENV_TOKEN}");
+    // The OTLP exporter's header and URL credentials, pushing to a closed port: each failed push
+    // is logged, and the landing page shows the settings.
+    let otlp_headers = format!("OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20{OTLP_HEADER}");
+    let otlp_endpoint =
+        format!("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=http://otel:{OTLP_PASSWORD}@127.0.0.1:1/v1/metrics");
     let mut daemon = Daemon::start_under(
         DAEMON,
-        &["env", &env],
+        &["env", &env, &otlp_headers, &otlp_endpoint, "RUNQLAT_OTLP_INTERVAL=1s"],
         &["--interval=500ms", "--window=1s", "--alert-max-delay=1us", &format!("--config={}", config.display())],
     )
     .unwrap();
@@ -261,11 +269,17 @@ fn seeded_secrets_never_reach_a_log_line_or_a_response() {
     daemon.signal(libc::SIGHUP);
     daemon.wait_for_log("reload failed", Duration::from_secs(5)).unwrap();
 
+    daemon.wait_for_log("OTLP: pushing to", Duration::from_secs(10)).unwrap();
     for path in ["/", "/metrics", "/api/v1/snapshot", "/healthz"] {
         let response = daemon.get(path).unwrap();
         assert_eq!(response.status, 200, "{path}");
         assert_no_secret(path, &response.text());
     }
+    let landing = daemon.get("/").unwrap().text();
+    assert!(
+        landing.contains("authorization=&lt;hidden&gt;") || landing.contains("authorization=<hidden>"),
+        "{landing}"
+    );
     let (_, log) = daemon.stop_with_log().unwrap();
     assert!(log.iter().any(|l| l.contains("reload failed") && l.contains("line 1, column ")), "{log:?}");
     for line in &log {
