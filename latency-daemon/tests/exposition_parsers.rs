@@ -40,7 +40,11 @@ out = {}
 for f in families:
     samples = []
     for s in f.samples:
-        samples.append({"name": s.name, "labels": s.labels, "value": s.value})
+        sample = {"name": s.name, "labels": s.labels, "value": s.value}
+        if getattr(s, "exemplar", None) is not None:
+            x = s.exemplar
+            sample["exemplar"] = {"labels": x.labels, "value": x.value, "timestamp": float(x.timestamp)}
+        samples.append(sample)
     out[f.name] = {"type": f.type, "samples": samples}
     if f.type != "histogram":
         continue
@@ -165,5 +169,41 @@ fn the_official_parsers_accept_every_text_format_the_daemon_serves() {
         only_om.is_empty() && only_text.is_empty(),
         "series only in OpenMetrics: {only_om:?}; only in text: {only_text:?}"
     );
+    check_exemplars(&om);
     daemon.stop().expect("a clean stop");
+}
+
+/// The OpenMetrics parser read each reason's exemplar on `runqlat_delay_seconds`: on the first
+/// bucket whose `le` holds its value, labelled with the task (tid, comm, maybe pod), within
+/// OpenMetrics's 128 characters, stamped within the last minute.
+fn check_exemplars(om: &Value) {
+    let samples = om["runqlat_delay_seconds"]["samples"].as_array().expect("samples");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64();
+    let mut seen = Vec::new();
+    let mut previous_le: Option<(String, f64)> = None;
+    for s in samples.iter().filter(|s| s["name"] == "runqlat_delay_seconds_bucket") {
+        let reason = s["labels"]["reason"].as_str().expect("a reason").to_owned();
+        let le: f64 = s["labels"]["le"].as_str().and_then(|v| v.parse().ok()).expect("le");
+        let below = previous_le.take().filter(|(r, _)| *r == reason).map_or(0.0, |p| p.1);
+        previous_le = Some((reason.clone(), le));
+        let x = &s["exemplar"];
+        if x.is_null() {
+            continue;
+        }
+        let value = x["value"].as_f64().expect("a value");
+        assert!(below < value && value <= le, "{reason}: exemplar {value} on le={le} (the bound below: {below})");
+        let labels = x["labels"].as_object().expect("labels");
+        let names: Vec<&str> = labels.keys().map(String::as_str).collect();
+        assert!(names.iter().all(|n| ["tid", "comm", "pod"].contains(n)), "{reason}: labels {names:?}");
+        assert!(labels["tid"].as_str().is_some_and(|t| t.parse::<u32>().is_ok()), "{reason}: tid in {labels:?}");
+        let chars: usize =
+            labels.iter().map(|(k, v)| k.chars().count() + v.as_str().unwrap_or("").chars().count()).sum();
+        assert!(chars <= 128, "{reason}: {chars} characters of labels");
+        let at = x["timestamp"].as_f64().expect("a timestamp");
+        assert!(at <= now && now - at < 60.0, "{reason}: exemplar stamped {at}, now {now}");
+        seen.push(reason);
+    }
+    let distinct: BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(distinct.len(), seen.len(), "more than one exemplar for a reason: {seen:?}");
+    assert!(!seen.is_empty(), "no exemplar on runqlat_delay_seconds after a loaded window");
 }

@@ -25,7 +25,7 @@ use latency_daemon::{
     config::Config,
     model::{
         container::ContainerLabels,
-        exposition::{Exposition, ProcessSample},
+        exposition::{DelayExemplar, Exposition, ProcessSample},
         report::Meta,
         snapshot::{CpuMax, Snapshot},
         waits::WaitsNow,
@@ -137,6 +137,24 @@ fn exposition() -> Exposition {
         cgroup_classic: config.cgroup_buckets.clone(),
         snapshot: Some(end),
         window: Some(Arc::new(window)),
+        // The window's worst waits (its maxima, 10 s after the wall clock's base): the wakeup of a
+        // pod's task with a hostile comm, the preemption of a task in no pod.
+        exemplars: [
+            Some(DelayExemplar {
+                delay_ns: 1_000_000,
+                unix_ns: 1_700_000_010 * S,
+                tid: 44,
+                comm: "a\"b\\c\nd".into(),
+                pod: "web-0".into(),
+            }),
+            Some(DelayExemplar {
+                delay_ns: 148_114_000,
+                unix_ns: 1_700_000_010 * S + 250_000_000,
+                tid: 43,
+                comm: "victim".into(),
+                pod: String::new(),
+            }),
+        ],
         cgroups: vec![
             ("/system.slice/web.service".into(), cgroup_hist(PREEMPT)),
             ("/we\"ird\\name with space\nand a line".into(), cgroup_hist(&WAKEUP[..3])),
