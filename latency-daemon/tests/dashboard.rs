@@ -204,3 +204,34 @@ fn the_shipped_rules_and_dashboard_return_numbers_in_every_prometheus_setup() {
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
 }
+
+/// The delay heatmap and the quantile panels ask Grafana for exemplars (each window's worst wait,
+/// naming its task) on every query, all of them over runqlat_delay_seconds; no other panel does.
+/// Root-free: reads the generated dashboard.
+#[test]
+fn the_delay_heatmap_and_quantiles_show_exemplars() {
+    let dashboard = grafana::load(&grafana::dashboards_dir().join("runqlat.json")).expect("the dashboard");
+    let with = ["Delay heatmap", "Delay quantiles per node and reason"];
+    let mut seen = Vec::new();
+    for panel in grafana::panels(&dashboard) {
+        let title = panel["title"].as_str().unwrap_or_default();
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let exemplar = target["exemplar"] == true;
+            assert_eq!(
+                exemplar,
+                with.contains(&title),
+                "{title} / {}: exemplar {}",
+                target["refId"],
+                target["exemplar"]
+            );
+            if exemplar {
+                let expr = target["expr"].as_str().unwrap_or_default();
+                assert!(expr.contains("runqlat_delay_seconds"), "{title}: exemplars of {expr}");
+                seen.push(title);
+            }
+        }
+    }
+    for title in with {
+        assert!(seen.contains(&title), "no panel {title} with exemplars in {seen:?}");
+    }
+}

@@ -32,18 +32,18 @@ local p = import '../lib/panels.libsonnet';
       local distribution = [
         p.heatmap(
           'Delay heatmap',
-          "Run-queue delays per second in each bucket, summed over the nodes and reasons selected: the kernel's own buckets (schema 3: 8 per octave, exact) where Prometheus stores the native histogram, else the classic `le` buckets (one per octave by default, all on kernel bucket bounds). Native histograms need a Grafana that draws them in the heatmap panel.",
-          [p.target(h.heatmap(delay, inside(reason), range), legend='{{le}}', format='heatmap')],
+          "Run-queue delays per second in each bucket, summed over the nodes and reasons selected: the kernel's own buckets (schema 3: 8 per octave, exact) where Prometheus stores the native histogram, else the classic `le` buckets (one per octave by default, all on kernel bucket bounds). Native histograms need a Grafana that draws them in the heatmap panel. The points are exemplars: each window's worst wait per node and reason, with the task's tid, comm and pod (Prometheus keeps them with --enable-feature=exemplar-storage).",
+          [p.target(h.heatmap(delay, inside(reason), range), legend='{{le}}', format='heatmap', exemplar=true)],
         ),
       ];
 
       local quantilePanels = [
         p.timeseries(
           'Delay quantiles per node and reason',
-          "p50, p99 and p99.9 of run-queue delay over the rate interval. From the native histogram: interpolated inside the kernel's buckets (9 % wide), within one bucket of the truth. From the classic buckets (powers of two), where Prometheus stores only those: up to a factor of 2 off, exact where a quantile lands on a bound.",
+          "p50, p99 and p99.9 of run-queue delay over the rate interval. From the native histogram: interpolated inside the kernel's buckets (9 % wide), within one bucket of the truth. From the classic buckets (powers of two), where Prometheus stores only those: up to a factor of 2 off, exact where a quantile lands on a bound. The points are exemplars: each window's worst wait, naming its task (tid, comm, pod) when Prometheus stores them (--enable-feature=exemplar-storage).",
           's',
           [
-            p.target(h.quantile(q[0], delay, inside(reason), 'instance, reason', range), legend=q[1] + ' {{instance}} {{reason}}')
+            p.target(h.quantile(q[0], delay, inside(reason), 'instance, reason', range), legend=q[1] + ' {{instance}} {{reason}}', exemplar=true)
             for q in quantiles
           ],
           log=true,

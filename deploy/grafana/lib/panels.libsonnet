@@ -5,7 +5,9 @@
   // Every panel and variable reads the data source chosen in the `datasource` variable.
   datasource:: { type: 'prometheus', uid: '${datasource}' },
 
-  target(expr, legend='', instant=false, format='time_series'):: {
+  // `exemplar`: also ask for the exemplars of the series the query reads (runqlat_delay_seconds
+  // carries each window's worst wait, naming its task), drawn as points on the panel.
+  target(expr, legend='', instant=false, format='time_series', exemplar=false):: {
     datasource: $.datasource,
     expr: expr,
     legendFormat: legend,
@@ -13,6 +15,7 @@
     instant: instant,
     format: format,
     editorMode: 'code',
+    [if exemplar then 'exemplar']: true,
   },
 
   local withRefIds(targets) = [
