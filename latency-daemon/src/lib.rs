@@ -24,8 +24,10 @@
 //! - `pipeline` — the run pipeline's rules, pure: each drain's `Snapshot` (at a window's close, the
 //!   kernel's maxima slot and incidents, and `Names` the host answers) → the next `Exposition` and
 //!   alert transitions: window boundaries, late writes, attribution, the last alert, cgroup series
-//!   (top N and "other"), removed cgroups forgotten, the timeline. Called by `cmd::run` and the bench.
-//! - `serve`   — `metrics` (every `runqlat_*` family), `encode`, `routes` (the endpoints), `view`
+//!   (top N and "other"), removed cgroups forgotten, each reason's worst wait (the exemplars), the
+//!   timeline. Called by `cmd::run` and the bench.
+//! - `serve`   — `metrics` (every `runqlat_*` family), `encode` (+ `exemplars`, added to the
+//!   encoded delay buckets), `routes` (the endpoints), `view`
 //!   (the live page and its SVG charts, which `record --svg` draws too), `http` (the hardened
 //!   transport: TLS, basic auth, per-peer shares, the request cap).
 //! - `export`  — push exporters: `otlp` (the families a scrape shows → OTLP/HTTP protobuf requests:
