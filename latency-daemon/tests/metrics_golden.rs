@@ -467,6 +467,29 @@ fn the_otlp_body_reads_back_with_opentelemetrys_own_classes() {
             let got = usize::try_from(i - offset).ok().and_then(|n| counts.get(n)).copied().unwrap_or(0);
             assert_eq!(got, want, "{}: kernel bucket {k} (exponential index {i})", reason.name());
         }
+        // The window's worst wait as the data point's exemplar, as the scrape shows it.
+        let want = e.exemplars[reason as usize].as_ref().expect("the fixture has an exemplar per reason");
+        let exemplars = p["exemplars"].as_array().expect("exemplars on the data point");
+        assert_eq!(exemplars.len(), 1, "{exemplars:?}");
+        let x = &exemplars[0];
+        assert_eq!(x["asDouble"].as_f64(), Some(want.delay_ns as f64 / 1e9));
+        assert_eq!(int(&x["timeUnixNano"]) as u64, want.unix_ns);
+        let attributes: Vec<(String, String)> = x["filteredAttributes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                (
+                    a["key"].as_str().unwrap_or_default().to_owned(),
+                    a["value"]["stringValue"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        assert!(attributes.contains(&("tid".into(), want.tid.to_string())), "{attributes:?}");
+        assert!(attributes.contains(&("comm".into(), want.comm.clone())), "{attributes:?}");
+        if !want.pod.is_empty() {
+            assert!(attributes.contains(&("k8s.pod.name".into(), want.pod.clone())), "{attributes:?}");
+        }
     }
     // Every family is there, under its OTel name.
     assert_eq!(metrics.len(), m.families(&e).expect("families").len());
