@@ -45,6 +45,7 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(python::PROMETHEUS_CLIENT),
         Box::new(python::OPENTELEMETRY_PROTO),
         Box::new(trixie::KUSTOMIZE),
+        Box::new(trixie::VICTORIA_METRICS),
         Box::new(python::CHECKOV),
         Box::new(python::CYCLONEDX),
         Box::new(kernel::Tracefs),

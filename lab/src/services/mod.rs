@@ -1,5 +1,5 @@
 //! Real components the daemon works with, run for a test on loopback: Prometheus, Alertmanager,
-//! cgroups of the test's own, podman and containerd containers. Each is stopped or removed when its guard goes.
+//! VictoriaMetrics (OTLP receivers), cgroups of the test's own, podman and containerd containers. Each is stopped or removed when its guard goes.
 mod alertmanager;
 mod cgroup;
 mod containerd;
@@ -7,6 +7,8 @@ mod kube;
 pub mod operator;
 mod podman;
 mod prometheus;
+pub mod otlp_receiver;
+pub mod victoria;
 
 /// Prometheus 2.53 from Debian trixie, unpacked (not installed) by `cargo xtask setup`: where it is.
 pub mod prometheus_trixie {

@@ -49,6 +49,17 @@ pub const KUSTOMIZE: Unpacked = Unpacked {
     binary: "usr/bin/kustomize",
 };
 
+/// VictoriaMetrics 1.112 for the OTLP push tests: a second OTLP receiver (victoria-metrics) and
+/// an OTLP gateway into Prometheus's remote-write receiver (vmagent, in the same package), since
+/// Debian builds Prometheus without its own OTLP receiver.
+pub const VICTORIA_METRICS: Unpacked = Unpacked {
+    name: "VictoriaMetrics 1.112 (trixie, unpacked)",
+    package: "victoria-metrics",
+    want: "1.112.",
+    dir: "/var/cache/runqlat-tools/victoria-metrics",
+    binary: "usr/bin/victoria-metrics",
+};
+
 impl Unpacked {
     pub fn binary(&self) -> PathBuf {
         Path::new(self.dir).join(self.binary)
@@ -126,5 +137,6 @@ mod tests {
     #[test]
     fn the_lab_looks_where_prometheus_is_unpacked() {
         assert_eq!(PROMETHEUS.binary(), latency_lab::services::prometheus_trixie::binary());
+        assert_eq!(VICTORIA_METRICS.binary(), latency_lab::services::victoria::binary());
     }
 }
