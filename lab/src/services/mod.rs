@@ -5,9 +5,9 @@ mod cgroup;
 mod containerd;
 mod kube;
 pub mod operator;
+pub mod otlp_receiver;
 mod podman;
 mod prometheus;
-pub mod otlp_receiver;
 pub mod victoria;
 
 /// Prometheus 2.53 from Debian trixie, unpacked (not installed) by `cargo xtask setup`: where it is.

@@ -72,7 +72,12 @@ pub struct OtlpReceiver {
 impl OtlpReceiver {
     /// Listening on 127.0.0.1 at a free port (`tls`: https).
     pub fn start(tls: Option<Tls<'_>>) -> anyhow::Result<OtlpReceiver> {
-        let listener = TcpListener::bind("127.0.0.1:0").context("binding the receiver")?;
+        OtlpReceiver::start_on(0, tls)
+    }
+
+    /// Listening on 127.0.0.1:`port` (0: any free one), e.g. where a client already tries.
+    pub fn start_on(port: u16, tls: Option<Tls<'_>>) -> anyhow::Result<OtlpReceiver> {
+        let listener = TcpListener::bind(("127.0.0.1", port)).context("binding the receiver")?;
         let port = listener.local_addr()?.port();
         let config = tls.as_ref().map(server_config).transpose()?;
         let state = Arc::new(State::default());

@@ -200,10 +200,15 @@ impl Prometheus {
     /// Debian's Prometheus 2.42 at its defaults (no feature flags) with `yaml` as its whole
     /// prometheus.yml; `reload` replaces it.
     pub fn start_with_config(yaml: &str) -> anyhow::Result<Prometheus> {
+        Prometheus::start_setup(&Setup::debian(), yaml)
+    }
+
+    /// Prometheus as `setup` says, with `yaml` as its whole prometheus.yml.
+    pub fn start_setup(setup: &Setup, yaml: &str) -> anyhow::Result<Prometheus> {
         let dir = Scratch::new("runqlat-prom")?;
         let config = dir.path().join("prometheus.yml");
         std::fs::write(&config, yaml).with_context(|| format!("writing {}", config.display()))?;
-        Prometheus::launch(&Setup::debian(), dir, &config)
+        Prometheus::launch(setup, dir, &config)
     }
 
     /// Rewrites prometheus.yml with `yaml` and has Prometheus reload it (SIGHUP); returns once

@@ -285,6 +285,9 @@ fn failure(e: &PostError) -> usize {
         PostError::Tls { .. } | PostError::ServerName { .. } => 1,
         PostError::Timeout { .. } => 2,
         PostError::Status { .. } => 3,
+        // TLS 1.3 ends the handshake before the server checks a client certificate: its alert
+        // arrives as a read error.
+        PostError::Io { source, .. } if source.get_ref().is_some_and(|e| e.is::<rustls::Error>()) => 1,
         PostError::Io { .. } | PostError::NoResponse | PostError::BadStatusLine { .. } => 4,
     }
 }
