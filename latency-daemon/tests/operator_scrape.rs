@@ -118,8 +118,10 @@ fn wait_for(prom: &Prometheus, promql: &str, limit: Duration, what: &str) -> Vec
     }
 }
 
-/// A sample line's series as `name{k="v",...}` with its labels sorted.
+/// A sample line's series as `name{k="v",...}` with its labels sorted (an OpenMetrics exemplar,
+/// ` # {…} value time` after the value, left out).
 fn series_key_text(line: &str) -> String {
+    let line = line.split_once(" # {").map_or(line, |(sample, _)| sample);
     let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
     let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
     let labels = labels.strip_suffix('}').unwrap_or(labels);
