@@ -303,6 +303,26 @@ fn cargo_metadata_crates(triple: &str) -> BTreeSet<(String, String)> {
                 .iter()
                 .any(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "proc-macro"))
         };
+        // cargo metadata's resolve also lists an optional dependency that only a weak feature
+        // (`dep?/feature`) names, though nothing enables it and it is not linked: an optional
+        // dependency counts when an enabled feature of its parent names it (`dep:x`, `x`, `x/f`).
+        let enabled = |parent: &Value, node: &Value, dep: &Value| {
+            let name = dep["name"].as_str().unwrap();
+            let declared = parent["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["name"] == name && d["kind"].is_null() && d["optional"] == true);
+            let Some(declared) = declared else { return true };
+            let key = declared["rename"].as_str().unwrap_or(name);
+            let features: Vec<&str> = node["features"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+            features.contains(&key)
+                || features.iter().any(|f| {
+                    parent["features"][*f].as_array().into_iter().flatten().filter_map(|v| v.as_str()).any(|v| {
+                        v == format!("dep:{key}") || v.strip_prefix(key).is_some_and(|rest| rest.starts_with('/'))
+                    })
+                })
+        };
         let nodes = meta["resolve"]["nodes"].as_array().unwrap();
         let start = packages.iter().find(|p| p["name"] == package).unwrap()["id"].as_str().unwrap().to_owned();
         let mut seen = BTreeSet::new();
@@ -315,7 +335,7 @@ fn cargo_metadata_crates(triple: &str) -> BTreeSet<(String, String)> {
             for dep in node["deps"].as_array().unwrap() {
                 let normal = dep["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null());
                 let pkg = dep["pkg"].as_str().unwrap();
-                if normal && !is_proc_macro(by_id(pkg)) {
+                if normal && !is_proc_macro(by_id(pkg)) && enabled(by_id(&id), node, by_id(pkg)) {
                     pending.push(pkg.to_owned());
                 }
             }
