@@ -38,6 +38,9 @@ pub struct Received {
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The status it was answered with; None when closed unanswered or stalled (the client has
+    /// given up by the time the answer comes).
+    pub status: Option<u16>,
 }
 
 impl Received {
@@ -118,6 +121,11 @@ impl OtlpReceiver {
         self.state.script.lock().unwrap_or_else(PoisonError::into_inner).extend(answers);
     }
 
+    /// How many requests were answered with a 2xx status.
+    pub fn accepted(&self) -> usize {
+        self.received().iter().filter(|r| r.status.is_some_and(|s| (200..300).contains(&s))).count()
+    }
+
     /// Every request so far.
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -172,8 +180,12 @@ fn server_config(tls: &Tls<'_>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
 
 /// One request on `stream`: read it, record it, answer it as the script says.
 fn serve(mut stream: impl Read + Write, state: &State) {
-    let Some(received) = read_request(&mut stream) else { return };
+    let Some(mut received) = read_request(&mut stream) else { return };
     let answer = state.script.lock().unwrap_or_else(PoisonError::into_inner).pop_front().unwrap_or(Answer::Status(200));
+    received.status = match answer {
+        Answer::Status(code) | Answer::RetryAfter(code, _) => Some(code),
+        Answer::Stall(_) | Answer::Close => None,
+    };
     state.received.lock().unwrap_or_else(PoisonError::into_inner).push(received);
     let reply = match answer {
         Answer::Close => return,
@@ -220,7 +232,7 @@ fn read_request(stream: &mut impl Read) -> Option<Received> {
         }
         body.extend_from_slice(&chunk[..n]);
     }
-    Some(Received { at, path, headers, body })
+    Some(Received { at, path, headers, body, status: None })
 }
 
 #[cfg(test)]
