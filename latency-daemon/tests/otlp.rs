@@ -125,6 +125,32 @@ fn by_vmrange(series: &[(String, Vec<(i64, f64)>)], ms: i64) -> (u64, BTreeMap<i
     (zero, buckets)
 }
 
+/// Each stored drain (count samples, sum samples and vmrange buckets, by time in ms) that a
+/// scrape saw has the scrape's count, sum, zero bucket and buckets; at least three are compared.
+fn same_as_scraped(
+    stored: &[(i64, f64)],
+    sums: &[(i64, f64)],
+    buckets: &[(String, Vec<(i64, f64)>)],
+    scraped: &[Scraped],
+) {
+    let mut compared = 0;
+    for &(ms, c) in stored {
+        let Some(s) = scraped.iter().find(|s| same_drain(ms, s)) else { continue };
+        assert_eq!(c as u64, s.count, "count at {ms}");
+        let x = sums.iter().find(|(t, _)| *t == ms).expect("the sum of the same push").1;
+        assert!((x - s.sum).abs() <= s.sum * 1e-12, "sum at {ms}: {x} vs {}", s.sum);
+        let (zero, got) = by_vmrange(buckets, ms);
+        assert_eq!(zero, s.zero, "zero bucket at {ms}");
+        assert_eq!(got, s.buckets, "buckets at {ms} (native index → count)");
+        compared += 1;
+    }
+    assert!(
+        compared >= 3,
+        "{compared} pushes matched a scraped drain: stored {stored:?}, scraped {:?}",
+        scraped.iter().map(|s| s.drain_ms).collect::<Vec<_>>()
+    );
+}
+
 fn load() -> Crew {
     let (tx, _rx) = std::sync::mpsc::channel();
     Crew::spawn(group("otlp", Body::Spin, 2 * cpus()), 0.5, &tx).expect("the workload")
@@ -148,22 +174,7 @@ fn victoriametrics_holds_the_scraped_histogram_bucket_for_bucket() {
         .map(|b| (b.labels["vmrange"].as_str().unwrap_or_default().to_owned(), b.samples))
         .collect();
     let stored = &count.first().expect("runqlat_delay_seconds_count arrived").samples;
-    let mut compared = 0;
-    for &(ms, c) in stored {
-        let Some(s) = scraped.iter().find(|s| same_drain(ms, s)) else { continue };
-        assert_eq!(c as u64, s.count, "count at {ms}");
-        let x = sum[0].samples.iter().find(|(t, _)| *t == ms).expect("the sum of the same push").1;
-        assert!((x - s.sum).abs() <= s.sum * 1e-12, "sum at {ms}: {x} vs {}", s.sum);
-        let (zero, got) = by_vmrange(&buckets, ms);
-        assert_eq!(zero, s.zero, "zero bucket at {ms}");
-        assert_eq!(got, s.buckets, "buckets at {ms} (native index → count)");
-        compared += 1;
-    }
-    assert!(
-        compared >= 3,
-        "{compared} pushes matched a scraped drain: stored {stored:?}, scraped {:?}",
-        scraped.iter().map(|s| s.drain_ms).collect::<Vec<_>>()
-    );
+    same_as_scraped(stored, &sum[0].samples, &buckets, &scraped);
     // The resource's attributes on every series, as VictoriaMetrics keeps them.
     let drains = vm.export("runqlat_drains_total").unwrap();
     let labels = &drains.first().expect("runqlat_drains_total arrived").labels;
@@ -201,22 +212,7 @@ fn prometheus_holds_the_scraped_histogram_through_vmagent() {
         .collect();
     let stored = samples(count.first().expect("runqlat_delay_seconds_count arrived in Prometheus"));
     let sums = samples(sum.first().expect("runqlat_delay_seconds_sum arrived in Prometheus"));
-    let mut compared = 0;
-    for &(ms, c) in &stored {
-        let Some(s) = scraped.iter().find(|s| same_drain(ms, s)) else { continue };
-        assert_eq!(c as u64, s.count, "count at {ms}");
-        let x = sums.iter().find(|(t, _)| *t == ms).expect("the sum of the same push").1;
-        assert!((x - s.sum).abs() <= s.sum * 1e-12, "sum at {ms}: {x} vs {}", s.sum);
-        let (zero, got) = by_vmrange(&buckets, ms);
-        assert_eq!(zero, s.zero, "zero bucket at {ms}");
-        assert_eq!(got, s.buckets, "buckets at {ms} (native index → count)");
-        compared += 1;
-    }
-    assert!(
-        compared >= 3,
-        "{compared} pushes matched a scraped drain: stored {stored:?}, scraped {:?}",
-        scraped.iter().map(|s| s.drain_ms).collect::<Vec<_>>()
-    );
+    same_as_scraped(&stored, &sums, &buckets, &scraped);
     // `service.instance.id` is the host name on every series.
     let labels = &prometheus.query("runqlat_drains_total").unwrap()[0]["metric"];
     assert_eq!(labels["service_name"], "latency-daemon", "{labels}");

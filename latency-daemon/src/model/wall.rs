@@ -1,5 +1,6 @@
 //! One pair of clock readings taken together (monotonic, Unix) in; the Unix time of any monotonic
-//! stamp out. Reading the clocks is `host::clock`'s job; this is only the arithmetic.
+//! stamp out; and the days since the epoch of a calendar date. Reading the clocks is
+//! `host::clock`'s job; this is only the arithmetic.
 
 /// Converts monotonic stamps (the kernel program's clock) to wall-clock time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +23,17 @@ impl WallClock {
             self.real_ns.saturating_sub(self.mono_ns - mono_ns)
         }
     }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -179,14 +179,7 @@ fn http_date(value: &str) -> Option<std::time::SystemTime> {
     if parts.next() != Some("GMT") || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
         return None;
     }
-    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = crate::model::wall::days_from_civil(year, month, day);
     let secs = u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()?;
     Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }

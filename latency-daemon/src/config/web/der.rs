@@ -67,18 +67,7 @@ fn time(tag: u8, text: &[u8]) -> Option<i64> {
         return None;
     }
     let [mo, d, h, mi, s] = [0, 2, 4, 6, 8].map(|i| rest.get(i..i + 2).and_then(num));
-    Some(days_from_civil(year, mo?, d?) * 86_400 + h? * 3600 + mi? * 60 + s?)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    Some(crate::model::wall::days_from_civil(year, mo?, d?) * 86_400 + h? * 3600 + mi? * 60 + s?)
 }
 
 #[cfg(test)]
