@@ -66,5 +66,6 @@ pub mod export;
 pub mod host;
 pub mod kernel;
 pub mod model;
+pub mod net;
 pub mod pipeline;
 pub mod serve;

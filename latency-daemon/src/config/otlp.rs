@@ -8,10 +8,8 @@ use serde::Serialize;
 
 use super::args::{OtlpCompression, OtlpTemporality, RunArgs};
 use super::{Env, Problem, format};
-use crate::model::{
-    credentials::Secret,
-    sink_url::{HttpUrl, redact},
-};
+use crate::model::sink_url::{HttpUrl, redact};
+use crate::net::credentials::Secret;
 
 const TIMEOUT: std::ops::RangeInclusive<Duration> = Duration::from_millis(100)..=Duration::from_secs(60);
 const QUEUE: std::ops::RangeInclusive<usize> = 1..=1000;
@@ -148,7 +146,7 @@ pub(super) fn resolve(merged: &RunArgs, env: Env<'_>, problems: &mut Vec<Problem
     let key_file = path(&merged.otlp_key_file, "CLIENT_KEY");
     let ca_pem = read("otlp_ca_file", ca_file.as_deref(), problems);
     if let Some(pem) = &ca_pem
-        && let Err(e) = crate::alert::notify::ca_roots(pem)
+        && let Err(e) = crate::net::ca_roots(pem)
     {
         problems.push(Problem::new("otlp_ca_file", e));
     }
@@ -164,7 +162,7 @@ pub(super) fn resolve(merged: &RunArgs, env: Env<'_>, problems: &mut Vec<Problem
         }
         (Some(c), Some(k)) => {
             match (read("otlp_cert_file", Some(c), problems), read("otlp_key_file", Some(k), problems)) {
-                (Some(cert), Some(key)) => match crate::alert::notify::client_identity(&cert, &key) {
+                (Some(cert), Some(key)) => match crate::net::client_identity(&cert, &key) {
                     Ok(_) => Some((cert, Secret(key))),
                     Err(e) => {
                         problems.push(Problem::new("otlp_cert_file", e));

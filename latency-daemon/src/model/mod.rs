@@ -5,7 +5,6 @@ pub mod attribution;
 pub mod causes;
 pub mod cgroup_series;
 pub mod container;
-pub mod credentials;
 pub mod distribution;
 pub mod exposition;
 pub mod report;

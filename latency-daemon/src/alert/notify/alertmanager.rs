@@ -10,11 +10,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::payload::{self, Origin};
-use super::post::post;
 use super::stats::{NotifyStats, Sink};
 use super::{ClientSlot, Health, text};
 use crate::alert::{Alert, AlertKey, Transition};
 use crate::model::sink_url::HttpUrl;
+use crate::net::post;
 
 /// Bound on each of the active and the resolved-but-undelivered sets. The alert engine keeps one
 /// entry per reason × cgroup; this only matters if a dead Alertmanager meets thousands of keys.

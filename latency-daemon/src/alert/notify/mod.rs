@@ -4,11 +4,9 @@
 //! bloat the daemon: docs/design.md.
 
 mod alertmanager;
-mod client;
 mod dispatch;
 mod log;
 mod payload;
-mod post;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -21,12 +19,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-pub use self::client::{Client, ca_roots, client_identity, install_ring, parse_certs};
-pub use self::post::{MAX_RETRY_AFTER, PostError, Request, Response, send};
 pub use self::stats::NotifyStats;
 use self::stats::Sink;
 use crate::alert::Transition;
 use crate::model::sink_url::HttpUrl;
+use crate::net::Client;
 
 /// Transitions between `send` and the dispatcher. Transitions come a few per window close; this
 /// only fills if the runtime stops scheduling the dispatcher.

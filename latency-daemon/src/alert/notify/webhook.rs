@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use super::post::post;
 use super::stats::{NotifyStats, Sink};
 use super::{ClientSlot, Health, Timing};
 use crate::model::sink_url::HttpUrl;
+use crate::net::post;
 
 /// Per URL. A dead endpoint costs at most this many events of memory; keeping the newest ones
 /// means that when it comes back it hears about the current state, not an hour-old backlog.

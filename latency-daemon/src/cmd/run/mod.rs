@@ -11,7 +11,8 @@ pub use self::drainer::pipeline_settings;
 use self::drainer::{Command, Drainer};
 use super::logger;
 use crate::{
-    alert::notify::{Client, Notifier, SinkConfig},
+    alert::notify::{Notifier, SinkConfig},
+    net::Client,
     config::{Config, ConfigError, Reload, args::RunArgs},
     export::otlp,
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},

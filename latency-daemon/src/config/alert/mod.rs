@@ -13,10 +13,8 @@ use super::Problem;
 use super::args::{self, RunArgs};
 use super::format;
 use crate::alert::Rules;
-use crate::model::{
-    credentials::{Auth, Secret},
-    sink_url::{HttpUrl, redact},
-};
+use crate::model::sink_url::{HttpUrl, redact};
+use crate::net::credentials::{Auth, Secret};
 
 const FOR_WINDOWS: RangeInclusive<u32> = 1..=100;
 const RESOLVE_AFTER: RangeInclusive<u32> = 1..=100;
@@ -354,9 +352,9 @@ fn check_url(url: &str) -> Result<(), String> {
     HttpUrl::parse(url).map(|_| ()).map_err(|e| e.why)
 }
 
-/// The CA file as the sinks' client will take it (`alert::notify::ca_roots`, the same call).
+/// The CA file as the sinks' client will take it (`net::ca_roots`, the same call).
 fn check_ca(pem: &str) -> Result<(), String> {
-    crate::alert::notify::ca_roots(pem).map(|_| ())
+    crate::net::ca_roots(pem).map(|_| ())
 }
 
 /// A cgroup v2 path as the daemon names cgroups: from the cgroup2 mount, "/" for the root, no

@@ -20,12 +20,12 @@ use self::proto::{
     ExportMetricsServiceRequest, InstrumentationScope, KeyValue, Resource, ResourceMetrics, ScopeMetrics,
 };
 use self::translate::{Deltas, Times};
-use crate::alert::notify::{Client, PostError, Request, send};
 use crate::config::{
     OtlpConfig,
     args::{OtlpCompression, OtlpTemporality},
 };
 use crate::model::{exposition::Exposition, sink_url::HttpUrl};
+use crate::net::{Client, PostError, Request, send};
 use crate::serve::{encode::Metrics, push::PushStats};
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);

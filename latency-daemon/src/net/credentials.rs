@@ -1,5 +1,5 @@
-//! The credentials alert sinks send, as read from files by `config`: a [`Secret`] (never printed)
-//! in, an [`Auth`] out for `alert::notify`'s client. In `model` because both sides name them.
+//! The credentials a request carries, as read from files by `config`: a [`Secret`] (never
+//! printed) in, an [`Auth`] out for the [`Client`](super::Client) to send.
 use std::fmt;
 
 /// A secret read from a file; never printed.

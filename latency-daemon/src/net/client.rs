@@ -1,4 +1,4 @@
-//! How sinks connect: the trusted CAs (a file's PEM, else the system bundle) and the credentials
+//! How requests connect: the trusted CAs (a file's PEM, else the system bundle) and the credentials
 //! (basic auth or a bearer token, read from files by `config`) in; a [`Client`] out, with the
 //! `Authorization` value for a URL and the rustls configuration for `https://`.
 use std::fmt;
@@ -9,7 +9,8 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::model::{credentials::Auth, sink_url::HttpUrl};
+use super::credentials::Auth;
+use crate::model::sink_url::HttpUrl;
 
 /// Debian's (and most distributions') bundle of trusted CAs, used when no CA file is given.
 const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -153,7 +154,7 @@ pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::credentials::Secret;
+    use crate::net::credentials::Secret;
 
     #[test]
     fn authorization_from_url_or_settings_never_in_debug() {

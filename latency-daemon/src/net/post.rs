@@ -352,7 +352,7 @@ mod tls_tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::model::credentials::{Auth, Secret};
+    use crate::net::credentials::{Auth, Secret};
 
     async fn tls_receiver(certs: &Certs) -> (HttpUrl, tokio::task::JoinHandle<Vec<u8>>) {
         super::super::client::install_ring();
