@@ -32,10 +32,7 @@ use latency_daemon::{
         wall::WallClock,
     },
     pipeline::{Names, Pipeline, Settings},
-    serve::{
-        Instruments,
-        encode::{Format, Metrics},
-    },
+    metrics::{Format, Instruments, Metrics},
 };
 
 /// Time the user-space pipeline (sum per-CPU values, close a window, encode) on synthetic maps of

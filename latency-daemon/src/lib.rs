@@ -65,6 +65,7 @@ pub mod config;
 pub mod export;
 pub mod host;
 pub mod kernel;
+pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod pipeline;

@@ -1,6 +1,6 @@
 //! What a scrape shows, as plain data: the `Exposition` the drain loop publishes after each drain,
 //! and the pure conversions from kernel buckets to Prometheus's classic and native buckets.
-//! Encoding it is `serve::metrics`'s job; nothing here knows prometheus-client.
+//! Encoding it is `metrics`'s job; nothing here knows prometheus-client.
 use std::{collections::HashMap, sync::Arc};
 
 use latency_common::{

@@ -16,12 +16,12 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    encode::{Format, Metrics},
     http::{Handler, Reply, Request, StatusCode},
     view,
 };
 use crate::{
     config::Config,
+    metrics::{Format, Metrics},
     model::{exposition::Exposition, window::Window},
 };
 

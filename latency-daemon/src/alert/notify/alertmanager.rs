@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::payload::{self, Origin};
-use super::stats::{NotifyStats, Sink};
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::{ClientSlot, Health, text};
 use crate::alert::{Alert, AlertKey, Transition};
 use crate::model::sink_url::HttpUrl;

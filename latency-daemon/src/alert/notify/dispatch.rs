@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::payload::Origin;
-use super::stats::{NotifyStats, Sink};
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::{ClientSlot, SinkConfig, Targets, Timing, alertmanager, log, webhook};
 use crate::alert::{Alert, AlertKey, Transition};
 use crate::model::sink_url::HttpUrl;

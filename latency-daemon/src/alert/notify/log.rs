@@ -6,7 +6,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
 use super::payload::log_line;
-use super::stats::{NotifyStats, Sink};
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::text;
 use crate::alert::Transition;
 

@@ -7,7 +7,6 @@ mod alertmanager;
 mod dispatch;
 mod log;
 mod payload;
-mod stats;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -19,9 +18,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-pub use self::stats::NotifyStats;
-use self::stats::Sink;
 use crate::alert::Transition;
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::model::sink_url::HttpUrl;
 use crate::net::Client;
 

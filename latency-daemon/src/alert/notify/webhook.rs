@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use super::stats::{NotifyStats, Sink};
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::{ClientSlot, Health, Timing};
 use crate::model::sink_url::HttpUrl;
 use crate::net::post;

@@ -23,7 +23,8 @@ use crate::{
         probe::{ProbeError, ProbeOptions},
     },
     model::{exposition::Exposition, sink_url::HttpUrl},
-    serve::{Instruments, encode::Metrics, http, routes::Routes},
+    metrics::{Instruments, Metrics},
+    serve::{http, routes::Routes},
 };
 
 #[derive(Debug, thiserror::Error)]

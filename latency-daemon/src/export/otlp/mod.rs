@@ -26,7 +26,7 @@ use crate::config::{
 };
 use crate::model::{exposition::Exposition, sink_url::HttpUrl};
 use crate::net::{Client, PostError, Request, send};
-use crate::serve::{encode::Metrics, push::PushStats};
+use crate::metrics::{Metrics, instruments::push::PushStats};
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -278,7 +278,7 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
     }
 }
 
-/// Index into `serve::push::FAILURES` of a failed attempt.
+/// Index into `metrics::instruments::push::FAILURES` of a failed attempt.
 fn failure(e: &PostError) -> usize {
     match e {
         PostError::Connect { .. } => 0,

@@ -1,6 +1,6 @@
-//! Prometheus families (as `serve::encode::Metrics::families` encodes them for a scrape) in; the
+//! Prometheus families (as `metrics::Metrics::families` encodes them for a scrape) in; the
 //! OTLP metrics of one export out. Names and units follow from the Prometheus name, so each
-//! family is still named once (in `serve::metrics`): `runqlat_delay_seconds` is `runqlat.delay`
+//! family is still named once (in `metrics::families`): `runqlat_delay_seconds` is `runqlat.delay`
 //! in seconds, and Prometheus's OTLP receiver turns it back into the same name. Native histograms
 //! become exponential histograms of the same scale, bucket for bucket; classic ones explicit-bound
 //! histograms; counters monotonic sums; gauges gauges. For delta temporality, [`Deltas`] keeps
@@ -315,7 +315,7 @@ mod tests {
     use super::*;
     use crate::model::exposition::native_buckets;
 
-    /// A native histogram family as `serve::metrics` encodes `runqlat_delay_seconds`, of `delays` ns.
+    /// A native histogram family as `metrics::families` encodes `runqlat_delay_seconds`, of `delays` ns.
     fn family(delays: &[u64]) -> (prom::MetricFamily, [u64; BUCKETS]) {
         let mut raw = [0u64; BUCKETS];
         for &d in delays {

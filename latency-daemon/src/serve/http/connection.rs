@@ -25,10 +25,10 @@ use tokio::time::Instant;
 use super::auth::{Verdict, Verified};
 use super::peers::{Eviction, PeerPermit, Promotion};
 use super::respond::{TEXT, frame, respond};
-use super::stats::{HttpStats, Outcome};
 use super::throttle::Refusal;
 use super::web::{WebSlot, WebState};
 use super::{Handler, Limits, Reply, StatusCode};
+use crate::metrics::instruments::http::{HttpStats, Outcome};
 
 /// What every connection task needs, shared rather than cloned per connection.
 pub(super) struct Shared {

@@ -1,12 +1,11 @@
 //! The daemon's HTTP/1.1 transport: a listener, a [`Handler`] the application implements and
 //! [`Limits`] in; GET/HEAD requests answered by the handler, everything else refused, until
-//! shutdown. What happens at each limit (each counted in [`HttpStats`]): docs/design.md.
+//! shutdown. What happens at each limit (each counted in [`HttpStats`](crate::metrics::instruments::http::HttpStats)): docs/design.md.
 
 mod auth;
 mod connection;
 mod peers;
 mod respond;
-pub mod stats;
 #[cfg(test)]
 mod tests;
 mod throttle;
@@ -28,8 +27,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-pub use self::stats::HttpStats;
 pub use self::web::{WebSlot, WebState};
+use crate::metrics::instruments::http::{HttpStats, Outcome};
 
 /// What the handler sees of a request: borrowed from hyper's parsed head, valid for one call.
 #[derive(Debug, Clone, Copy)]
@@ -248,13 +247,13 @@ pub async fn serve_with(
         };
         if let peers::Admission::Admitted { permit, eviction, evicted } = peers.admit(peer.ip()) {
             if evicted {
-                shared.stats.record(stats::Outcome::Evicted);
+                shared.stats.record(Outcome::Evicted);
             }
             let slot = connection::Slot { permit, eviction };
             tasks.spawn(connection::serve(stream, Arc::clone(&shared), graceful.watcher(), slot));
             continue;
         }
-        shared.stats.record(stats::Outcome::Busy);
+        shared.stats.record(Outcome::Busy);
         match Arc::clone(&lingering).try_acquire_owned() {
             Ok(slot) => {
                 tasks.spawn(connection::turn_away(stream, slot));

@@ -9,8 +9,8 @@ use hyper::body::{Body, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 
-use super::stats::Outcome;
 use super::{Handler, Reply, Request};
+use crate::metrics::instruments::http::Outcome;
 
 pub(super) const TEXT: &str = "text/plain; charset=utf-8";
 

@@ -7,7 +7,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::stats::HttpStatsSnapshot;
+use crate::metrics::instruments::http::HttpStatsSnapshot;
 use super::*;
 
 /// "/" → a fixed page, "/panic" → panics, "/slow" → blocks 300 ms (counting in `slow_entered` that

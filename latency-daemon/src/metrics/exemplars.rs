@@ -4,10 +4,8 @@
 use latency_common::Reason;
 use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::{Exemplar, LabelPair, MetricFamily};
 
+use super::families::DELAY;
 use crate::model::exposition::{DelayExemplar, Exposition};
-
-/// The family the exemplars go on (its OpenMetrics bucket lines add `_bucket`).
-const FAMILY: &str = "runqlat_delay_seconds";
 
 /// OpenMetrics caps an exemplar's label names and values at 128 UTF-8 characters together, and
 /// Prometheus drops an exemplar beyond it (counting characters of the unescaped strings).
@@ -15,7 +13,7 @@ pub const MAX_LABEL_CHARS: usize = 128;
 
 /// OpenMetrics text with each exemplar appended to its bucket's line.
 pub fn openmetrics(mut text: String, e: &Exposition) -> String {
-    let prefix = format!("{FAMILY}_bucket{{");
+    let prefix = format!("{DELAY}_bucket{{");
     // (end of the bucket line, what goes there), found in one pass over the family's lines.
     let mut at: Vec<(usize, String)> = Vec::new();
     let mut pending = e.exemplars.each_ref().map(Option::as_ref);
@@ -41,7 +39,7 @@ pub fn openmetrics(mut text: String, e: &Exposition) -> String {
 
 /// Each exemplar on its classic bucket and in the native histogram's exemplars.
 pub fn protobuf(families: &mut [MetricFamily], e: &Exposition) {
-    let Some(family) = families.iter_mut().find(|f| f.name == FAMILY) else { return };
+    let Some(family) = families.iter_mut().find(|f| f.name == DELAY) else { return };
     for metric in &mut family.metric {
         let Some(reason) = metric.label.iter().find(|l| l.name == "reason").and_then(|l| reason_named(&l.value)) else {
             continue;
@@ -261,7 +259,7 @@ mod tests {
         vec![
             MetricFamily { name: "runqlat_other".into(), metric: vec![family("wakeup")], ..MetricFamily::default() },
             MetricFamily {
-                name: FAMILY.into(),
+                name: DELAY.into(),
                 metric: vec![family("wakeup"), family("preempt")],
                 ..MetricFamily::default()
             },

@@ -1,4 +1,4 @@
-//! What the OTLP push exporter counts (`export::otlp` adds, `metrics` shows): exports by result,
+//! What the OTLP push exporter counts (`export::otlp` adds, `families::instruments` shows): exports by result,
 //! failed attempts by why, the queue, bytes sent. Plain atomics: the exporter never waits on a
 //! scrape, nor a scrape on the exporter.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

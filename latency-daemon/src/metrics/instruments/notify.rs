@@ -1,11 +1,11 @@
-//! Delivery counters per sink kind: increments from the sink tasks and `send` in, a snapshot out
+//! Delivery counters per sink kind: increments from `alert::notify`'s sink tasks and `send` in, a snapshot out
 //! for `runqlat_alert_notifications_{sent,failed,dropped}_total{sink}`.
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kinds of sink; the counters are kept per kind, not per URL, so the metric's label set
 /// cannot grow with the configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Sink {
+pub enum Sink {
     Alertmanager,
     Webhook,
     Log,
@@ -55,15 +55,15 @@ impl NotifyStats {
         &self.by_sink[sink as usize]
     }
 
-    pub(super) fn sent(&self, sink: Sink) {
+    pub fn sent(&self, sink: Sink) {
         self.counters(sink).sent.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn failed(&self, sink: Sink) {
+    pub fn failed(&self, sink: Sink) {
         self.counters(sink).failed.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn dropped(&self, sink: Sink, n: u64) {
+    pub fn dropped(&self, sink: Sink, n: u64) {
         self.counters(sink).dropped.fetch_add(n, Ordering::Relaxed);
     }
 }

@@ -1,11 +1,12 @@
-//! The transport's own counters (requests by outcome, open connections) in; a plain snapshot out for metrics.
+//! The HTTP server's own counters (requests by outcome, open connections) from `serve::http` in; a
+//! plain snapshot out for `families::instruments`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How one request ended, or one connection that ended before producing a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub enum Outcome {
     /// The handler answered with a status below 400.
     Ok,
     /// The handler answered 404.
@@ -30,7 +31,7 @@ pub(super) enum Outcome {
     Throttled,
 }
 
-/// Counters shared between `serve` and whoever exports them; every field only ever grows except
+/// Counters shared between `serve::http` and the registry; every field only ever grows except
 /// `connections`. Relaxed ordering throughout: each counter is read on its own, never used to
 /// order other memory.
 #[derive(Debug, Default)]
@@ -89,7 +90,7 @@ impl HttpStats {
         }
     }
 
-    pub(super) fn record(&self, outcome: Outcome) {
+    pub fn record(&self, outcome: Outcome) {
         let counter = match outcome {
             Outcome::Ok => &self.ok,
             Outcome::NotFound => &self.not_found,
@@ -106,19 +107,19 @@ impl HttpStats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn accept_failed(&self) {
+    pub fn accept_failed(&self) {
         self.accept_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a connection as open until the returned guard drops, so aborted tasks are uncounted too.
-    pub(super) fn open_connection(self: &Arc<Self>) -> OpenConnection {
+    pub fn open_connection(self: &Arc<Self>) -> OpenConnection {
         self.connections.fetch_add(1, Ordering::Relaxed);
         OpenConnection(Arc::clone(self))
     }
 }
 
 #[derive(Debug)]
-pub(super) struct OpenConnection(Arc<HttpStats>);
+pub struct OpenConnection(Arc<HttpStats>);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {

@@ -1,4 +1,4 @@
-//! A registry of every metric (see `metrics`), an `Exposition` and a format in; the encoded body
+//! A registry of every metric (see `families`), an `Exposition` and a format in; the encoded body
 //! and its content type out (each scrape encode timed into the `encode` instrument), or the
 //! protobuf families themselves for a push exporter. Exemplars are added after the registry's
 //! encode (`exemplars`).
@@ -17,8 +17,9 @@ use prost::Message as _;
 use tokio::sync::watch;
 
 use super::{
-    Instruments, ProcessSampler, exemplars,
-    metrics::{Pinned, registry},
+    exemplars,
+    instruments::{Instruments, ProcessSampler},
+    registry::{Pinned, registry},
 };
 use crate::model::exposition::Exposition;
 
