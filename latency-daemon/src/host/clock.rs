@@ -1,6 +1,7 @@
-//! The kernel program's clock (`bpf_ktime_get_ns` = CLOCK_MONOTONIC), the wall clock and a
-//! thread's CPU time, read from the kernel; a [`WallClock`] linking monotonic stamps to Unix time.
-use crate::model::wall::WallClock;
+//! The kernel program's clock (`bpf_ktime_get_ns` = CLOCK_MONOTONIC) and a thread's CPU time,
+//! read from the kernel; a [`WallClock`] linking monotonic stamps to the wall clock (the one in
+//! `model::wall`).
+use crate::model::wall::{WallClock, now_unix_ns};
 
 /// CLOCK_MONOTONIC in ns.
 pub fn monotonic_ns() -> u64 {
@@ -10,11 +11,6 @@ pub fn monotonic_ns() -> u64 {
 /// CPU time of the calling thread in ns.
 pub fn thread_cpu_ns() -> u64 {
     read(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// CLOCK_REALTIME in ns since the Unix epoch.
-pub fn realtime_ns() -> u64 {
-    read(libc::CLOCK_REALTIME)
 }
 
 fn read(clock: libc::clockid_t) -> u64 {
@@ -28,7 +24,7 @@ fn read(clock: libc::clockid_t) -> u64 {
 /// their midpoint.
 pub fn wall_clock() -> WallClock {
     let a = monotonic_ns();
-    let real_ns = realtime_ns();
+    let real_ns = now_unix_ns();
     let b = monotonic_ns();
     WallClock::new(a + (b - a) / 2, real_ns)
 }

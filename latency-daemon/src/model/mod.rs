@@ -1,6 +1,7 @@
 //! Plain data and pure functions: snapshots of the kernel maps, windows, reports, attributions,
-//! cgroup series, the exposition a scrape reads and the timeline the live view draws. No I/O, no aya, no prometheus-client, so
-//! every stage is tested without root.
+//! cgroup series, the exposition a scrape reads and the timeline the live view draws. No I/O, no
+//! aya, no prometheus-client, so every stage is tested without root; the one clock read is the
+//! daemon's wall clock (`wall::now_unix_ns`), kept here so that every layer reads the same one.
 pub mod attribution;
 pub mod causes;
 pub mod cgroup_series;

@@ -1,6 +1,15 @@
 //! One pair of clock readings taken together (monotonic, Unix) in; the Unix time of any monotonic
-//! stamp out; and the days since the epoch of a calendar date. Reading the clocks is
-//! `host::clock`'s job; this is only the arithmetic.
+//! stamp out; the days since the epoch of a calendar date; and the daemon's one wall clock
+//! ([`now_unix_ns`]). The wall clock is read here, in `model`, so that every layer (the host
+//! facts, the alert sinks, the exporter) takes the same one; the monotonic and CPU clocks are
+//! `host::clock`'s.
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The wall clock as Unix ns; 0 if it is set before 1970, u64::MAX after 2554.
+pub fn now_unix_ns() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Converts monotonic stamps (the kernel program's clock) to wall-clock time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

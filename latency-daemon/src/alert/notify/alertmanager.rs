@@ -11,8 +11,9 @@ use tokio::time::Instant;
 
 use super::payload::{self, Origin};
 use crate::metrics::instruments::notify::{NotifyStats, Sink};
-use super::{ClientSlot, Health, text};
+use super::{ClientSlot, Health};
 use crate::alert::{Alert, AlertKey, Transition};
+use crate::model::wall::now_unix_ns;
 use crate::model::sink_url::HttpUrl;
 use crate::net::post;
 
@@ -179,7 +180,7 @@ pub async fn run(
             resend_at = None;
             continue;
         };
-        let now = text::now_unix_ns();
+        let now = now_unix_ns();
         let keep_for = u64::try_from((batch.resend * ENDS_AFTER_RESENDS).as_nanos()).unwrap_or(u64::MAX);
         let body = payload::alertmanager_body(
             &batch.active,

@@ -7,15 +7,15 @@ use tokio::sync::mpsc;
 
 use super::payload::log_line;
 use crate::metrics::instruments::notify::{NotifyStats, Sink};
-use super::text;
 use crate::alert::Transition;
+use crate::model::wall::now_unix_ns;
 
 /// Lines waiting for the writer; beyond this the dispatcher drops them (counted).
 pub const QUEUE: usize = 256;
 
 pub async fn run<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<Transition>, mut out: W, stats: Arc<NotifyStats>) {
     while let Some(t) = rx.recv().await {
-        let Ok(mut line) = log_line(&t, text::now_unix_ns()) else {
+        let Ok(mut line) = log_line(&t, now_unix_ns()) else {
             stats.failed(Sink::Log);
             continue;
         };

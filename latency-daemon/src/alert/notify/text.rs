@@ -3,7 +3,7 @@
 //! limit, in IRQ or steal, behind who ran) and the culprit list that the Alertmanager annotations
 //! carry.
 use std::fmt::Write as _;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use crate::alert::Alert;
 use crate::model::{
@@ -15,12 +15,6 @@ use crate::model::{
 /// humantime formats (years up to 9999), so its `Display` cannot fail and `to_string` cannot panic.
 pub fn rfc3339(unix_ns: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(unix_ns)).to_string()
-}
-
-/// The wall clock as Unix ns; 0 if it is set before 1970, u64::MAX after 2554.
-pub fn now_unix_ns() -> u64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// 812 → "812 ns", 12_345_678 → "12.3 ms", 2_500_000_000 → "2.50 s"; rounded, never "1000.0 µs".

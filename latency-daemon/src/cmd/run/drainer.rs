@@ -22,7 +22,7 @@ use crate::{
         probe::{Probe, ProbeError},
         removals::Removals,
     },
-    model::{container::ContainerLabels, exposition::Exposition, report::Meta, snapshot::Snapshot, waits::Waits},
+    model::{container::ContainerLabels, exposition::Exposition, report::Meta, snapshot::Snapshot, wall, waits::Waits},
     pipeline::{Closed, Closing, Names, Pipeline, Settings},
 };
 
@@ -227,7 +227,7 @@ impl Drainer {
             } else {
                 Vec::new()
             };
-            transitions.extend(self.pipeline.waits(&waits, &rings, clock::realtime_ns(), &mut names));
+            transitions.extend(self.pipeline.waits(&waits, &rings, wall::now_unix_ns(), &mut names));
         }
         if self.pipeline.awaiting_final() {
             match drain::final_rings(&self.probe) {
@@ -245,7 +245,7 @@ impl Drainer {
         }
         let e = self.pipeline.exposition_mut();
         e.drains += 1;
-        e.last_drain_unix = clock::realtime_ns() as f64 / 1e9;
+        e.last_drain_unix = wall::now_unix_ns() as f64 / 1e9;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ pub mod translate;
 use std::collections::VecDeque;
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prost::Message as _;
 use tokio::sync::{Notify, watch};
@@ -24,7 +24,7 @@ use crate::config::{
     OtlpConfig,
     args::{OtlpCompression, OtlpTemporality},
 };
-use crate::model::{exposition::Exposition, sink_url::HttpUrl};
+use crate::model::{exposition::Exposition, sink_url::HttpUrl, wall::now_unix_ns};
 use crate::net::{Client, PostError, Request, send};
 use crate::metrics::{Metrics, instruments::push::PushStats};
 
@@ -112,7 +112,7 @@ pub fn spawn(
 ) {
     stats.enable();
     let queue = Arc::new(Queue::default());
-    let start_ns = unix_ns(SystemTime::now());
+    let start_ns = now_unix_ns();
     log::info!(
         "pushing metrics over OTLP to {} every {} ({}, {})",
         settings.url,
@@ -122,10 +122,6 @@ pub fn spawn(
     );
     tokio::spawn(batches(settings.clone(), metrics, latest, Arc::clone(&queue), Arc::clone(&stats), start_ns));
     tokio::spawn(sender(settings, queue, stats));
-}
-
-fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Every `settings.every`: the latest drain (if new) as a batch at the queue's end.
@@ -243,7 +239,7 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
         loop {
             let wait = match send(&settings.url, &request, settings.timeout, &settings.client).await {
                 Ok(r) if (200..300).contains(&r.status) => {
-                    stats.sent(batch.body.len() as u64, unix_ns(SystemTime::now()) / 1_000_000);
+                    stats.sent(batch.body.len() as u64, now_unix_ns() / 1_000_000);
                     if failing {
                         log::info!("OTLP: {} takes pushes again", settings.url);
                         failing = false;
@@ -294,6 +290,6 @@ fn failure(e: &PostError) -> usize {
 
 /// `wait` plus up to a tenth more, so that a fleet's daemons do not retry in step.
 fn jitter(wait: Duration) -> Duration {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let nanos = (now_unix_ns() % 1_000_000_000) as u32;
     wait + wait.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }
