@@ -5,23 +5,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Per layer, what it may name outside itself: a layer, or one item's path (`alert::Rules`).
+/// Per layer, what it may name outside itself: a layer, or one item's path (`alert::engine`).
 /// A path is allowed when it starts with one of these. Nothing names `cmd`; `cmd` names anything.
 const RULE: &[(&str, &[&str])] = &[
     ("model", &[]),
+    ("metrics", &["model"]),
+    ("net", &["model"]),
     ("host", &["model"]),
     ("kernel", &["model", "host"]),
-    ("alert", &["model"]),
-    // The alert engine, not its sinks: the pipeline decides, `cmd` delivers.
-    ("pipeline", &["model", "alert::Engine", "alert::Rules", "alert::Transition", "alert::Alert", "alert::Ran"]),
-    // The CA file is checked with the call the sinks' client makes.
-    ("config", &["model", "alert::Rules", "alert::notify::ca_roots", "alert::notify::client_identity"]),
-    // The stats types of alert::notify: what /metrics reports of the sinks.
-    ("serve", &["model", "config", "alert::notify::NotifyStats"]),
-    // Push exporters: the scrape's families and the sinks' transport.
-    ("export", &["model", "config", "serve", "alert::notify"]),
+    // The sinks count their deliveries in `metrics`' instruments and send through `net`.
+    ("alert", &["model", "net", "metrics"]),
+    // The one seam: the alert engine, not its sinks (`alert::notify`). The pipeline decides and
+    // `cmd` delivers; config checks the engine's `Rules` and never builds a sink.
+    ("pipeline", &["model", "alert::engine"]),
+    ("config", &["model", "net", "alert::engine"]),
+    ("serve", &["model", "metrics", "config"]),
+    ("export", &["model", "metrics", "net", "config"]),
     ("cli", &["config"]),
-    ("cmd", &["model", "host", "kernel", "alert", "pipeline", "config", "serve", "export", "cli"]),
+    ("cmd", &["model", "metrics", "net", "host", "kernel", "alert", "pipeline", "config", "serve", "export", "cli"]),
 ];
 
 /// One path a file names, resolved to segments after `crate`.

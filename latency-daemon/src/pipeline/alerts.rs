@@ -6,7 +6,7 @@ use std::{cmp::Reverse, sync::Arc};
 
 use super::{Names, Pipeline};
 use crate::{
-    alert::{Alert, Transition},
+    alert::engine::{Alert, Transition},
     model::{
         attribution::{self, Attribution, attribution},
         snapshot::Incidents,

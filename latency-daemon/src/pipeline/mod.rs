@@ -18,7 +18,7 @@ use std::sync::Arc;
 use latency_common::Reason;
 
 use crate::{
-    alert::{Engine, Rules, Transition},
+    alert::engine::{Engine, Rules, Transition},
     model::{
         cgroup_series::CgroupSeries,
         container::ContainerLabels,

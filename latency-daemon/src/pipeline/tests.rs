@@ -11,7 +11,7 @@ use latency_common::{
 
 use super::*;
 use crate::{
-    alert::Alert,
+    alert::engine::Alert,
     model::{cgroup_series::OTHER, exposition::DelayExemplar, wall::WallClock},
 };
 

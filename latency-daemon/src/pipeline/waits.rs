@@ -10,7 +10,7 @@ use latency_common::{
 
 use super::{Names, Pipeline};
 use crate::{
-    alert::{Ran, Transition},
+    alert::engine::{Ran, Transition},
     model::waits::{LISTED, NamedWait, Waits, WaitsNow},
 };
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::Problem;
 use super::args::{self, RunArgs};
 use super::format;
-use crate::alert::Rules;
+use crate::alert::engine::Rules;
 use crate::model::sink_url::{HttpUrl, redact};
 use crate::net::credentials::{Auth, Secret};
 

@@ -107,7 +107,7 @@ mod tests {
     use latency_common::Reason::{self, Preempt, Wakeup};
 
     use super::*;
-    use crate::alert::tests::{MS, S, incident, rules, short};
+    use crate::alert::engine::tests::{MS, S, incident, rules, short};
 
     /// One step a second: a drain's waits in progress, or a window's finished delays. Each is
     /// (reason, cgroup, victim tid, delay or age so far).
