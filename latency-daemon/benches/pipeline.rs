@@ -24,6 +24,7 @@ use latency_daemon::{
     cmd::run::pipeline_settings,
     config::Config,
     export::otlp,
+    metrics::{Format, Instruments, Metrics},
     model::{
         container::ContainerLabels,
         exposition::Exposition,
@@ -32,7 +33,6 @@ use latency_daemon::{
         wall::WallClock,
     },
     pipeline::{Names, Pipeline, Settings},
-    metrics::{Format, Instruments, Metrics},
 };
 
 /// Time the user-space pipeline (sum per-CPU values, close a window, encode) on synthetic maps of

@@ -23,6 +23,7 @@ use latency_common::{
 };
 use latency_daemon::{
     config::Config,
+    metrics::{Format, Instruments, Metrics},
     model::{
         container::ContainerLabels,
         exposition::{DelayExemplar, Exposition, ProcessSample},
@@ -32,7 +33,6 @@ use latency_daemon::{
         wall::WallClock,
         window::Window,
     },
-    metrics::{Format, Instruments, Metrics},
 };
 use tokio::sync::watch;
 

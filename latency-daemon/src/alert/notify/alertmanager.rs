@@ -10,11 +10,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::payload::{self, Origin};
-use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::{ClientSlot, Health};
 use crate::alert::{Alert, AlertKey, Transition};
-use crate::model::wall::now_unix_ns;
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::model::sink_url::HttpUrl;
+use crate::model::wall::now_unix_ns;
 use crate::net::post;
 
 /// Bound on each of the active and the resolved-but-undelivered sets. The alert engine keeps one

@@ -8,9 +8,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::payload::Origin;
-use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::{ClientSlot, SinkConfig, Targets, Timing, alertmanager, log, webhook};
 use crate::alert::{Alert, AlertKey, Transition};
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::model::sink_url::HttpUrl;
 
 /// A running per-URL task and what it shares with the dispatcher.

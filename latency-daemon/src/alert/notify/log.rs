@@ -6,8 +6,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
 use super::payload::log_line;
-use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::alert::Transition;
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::model::wall::now_unix_ns;
 
 /// Lines waiting for the writer; beyond this the dispatcher drops them (counted).

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use super::{ClientSlot, Health, Timing};
+use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::model::sink_url::HttpUrl;
 use crate::net::post;
 

@@ -22,7 +22,7 @@ use crate::{
         probe::{Probe, ProbeError},
         removals::Removals,
     },
-    model::{container::ContainerLabels, exposition::Exposition, report::Meta, snapshot::Snapshot, wall, waits::Waits},
+    model::{container::ContainerLabels, exposition::Exposition, report::Meta, snapshot::Snapshot, waits::Waits, wall},
     pipeline::{Closed, Closing, Names, Pipeline, Settings},
 };
 

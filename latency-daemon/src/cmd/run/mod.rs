@@ -12,7 +12,6 @@ use self::drainer::{Command, Drainer};
 use super::logger;
 use crate::{
     alert::notify::{Notifier, SinkConfig},
-    net::Client,
     config::{Config, ConfigError, Reload, args::RunArgs},
     export::otlp,
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
@@ -22,8 +21,9 @@ use crate::{
         privileges,
         probe::{ProbeError, ProbeOptions},
     },
-    model::{exposition::Exposition, sink_url::HttpUrl},
     metrics::{Instruments, Metrics},
+    model::{exposition::Exposition, sink_url::HttpUrl},
+    net::Client,
     serve::{http, routes::Routes},
 };
 

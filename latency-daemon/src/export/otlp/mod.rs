@@ -24,9 +24,9 @@ use crate::config::{
     OtlpConfig,
     args::{OtlpCompression, OtlpTemporality},
 };
+use crate::metrics::{Metrics, instruments::push::PushStats};
 use crate::model::{exposition::Exposition, sink_url::HttpUrl, wall::now_unix_ns};
 use crate::net::{Client, PostError, Request, send};
-use crate::metrics::{Metrics, instruments::push::PushStats};
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);

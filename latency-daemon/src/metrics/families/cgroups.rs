@@ -113,7 +113,11 @@ pub(super) fn wait_metrics(e: &Exposition, w: &WaitsNow, enc: &mut DescriptorEnc
 /// `labels` + namespace, pod, container and container_id of `cgroup` where it is a container. Empty
 /// values are left out (Prometheus reads a missing label as empty), so `sum by (namespace, pod)`
 /// works on every series and a host without containers pays nothing.
-pub(super) fn with_container<'a>(e: &'a Exposition, labels: &[(&'a str, &'a str)], cgroup: &str) -> Vec<(&'a str, &'a str)> {
+pub(super) fn with_container<'a>(
+    e: &'a Exposition,
+    labels: &[(&'a str, &'a str)],
+    cgroup: &str,
+) -> Vec<(&'a str, &'a str)> {
     let mut out = labels.to_vec();
     if let Some(c) = e.containers.get(cgroup) {
         let named = [

@@ -212,4 +212,3 @@ pub(super) fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEn
     }
     Ok(())
 }
-

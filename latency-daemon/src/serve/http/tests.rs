@@ -7,8 +7,8 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::metrics::instruments::http::HttpStatsSnapshot;
 use super::*;
+use crate::metrics::instruments::http::HttpStatsSnapshot;
 
 /// "/" → a fixed page, "/panic" → panics, "/slow" → blocks 300 ms (counting in `slow_entered` that
 /// it started), anything else → 404.
