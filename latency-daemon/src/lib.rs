@@ -6,7 +6,8 @@
 //!
 //! - `cli`     — clap types of the command line (`run`'s settings are `config::args`).
 //! - `cmd`     — where each command starts: `check`, `record` (+ its text rendering), `run`
-//!   (attach, signals, reload, stop; `drainer`: the drain thread — kernel reads → `pipeline` →
+//!   (`run()` as its named steps: bind, attach, exporters, sinks, drain thread, HTTP, stop;
+//!   `signals`: reload and stop; `drainer`: the drain thread — kernel reads → `pipeline` →
 //!   sinks → publish); `logger`: the process's logfmt/JSON logger behind the `log` facade.
 //! - `kernel`  — the only code that touches aya, maps or BTF, and so needs privileges: `probe`
 //!   (load, attach, detach), `features` (optional paths, dropped where a kernel lacks them),

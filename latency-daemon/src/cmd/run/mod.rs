@@ -1,25 +1,26 @@
 //! The `run` command: check the configuration, bind, attach once, start the drain thread
 //! (`drainer`) and the HTTP server, reload on SIGHUP, detach and exit on SIGTERM/SIGINT.
 mod drainer;
+mod signals;
 
 use std::{process::ExitCode, sync::Arc, sync::mpsc, thread, time::Duration};
 
 use latency_common::knobs::Clock;
-use tokio::{signal::unix::SignalKind, sync::watch};
+use tokio::{net::TcpListener, sync::watch};
 
 pub use self::drainer::pipeline_settings;
 use self::drainer::{Command, Drainer};
 use super::logger;
 use crate::{
     alert::notify::{Notifier, SinkConfig},
-    config::{Config, ConfigError, Reload, args::RunArgs},
+    config::{Config, ConfigError, args::RunArgs},
     export::otlp,
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
         features::{self, Feature},
         privileges,
-        probe::{ProbeError, ProbeOptions},
+        probe::{Probe, ProbeError, ProbeOptions},
     },
     metrics::{Instruments, Metrics},
     model::{exposition::Exposition, sink_url::HttpUrl},
@@ -104,32 +105,75 @@ fn log_container_runtimes() {
     }
 }
 
+/// The steps of a run, in order; each below in its own function.
 async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     caps::require()?;
     // Bind before attaching: a port in use must not leave a program loaded, even briefly.
     let listener = http::bind(config.listen).await?;
-    let names = if !config.per_cgroup {
-        None
-    } else {
-        match CgroupNames::discover() {
-            Ok(n) => {
-                log::info!(mount:% = n.mount().display(), cgroups = n.len(); "per-cgroup delays on");
-                log_container_runtimes();
-                Some(n)
-            }
-            Err(e) => {
-                log::warn!("per-cgroup delays off: {e}");
-                None
-            }
+    let names = cgroup_names(&config);
+    let Attached { probe, config, features } = attach(config, names.is_some())?;
+    let (published, latest) = watch::channel(Arc::new(first_exposition(&config, features)));
+    let instruments = Instruments::default();
+    let metrics = Arc::new(Metrics::new(latest.clone(), &instruments, procstat::sample));
+    start_otlp(&config, &metrics, &latest, &instruments);
+    let routes = Arc::new(Routes::new(metrics, latest, Arc::new(config.clone())));
+    let (commands, inbox) = mpsc::channel();
+    let notifier = start_notifier(&config, &instruments);
+    let drainer = Drainer::new(
+        probe,
+        names,
+        config.clone(),
+        published,
+        instruments.drain.clone(),
+        notifier.clone(),
+        commands.clone(),
+    );
+    let drain_thread =
+        thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
+    let server = start_http(listener, &config, Arc::clone(&routes), &instruments);
+    let running = Running { config, web: Arc::clone(&server.web), routes, notifier, commands };
+    let commands = signals::serve_until_stopped(running, args).await?;
+    stop(commands, drain_thread, server).await;
+    Ok(())
+}
+
+/// The cgroup hierarchy's names when per-cgroup delays are asked for and the cgroup2 mount can
+/// be read; None (per-cgroup delays off) otherwise.
+fn cgroup_names(config: &Config) -> Option<CgroupNames> {
+    if !config.per_cgroup {
+        return None;
+    }
+    match CgroupNames::discover() {
+        Ok(n) => {
+            log::info!(mount:% = n.mount().display(), cgroups = n.len(); "per-cgroup delays on");
+            log_container_runtimes();
+            Some(n)
         }
-    };
+        Err(e) => {
+            log::warn!("per-cgroup delays off: {e}");
+            None
+        }
+    }
+}
+
+/// What attaching gave: the probe, the configuration with the clock the kernel allowed, and
+/// each optional feature's state.
+struct Attached {
+    probe: Probe,
+    config: Config,
+    features: Vec<(&'static str, &'static str)>,
+}
+
+/// Loads and attaches the kernel program with what `config` asks (what this kernel lacks
+/// dropped), then drops every privilege: the maps and links are file descriptors from here on.
+fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
     let options = ProbeOptions {
         per_task: config.per_task,
         max_tasks: config.max_tasks,
         filter: Vec::new(),
         ceiling_ns: u64::try_from(config.ceiling.as_nanos()).unwrap_or(u64::MAX),
         clock: config.clock,
-        cgroups: names.is_some(),
+        cgroups,
         max_cgroups: config.max_cgroups,
         cgroup_removals: true,
         attribute_ns: config.alert.attribute_ns(),
@@ -162,8 +206,13 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         config.listen,
         config.listen
     );
+    let features = features::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect();
+    Ok(Attached { probe, config, features })
+}
 
-    let first = Exposition {
+/// What a scrape shows before the first drain: the build, the kernel, the clock and the features.
+fn first_exposition(config: &Config, features: Vec<(&'static str, &'static str)>) -> Exposition {
+    Exposition {
         version: env!("CARGO_PKG_VERSION"),
         revision: env!("LATENCY_DAEMON_COMMIT"),
         bpf: env!("LATENCY_DAEMON_BPF_ID"),
@@ -172,37 +221,44 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         window_seconds: config.window.as_secs_f64(),
         classic: config.classic_buckets.clone(),
         cgroup_classic: config.cgroup_buckets.clone(),
-        features: features::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect(),
+        features,
         ..Exposition::default()
-    };
-    let (published, latest) = watch::channel(Arc::new(first));
-    let instruments = Instruments::default();
-    let metrics = Arc::new(Metrics::new(latest.clone(), &instruments, procstat::sample));
+    }
+}
+
+/// Starts the OTLP exporter when one is configured.
+fn start_otlp(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    latest: &watch::Receiver<Arc<Exposition>>,
+    instruments: &Instruments,
+) {
     match otlp::Settings::of(&config.otlp, &system::hostname()) {
-        Ok(Some(settings)) => otlp::spawn(settings, Arc::clone(&metrics), latest.clone(), instruments.push.clone()),
+        Ok(Some(settings)) => otlp::spawn(settings, Arc::clone(metrics), latest.clone(), instruments.push.clone()),
         Ok(None) => {}
         // Checked with the configuration; only a CA bundle that changed since could get here.
         Err(e) => log::error!("OTLP push is off: {e}"),
     }
-    let routes = Arc::new(Routes::new(metrics, latest, Arc::new(config.clone())));
-    let (commands, inbox) = mpsc::channel();
-    let notifier = config
+}
+
+/// Starts the alert sinks when alerting is on.
+fn start_notifier(config: &Config, instruments: &Instruments) -> Option<Notifier> {
+    config
         .alert
         .enabled()
-        .then(|| Notifier::spawn(sink_config(&config, sink_client(&config)), instruments.notify.clone()));
-    let drainer = Drainer::new(
-        probe,
-        names,
-        config.clone(),
-        published,
-        instruments.drain.clone(),
-        notifier.clone(),
-        commands.clone(),
-    );
-    let drain_thread =
-        thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
+        .then(|| Notifier::spawn(sink_config(config, sink_client(config)), instruments.notify.clone()))
+}
 
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+/// The HTTP server's task, how to stop it, and its TLS and basic-auth settings (swapped on reload).
+struct Server {
+    task: tokio::task::JoinHandle<Result<(), http::HttpError>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    web: Arc<http::WebSlot>,
+}
+
+/// Serves `routes` on `listener` until [`stop`].
+fn start_http(listener: TcpListener, config: &Config, routes: Arc<Routes>, instruments: &Instruments) -> Server {
+    let (stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let web = Arc::new(http::WebSlot::new(http::WebState::new(config.web.as_ref())));
     let limits = http::Limits {
         max_connections: config.web_max_connections,
@@ -210,9 +266,9 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         max_requests: config.web_max_requests,
         ..http::Limits::default()
     };
-    let server = tokio::spawn(http::serve_with(
+    let task = tokio::spawn(http::serve_with(
         listener,
-        routes.clone(),
+        routes,
         limits,
         instruments.http.clone(),
         Arc::clone(&web),
@@ -220,68 +276,28 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
             let _ = http_stopped.await;
         },
     ));
+    Server { task, stop, web }
+}
 
-    let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate()).map_err(RunError::Signal)?;
-    let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt()).map_err(RunError::Signal)?;
-    let mut sighup = tokio::signal::unix::signal(SignalKind::hangup()).map_err(RunError::Signal)?;
-    let mut sigusr1 = tokio::signal::unix::signal(SignalKind::user_defined1()).map_err(RunError::Signal)?;
-    let mut sigusr2 = tokio::signal::unix::signal(SignalKind::user_defined2()).map_err(RunError::Signal)?;
-    let mut current = config;
-    // SIGHUP reads the files on a blocking worker: whatever the path turns out to be, serving and
-    // the stop signals go on. One reload at a time; a SIGHUP meanwhile is taken after it.
-    let mut reloading: Option<tokio::task::JoinHandle<Result<(Reload, Client), ConfigError>>> = None;
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = sigusr1.recv() => log::info!("SIGUSR1 received: it has no meaning here; ignored"),
-            _ = sigusr2.recv() => log::info!("SIGUSR2 received: it has no meaning here; ignored"),
-            _ = sighup.recv(), if reloading.is_none() => {
-                let (running, args) = (current.clone(), args.clone());
-                // The sinks' client too: it may read the system's CA bundle.
-                reloading = Some(tokio::task::spawn_blocking(move || {
-                    running.reload(&args).map(|r| {
-                        let client = sink_client(&r.config);
-                        (r, client)
-                    })
-                }));
-            }
-            done = async {
-                match reloading.as_mut() {
-                    Some(r) => r.await,
-                    None => std::future::pending().await,
-                }
-            }, if reloading.is_some() => {
-                reloading = None;
-                match done {
-                    Ok(Ok((reload, client))) => {
-                        if !reload.needs_restart.is_empty() {
-                            log::warn!("reload: {} changed but need a restart (a new map size or re-attach needs the capabilities dropped after attach); kept the running values", reload.needs_restart.join(", "));
-                        }
-                        current = reload.config;
-                        logger::set(current.log_level, current.log_format);
-                        web.set(http::WebState::new(current.web.as_ref()));
-                        routes.set_config(Arc::new(current.clone()));
-                        if let Some(n) = &notifier {
-                            n.reconfigure(sink_config(&current, client));
-                        }
-                        let _ = commands.send(Command::Reload(Box::new(current.clone())));
-                        log::info!("reloaded the configuration");
-                    }
-                    Ok(Err(e)) => log::error!("reload failed, keeping the running configuration: {e}"),
-                    Err(e) => log::error!("reload failed, keeping the running configuration: {e}"),
-                }
-            }
-        }
-    }
+/// What a reload changes while the daemon runs.
+struct Running {
+    /// The configuration in force.
+    config: Config,
+    web: Arc<http::WebSlot>,
+    routes: Arc<Routes>,
+    notifier: Option<Notifier>,
+    /// To the drain thread.
+    commands: mpsc::Sender<Command>,
+}
+
+/// Detaches (the drain thread drops the probe and returns), then stops the HTTP server.
+async fn stop(commands: mpsc::Sender<Command>, drain_thread: thread::JoinHandle<()>, server: Server) {
     log::info!("stopping: detaching the kernel program");
     let _ = commands.send(Command::Stop);
-    // The drain thread drops the probe (detaching everything) and returns.
     let _ = tokio::task::spawn_blocking(move || drain_thread.join()).await;
-    let _ = stop_http.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+    let _ = server.stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(1), server.task).await;
     log::info!("stopped");
-    Ok(())
 }
 
 /// SIGUSR1 and SIGUSR2 end a process by default (exit 138/140) and SIGPIPE would too; a stray
