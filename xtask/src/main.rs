@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: prepares this machine and builds, runs and tests the workspace.
 //! In: a subcommand and its arguments; out: the work done, progress on stdout, an exit code.
+mod arch;
 mod bench;
 mod build;
 mod cmd;

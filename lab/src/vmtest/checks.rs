@@ -370,11 +370,11 @@ pub fn throttle(t: &super::throttle::Throttled) -> Vec<Check> {
     vec![limited, split]
 }
 
-/// The stall as the guest's watcher saw it (`stall::Watched`): the victim's wait shown growing
+/// The stall as the guest's watcher saw it (`watch::Watched`): the victim's wait shown growing
 /// past 1 s by the scan before it ran, the wakeup gauge too, its final delay (≥ the last wait
 /// shown in progress) counted in the histogram and the window's max, and neither the stopped
 /// nor the blocked task of that CPU ever listed as waiting.
-pub fn stall(watched: Option<&super::stall::Watched>, rc: Option<i32>, err: &str) -> Vec<Check> {
+pub fn stall(watched: Option<&crate::watch::Watched>, rc: Option<i32>, err: &str) -> Vec<Check> {
     const SECOND: u64 = 1_000_000_000;
     let Some(w) = watched.filter(|w| w.error.is_none() && rc == Some(0)) else {
         let why = watched.and_then(|w| w.error.clone()).unwrap_or_else(|| format!("exit {rc:?}; {}", last(err)));
@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn a_stall_is_seen_growing_before_the_victim_ran() {
-        use crate::vmtest::stall::{Look, Watched};
+        use crate::watch::{Look, Watched};
         const S: u64 = 1_000_000_000;
         let look = |seen_ns: u64, waited_ns: u64| Look {
             at_ns: seen_ns + 1,

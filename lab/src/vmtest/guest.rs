@@ -106,7 +106,7 @@ pub struct GuestResult {
     pub irq_tracepoints: Option<String>,
     /// The stall (`vmt.stall=1` guests): what the daemon showed while the victim waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stall: Option<super::stall::Watched>,
+    pub stall: Option<crate::watch::Watched>,
     /// The throttle (`vmt.throttle=1` guests): a limited cgroup's wait by cause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<super::throttle::Throttled>,
@@ -358,7 +358,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         list.push(agreement);
     }
     let stall = guest.append.contains("vmt.stall=1").then(|| {
-        let watched = serde_json::from_str::<super::stall::Watched>(text("stall").trim()).ok();
+        let watched = serde_json::from_str::<crate::watch::Watched>(text("stall").trim()).ok();
         list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
         watched
     });

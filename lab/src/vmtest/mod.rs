@@ -13,7 +13,6 @@
 //! a cgroup limited by `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10
 //! once more with our .deb installed in a Debian root under systemd, and `deb_checks` judges its
 //! unit.
-mod apt;
 mod arch;
 mod binaries;
 mod checks;
@@ -34,10 +33,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-pub use self::apt::{Apt, Mirrors, source_line};
 pub use self::arch::Arch;
 use self::guest::GuestResult;
 use self::qemu::Guest;
+use crate::apt;
 use crate::guard::Scratch;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -103,15 +102,6 @@ pub const STALL_KERNELS: [&str; 2] = ["5.10", "6.1"];
 /// of guest each.
 pub const THROTTLE_KERNELS: [&str; 2] = ["6.1", "6.12"];
 
-/// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
-/// clean` empties): $XDG_CACHE_HOME/runqlat-vmtest, else /var/cache/runqlat-vmtest.
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os("XDG_CACHE_HOME") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("runqlat-vmtest"),
-        _ => PathBuf::from("/var/cache/runqlat-vmtest"),
-    }
-}
-
 /// The default report folder.
 pub fn default_out() -> PathBuf {
     crate::workspace_root().join("vmtest-report")
@@ -151,7 +141,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     let _signals = crate::guard::catch_signals();
     let started = Instant::now();
     let ids = kernel_ids(&args.kernels);
-    let cache = cache_dir();
+    let cache = apt::cache_dir();
     println!("vmtest: {} kernels, cache {}", ids.len(), cache.display());
     let kernels = kernels::fetch(&ids, &cache)?;
     let fetched = started.elapsed();
