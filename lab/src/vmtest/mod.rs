@@ -4,15 +4,15 @@
 //! `vmtest-report/` (report.md, report.json, each guest's console and data port) and
 //! docs/kernels.md's table, or the first thing that kept a guest from passing.
 //!
-//! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `unpacked` and
-//! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
-//! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
-//! `checks` judges what came back, `report` writes it down; `stall` runs inside the guests of
-//! `STALL_KERNELS` (this binary's `vmtest --guest-stall`): a stall watched through the daemon's
-//! wait scan; `throttle` reads what the guests of `THROTTLE_KERNELS` wrote around a busy loop in
-//! a cgroup limited by `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10
-//! once more with our .deb installed in a Debian root under systemd, and `deb_checks` judges its
-//! unit.
+//! `kernels` fetches and caches the images (through the lab's `apt`, unpacked by `vmlinux`),
+//! `unpacked` and `binaries` find what each architecture's guest runs, `initramfs` packs it (its
+//! /init is `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per
+//! architecture), `sections` reads what came back on the data port, `checks` judges it, `report`
+//! writes it down; `stall` runs inside the guests of `STALL_KERNELS` (this binary's `vmtest
+//! --guest-stall`): a stall watched through the daemon's wait scan (the lab's `watch`);
+//! `throttle` reads what the guests of `THROTTLE_KERNELS` wrote around a busy loop in a cgroup
+//! limited by `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10 once more
+//! with our .deb installed in a Debian root under systemd, and `deb_checks` judges its unit.
 mod arch;
 mod binaries;
 mod checks;
@@ -22,6 +22,7 @@ mod initramfs;
 mod kernels;
 mod qemu;
 mod report;
+mod sections;
 pub mod stall;
 mod systemd;
 mod throttle;
