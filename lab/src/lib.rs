@@ -10,10 +10,12 @@
 //!   libbpf-tools `runqlat`; bpftool for what stays loaded; OpenTelemetry's own classes for OTLP requests.
 //! - [`workload`]: the experiment itself: its modes, the plan of named threads, and the crew
 //!   that runs a plan in this process (tests) or in `xtask workload` (the demo).
+//! - [`ebpf`]: the kernel program built without diagnostics, for the bench and the daemon's tests.
 //! - [`recorder`]: `latency-daemon record` in the background.
 //! - [`recording`]: what `record --json` prints (schema 1), typed for the demo.
 //! - [`daemon`]: `latency-daemon run` on a loopback port of its own.
 //! - [`logs`]: the daemon's log lines (logfmt, timestamps) read back.
+//! - [`watch`]: a stall watched through the daemon's wait scan while it lasts (the demo, vmtest).
 //! - [`web`]: HTTP GET over std, free loopback ports, samples in Prometheus text.
 //! - [`services`]: real Prometheus (a test's own configuration, or the shipped scrape.yml and
 //!   rules.yml) and Alertmanager, cgroups of a test's own, podman and containerd containers, and
@@ -25,15 +27,18 @@
 //! - [`bench`](mod@bench): what the monitor costs (`cargo xtask bench`).
 //! - [`vmtest`]: the daemon on Debian's kernels under QEMU (`cargo xtask vmtest`).
 //! - [`cmd`]: running a program, with its command line in every error.
+//! - [`apt`]: private apt configurations (Debian's kernels, QEMU, cross tools) in a cache of ours.
 //!
-//! `demo`, `bench` and `vmtest` are drivers: they use everything else, and nothing imports them.
-//! `cmd`, `guard`, `logs` and `web` import nothing else of the lab but each other; `grafana` only the
-//! workspace root; `browser` only `guard`.
+//! `demo`, `bench` and `vmtest` are drivers: they use everything else, and nothing imports them
+//! but xtask's forwarders. That rule and the few modules that import less (`cmd`, `guard`, `logs`
+//! and `web` only each other) are written in docs/layering.toml, which the layering test reads.
+pub mod apt;
 pub mod bench;
 pub mod browser;
 pub mod cmd;
 pub mod daemon;
 pub mod demo;
+pub mod ebpf;
 pub mod grafana;
 pub mod guard;
 pub mod logs;
@@ -45,6 +50,7 @@ pub mod seccomp;
 pub mod services;
 pub mod tls;
 pub mod vmtest;
+pub mod watch;
 pub mod web;
 pub mod workload;
 

@@ -49,16 +49,11 @@
 //!
 //! # Layering
 //!
-//! Each layer imports only those named here: `model` → latency-common, std, serde, hdrhistogram;
-//! `metrics` → `model`; `net` → `model`; `host` → `model`; `kernel` → `model`, `host`; `alert` →
-//! `model`, `net`, `metrics` (the sinks' counters); `pipeline` → `model`, `alert::engine`;
-//! `config` → `model`, `net` (CA and identity checks), `alert::engine` (its `Rules`); `serve` →
-//! `model`, `metrics`, `config`; `export` → `model`, `metrics`, `net`, `config`; `cli` → `config`;
-//! `cmd` → anything; nothing imports `cmd`. The one item-level seam is `alert::engine`: the
-//! pipeline and config use the engine, never its sinks (the pipeline decides, `cmd` delivers). Nor do two files import
-//! each other, directly or around a loop (a parent module and its children count as one).
-//! `tests/layering.rs` enforces both, the rule written there as a table: it reads every
-//! `crate::`, `super::` and `self::` path in src (in `use` trees and inline) and names each
+//! Each layer imports only the layers (and the few items of another layer) that the rule allows;
+//! nothing imports `cmd`, and no two files import each other, directly or around a loop (a parent
+//! module and its children count as one). The rule is written once, in docs/layering.toml, and
+//! shown as a table in docs/design.md ("The house"); `tests/layering.rs` reads it and checks every
+//! `crate::`, `super::` and `self::` path in src (in `use` trees and inline), naming each
 //! offending file:line; the crates a layer uses are not checked. A file's arrows by hand:
 //! `grep -rnE '(crate|super)::' src/<layer>`. Instruments (`metrics::Instruments`) are created by
 //! `cmd::run` and passed in. Every layer may log through the `log` crate's macros (a facade, not

@@ -104,9 +104,9 @@ fn is_shuffle(insn: &str) -> bool {
     copy || ((insn.starts_with("(7b) ") || insn.starts_with("(79) ")) && insn.contains("*(u64 *)(r10 -"))
 }
 
-/// The kernel program built without diagnostics (`latency_lab::bench::no_diag_object`).
+/// The kernel program built without diagnostics (`latency_lab::ebpf::no_diag_object`).
 fn no_diag_object() -> Vec<u8> {
-    let path = latency_lab::bench::no_diag_object().unwrap_or_else(|e| panic!("{e:#}"));
+    let path = latency_lab::ebpf::no_diag_object().unwrap_or_else(|e| panic!("{e:#}"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -1,13 +1,15 @@
 //! `cargo xtask <command>`: prepares this machine and builds, runs and tests the workspace.
 //! In: a subcommand and its arguments; out: the work done, progress on stdout, an exit code.
+mod arch;
 mod bench;
 mod build;
 mod cmd;
 mod container;
-mod dashboard;
 mod demo;
 mod dist;
+#[cfg(test)]
 mod kubernetes;
+mod mixin;
 #[cfg(test)]
 mod readme_layout;
 mod run;
@@ -44,12 +46,9 @@ enum Command {
     Seccomp,
     /// Regenerate the Security Profiles Operator's SeccompProfile from deploy/seccomp/latency-daemon.json.
     SeccompSpo,
-    /// The same as `mixin` (the PrometheusRule is generated from the mixin).
-    Kubernetes,
     /// Format the mixin (deploy/grafana) and regenerate what it makes: the dashboards' JSON,
     /// deploy/prometheus/rules.yml and the prometheus-operator component's PrometheusRule.
-    #[command(name = "mixin", alias = "dashboard")]
-    Dashboard,
+    Mixin,
     /// Setup, release build, then measure what the monitor costs (writes bench-report/).
     Bench(latency_lab::bench::Args),
     /// The experiment's loads as named threads: cpu, io, compete, stall (lat3), nice.
@@ -72,8 +71,7 @@ fn main() -> anyhow::Result<()> {
         Command::Image => container::image(),
         Command::Seccomp => container::seccomp(),
         Command::SeccompSpo => seccomp_spo::run(),
-        Command::Kubernetes => kubernetes::run(),
-        Command::Dashboard => dashboard::run(),
+        Command::Mixin => mixin::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Workload(args) => latency_lab::workload::run(&args),
         Command::Demo(args) => demo::run(&args),

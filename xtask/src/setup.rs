@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
-use crate::dist::Arch;
+use crate::arch::Arch;
 
 /// One thing this machine needs.
 pub trait Check {

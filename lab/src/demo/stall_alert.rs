@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::analysis::Check;
 use crate::daemon::Daemon;
-use crate::vmtest::stall::{Watched, pin_away, watch};
+use crate::watch::{Watched, pin_away, watch};
 use crate::workload::stall::Plan;
 
 /// lat3 beside `while :; do :; done`, bounded: 3 s of spin, the loop asleep 1 ms at a time.

@@ -3,7 +3,6 @@
 //! each `run` scrape linted by the host's `promtool`; a smoke boot only by whether init ran and
 //! its data port came back. A guest that panicked or never reached init is booted once more
 //! (TCG now and then trips a guest kernel).
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
@@ -12,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::checks::{self, Check, Load};
 use super::kernels::Kernel;
 use super::qemu::{self, Boot, Guest};
+use super::sections::Sections;
 use crate::recording::Recording;
 
 /// A configuration every guest attaches, as init.sh starts it.
@@ -106,7 +106,7 @@ pub struct GuestResult {
     pub irq_tracepoints: Option<String>,
     /// The stall (`vmt.stall=1` guests): what the daemon showed while the victim waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stall: Option<super::stall::Watched>,
+    pub stall: Option<crate::watch::Watched>,
     /// The throttle (`vmt.throttle=1` guests): a limited cgroup's wait by cause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<super::throttle::Throttled>,
@@ -206,40 +206,6 @@ fn tail(boot: &Boot) -> Vec<String> {
 
 fn console_text(boot: &Boot) -> String {
     boot.console.iter().map(|(t, l)| format!("[{t:7.2}] {l}\n")).collect()
-}
-
-/// `@@begin NAME` … `@@end NAME RC` sections of the data port.
-#[derive(Debug, Default)]
-pub struct Sections(BTreeMap<String, (String, Option<i32>)>);
-
-impl Sections {
-    pub fn parse(data: &str) -> Sections {
-        let mut found = BTreeMap::new();
-        let mut current: Option<(String, String)> = None;
-        for line in data.lines() {
-            if let Some(name) = line.strip_prefix("@@begin ") {
-                current = Some((name.trim().to_owned(), String::new()));
-            } else if let Some(rest) = line.strip_prefix("@@end ") {
-                let rc = rest.split_whitespace().nth(1).and_then(|rc| rc.parse().ok());
-                if let Some((name, text)) = current.take() {
-                    found.insert(name, (text, rc));
-                }
-            } else if let Some((_, text)) = current.as_mut() {
-                text.push_str(line);
-                text.push('\n');
-            }
-        }
-        Sections(found)
-    }
-
-    pub fn text(&self, name: &str) -> &str {
-        self.0.get(name).map_or("", |(t, _)| t.as_str())
-    }
-
-    /// The exit code the guest wrote after the section, if any.
-    pub fn rc(&self, name: &str) -> Option<i32> {
-        self.0.get(name).and_then(|(_, rc)| *rc)
-    }
 }
 
 /// What every configuration is judged against.
@@ -358,7 +324,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         list.push(agreement);
     }
     let stall = guest.append.contains("vmt.stall=1").then(|| {
-        let watched = serde_json::from_str::<super::stall::Watched>(text("stall").trim()).ok();
+        let watched = serde_json::from_str::<crate::watch::Watched>(text("stall").trim()).ok();
         list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
         watched
     });

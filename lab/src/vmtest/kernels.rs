@@ -9,9 +9,9 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use super::apt::{Apt, Mirrors, source_line};
 use super::arch::Arch::{self, Arm64, X86_64};
 use super::vmlinux;
+use crate::apt::{Apt, Mirrors, source_line};
 use crate::cmd;
 
 /// One kernel of the matrix.

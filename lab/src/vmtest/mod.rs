@@ -4,16 +4,15 @@
 //! `vmtest-report/` (report.md, report.json, each guest's console and data port) and
 //! docs/kernels.md's table, or the first thing that kept a guest from passing.
 //!
-//! `kernels` fetches and caches the images (through `apt`, unpacked by `vmlinux`), `unpacked` and
-//! `binaries` find what each architecture's guest runs, `initramfs` packs it (its /init is
-//! `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per architecture),
-//! `checks` judges what came back, `report` writes it down; `stall` runs inside the guests of
-//! `STALL_KERNELS` (this binary's `vmtest --guest-stall`): a stall watched through the daemon's
-//! wait scan; `throttle` reads what the guests of `THROTTLE_KERNELS` wrote around a busy loop in
-//! a cgroup limited by `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10
-//! once more with our .deb installed in a Debian root under systemd, and `deb_checks` judges its
-//! unit.
-mod apt;
+//! `kernels` fetches and caches the images (through the lab's `apt`, unpacked by `vmlinux`),
+//! `unpacked` and `binaries` find what each architecture's guest runs, `initramfs` packs it (its
+//! /init is `init.sh`), `qemu` boots one guest under a deadline (`arch` says how, per
+//! architecture), `sections` reads what came back on the data port, `checks` judges it, `report`
+//! writes it down; `stall` runs inside the guests of `STALL_KERNELS` (this binary's `vmtest
+//! --guest-stall`): a stall watched through the daemon's wait scan (the lab's `watch`);
+//! `throttle` reads what the guests of `THROTTLE_KERNELS` wrote around a busy loop in a cgroup
+//! limited by `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10 once more
+//! with our .deb installed in a Debian root under systemd, and `deb_checks` judges its unit.
 mod arch;
 mod binaries;
 mod checks;
@@ -23,6 +22,7 @@ mod initramfs;
 mod kernels;
 mod qemu;
 mod report;
+mod sections;
 pub mod stall;
 mod systemd;
 mod throttle;
@@ -34,10 +34,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-pub use self::apt::{Apt, Mirrors, source_line};
 pub use self::arch::Arch;
 use self::guest::GuestResult;
 use self::qemu::Guest;
+use crate::apt;
 use crate::guard::Scratch;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -103,15 +103,6 @@ pub const STALL_KERNELS: [&str; 2] = ["5.10", "6.1"];
 /// of guest each.
 pub const THROTTLE_KERNELS: [&str; 2] = ["6.1", "6.12"];
 
-/// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
-/// clean` empties): $XDG_CACHE_HOME/runqlat-vmtest, else /var/cache/runqlat-vmtest.
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os("XDG_CACHE_HOME") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("runqlat-vmtest"),
-        _ => PathBuf::from("/var/cache/runqlat-vmtest"),
-    }
-}
-
 /// The default report folder.
 pub fn default_out() -> PathBuf {
     crate::workspace_root().join("vmtest-report")
@@ -151,7 +142,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     let _signals = crate::guard::catch_signals();
     let started = Instant::now();
     let ids = kernel_ids(&args.kernels);
-    let cache = cache_dir();
+    let cache = apt::cache_dir();
     println!("vmtest: {} kernels, cache {}", ids.len(), cache.display());
     let kernels = kernels::fetch(&ids, &cache)?;
     let fetched = started.elapsed();

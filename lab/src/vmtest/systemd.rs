@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use super::apt::{Mirrors, source_line};
 use super::arch::elf_kind;
 use super::checks::Check;
 use super::deb_checks::{Expected, MARK, Markers, judge};
 use super::kernels::Kernel;
 use super::qemu::{self, Guest};
 use super::unpacked::HOST_BUSYBOX;
+use crate::apt::{Mirrors, source_line};
 use crate::cmd;
 use crate::guard::Scratch;
 use crate::package::rootfs::{self, TARBALL_ARG};

@@ -9,7 +9,7 @@
 //! parked crews and the daemons.
 use serde::{Deserialize, Serialize};
 
-use super::guest::Sections;
+use super::sections::Sections;
 use crate::web::sample;
 use crate::workload::Event;
 

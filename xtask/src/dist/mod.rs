@@ -9,7 +9,6 @@
 //! `--guest-tools` instead builds only what vmtest's arm64 guests run besides the daemon: a static
 //! aarch64 `xtask` (their load, native instead of the host's under qemu-x86_64), into
 //! `target/dist-tools/`, beside dist/ and never in it or in SHA256SUMS.
-mod arch;
 mod binaries;
 mod elf;
 
@@ -19,10 +18,10 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
-pub use self::arch::Arch;
 use self::elf::Elf;
 use latency_lab::package;
 
+use crate::arch::Arch;
 use crate::{build, cmd, setup};
 
 /// The workspace's version, which the daemon's `--version` starts with.

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
-use latency_lab::vmtest::{Apt, Mirrors, source_line};
+use latency_lab::apt::{Apt, Mirrors, source_line};
 
 use super::Check;
+use crate::arch::Arch;
 use crate::cmd;
-use crate::dist::Arch;
 
 /// Installed on the host: the C compilers (ring's C and assembly, the link) and the runner of
 /// the aarch64 binary's `--version`.

@@ -7,7 +7,7 @@
 use std::process::Command;
 
 use anyhow::Context as _;
-use latency_lab::vmtest::{Apt, Mirrors, cache_dir, source_line};
+use latency_lab::apt::{Apt, Mirrors, cache_dir, source_line};
 
 use super::Check;
 use crate::cmd;

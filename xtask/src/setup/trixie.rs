@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
-use latency_lab::vmtest::{Apt, Mirrors, source_line};
+use latency_lab::apt::{Apt, Mirrors, source_line};
 
 use super::Check;
 use crate::cmd;

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::analysis::Check;
 use crate::daemon::Daemon;
-use crate::vmtest::stall::pin_away;
+use crate::watch::pin_away;
 use crate::web;
 use cgroups::{Groups, Limit};
 use tasks::{Body, Task};

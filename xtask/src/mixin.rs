@@ -1,10 +1,10 @@
-//! `cargo xtask mixin` (also `cargo xtask dashboard`): the runqlat mixin (deploy/grafana,
-//! jsonnet) in; out, everything generated from it: its dashboards as JSON in
-//! deploy/grafana/dashboards_out, its recording rules and alerts as deploy/prometheus/rules.yml and
-//! as the prometheus-operator component's PrometheusRule, and the jsonnet formatted by jsonnetfmt.
-//! The tests below fail when a generated file is stale, and keep the jsonnet jsonnetfmt-clean,
-//! the rules promtool-clean, the dashboard clean by the lab's lint, every metric it names one the
-//! daemon serves (the golden schema), and no job named anywhere but through the selector.
+//! `cargo xtask mixin`: the runqlat mixin (deploy/grafana, jsonnet) in; out, everything generated
+//! from it: its dashboards as JSON in deploy/grafana/dashboards_out, its recording rules and
+//! alerts as deploy/prometheus/rules.yml and as the prometheus-operator component's
+//! PrometheusRule, and the jsonnet formatted by jsonnetfmt. The tests below fail when a generated
+//! file is stale, and keep the jsonnet jsonnetfmt-clean, the rules promtool-clean, the dashboard
+//! clean by the lab's lint, every metric it names one the daemon serves (the golden schema), and
+//! no job named anywhere but through the selector.
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,6 @@
-//! The architectures `cargo xtask dist` builds for: in, an `Arch`; out, every name the build and
-//! the packages give it (Rust's target, Debian's and OCI's architecture, the GNU cross tools, the
-//! ELF machine) so no step spells them again.
+//! The architectures `cargo xtask dist` builds for and `setup` readies cross tools for: in, an
+//! `Arch`; out, every name the build and the packages give it (Rust's target, Debian's and OCI's
+//! architecture, the GNU cross tools, the ELF machine) so no step spells them again.
 use std::fmt;
 
 /// A CPU architecture we ship a static `latency-daemon` for.

@@ -1,7 +1,8 @@
 //! Private apt configurations in our cache (never /etc/apt): in, the suites wanted and the host's
 //! own Debian sources (for the mirror's address) and, for a foreign architecture's packages,
 //! its name; out, `apt-get`/`apt-cache` commands that see those suites, index refreshes at most
-//! once a day, and package versions by suite.
+//! once a day, and package versions by suite. Shared by vmtest's kernels and guests and by
+//! xtask's setup (QEMU from backports, the cross tools, trixie's tools).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -9,6 +10,15 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context as _, bail};
 
 use crate::cmd;
+
+/// Where kernels and apt indexes are kept between runs (never under target/, which `cargo
+/// clean` empties): $XDG_CACHE_HOME/runqlat-vmtest, else /var/cache/runqlat-vmtest.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("XDG_CACHE_HOME") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("runqlat-vmtest"),
+        _ => PathBuf::from("/var/cache/runqlat-vmtest"),
+    }
+}
 
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 /// Indexes older than this are refreshed before a lookup (a kernel ABI moves every few weeks).
