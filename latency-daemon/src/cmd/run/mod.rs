@@ -17,8 +17,8 @@ use crate::{
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
-        features::{self, Feature},
-        privileges,
+        feature::Feature,
+        load, privileges,
         probe::{ProbeError, ProbeOptions},
     },
     model::{exposition::Exposition, sink_url::HttpUrl},
@@ -124,7 +124,6 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     let options = ProbeOptions {
         per_task: config.per_task,
         max_tasks: config.max_tasks,
-        filter: Vec::new(),
         ceiling_ns: u64::try_from(config.ceiling.as_nanos()).unwrap_or(u64::MAX),
         clock: config.clock,
         cgroups: names.is_some(),
@@ -135,13 +134,14 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         split_throttle: config.wait_causes,
         split_stolen: config.wait_causes,
         split_irq: config.wait_causes && config.irq_tracepoints,
+        ..ProbeOptions::default()
     };
     if config.irq_tracepoints && !config.wait_causes {
         log::warn!(
             "irq_tracepoints is set but wait_causes is off: there is no irq_steal part to add IRQ time to, so the irq tracepoints stay detached"
         );
     }
-    let (probe, degraded) = features::load(&options)?;
+    let (probe, degraded) = load::load(&options)?;
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
         log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why);
@@ -170,7 +170,7 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         window_seconds: config.window.as_secs_f64(),
         classic: config.classic_buckets.clone(),
         cgroup_classic: config.cgroup_buckets.clone(),
-        features: features::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect(),
+        features: load::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect(),
         ..Exposition::default()
     };
     let (published, latest) = watch::channel(Arc::new(first));
