@@ -1,6 +1,6 @@
 //! The loaded probe's maps in, plain data out: a `Snapshot` of every aggregate, the records of a
-//! window-maximum slot and the attributed incidents of a window. Reads only; what the values mean
-//! is `model`'s business.
+//! window-maximum slot, the attributed incidents of a window and the waits in progress the wait
+//! scan lists. Reads only; what the values mean is `model`'s business.
 use aya::maps::{Array, HashMap, MapError, PerCpuArray};
 use latency_common::{
     Histogram, Reason, TaskStats,
