@@ -148,6 +148,21 @@ mod tests {
     }
 
     #[test]
+    fn the_default_is_the_core_alone_and_off_switches_each_feature_off() {
+        let core = ProbeOptions::default();
+        assert!(Feature::ALL.iter().all(|f| !f.room().wanted(&core)), "{core:?}");
+        for f in Feature::ALL {
+            let mut off = all_on();
+            f.room().set(&mut off, &all_on(), false);
+            let mut on = off.clone();
+            f.room().set(&mut on, &all_on(), true);
+            // A best-effort feature goes with another's switch (the queue depth with attribution).
+            assert_eq!(f.room().wanted(&off), f.room().best_effort(), "{}", f.name());
+            assert!(f.room().wanted(&on), "{}", f.name());
+        }
+    }
+
+    #[test]
     fn a_rejected_core_is_the_error() {
         let result = degrade(&all_on(), Vec::new(), |_| Err::<ProbeOptions, _>(rejected()));
         assert!(matches!(result, Err(ProbeError::Verify { .. })));

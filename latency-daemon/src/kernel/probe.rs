@@ -59,22 +59,7 @@ impl Probe {
     /// check that a build without diagnostics has the same hot path.
     pub fn load_object(options: &ProbeOptions, object: &[u8]) -> Result<Probe, ProbeError> {
         raise_memlock();
-        let btf = Btf::from_sys_fs()?;
-        let mut knobs = core_knobs(&btf, &btf.task_layout()?, options);
-        let mut on = Vec::new();
-        for feature in Feature::ALL.into_iter().filter(|f| f.room().wanted(options)) {
-            // On a copy: a best-effort feature this kernel lacks leaves no knob half written.
-            let mut with = knobs;
-            match feature.room().knobs(&btf, options, &mut with) {
-                Ok(()) => {
-                    knobs = with;
-                    on.push(feature);
-                }
-                Err(_) if feature.room().best_effort() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        drop(btf);
+        let (knobs, on) = plan(options)?;
         // The stamp array is indexed by tid: no new tid reaches `kernel.pid_max`, and no running
         // one is left out where it was lowered after that task started.
         let stamps = system::stamp_slots()
@@ -198,6 +183,27 @@ impl Probe {
     pub fn load_times(&self) -> &[(&'static str, Duration)] {
         &self.loads
     }
+}
+
+/// The knobs for a load with `options` and the features in it: the core's, then each feature's
+/// asked for, from this kernel's BTF.
+fn plan(options: &ProbeOptions) -> Result<(Knobs, Vec<Feature>), ProbeError> {
+    let btf = Btf::from_sys_fs()?;
+    let mut knobs = core_knobs(&btf, &btf.task_layout()?, options);
+    let mut on = Vec::new();
+    for feature in Feature::ALL.into_iter().filter(|f| f.room().wanted(options)) {
+        // On a copy: a best-effort feature this kernel lacks leaves no knob half written.
+        let mut with = knobs;
+        match feature.room().knobs(&btf, options, &mut with) {
+            Ok(()) => {
+                knobs = with;
+                on.push(feature);
+            }
+            Err(_) if feature.room().best_effort() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((knobs, on))
 }
 
 /// The core's knobs: the task layout, the core's options, and whether a wakeup can tell a task
