@@ -8,7 +8,6 @@
 //! compare like with like.
 use std::process::ExitCode;
 
-use latency_common::knobs::{Clock, DEFAULT_CEILING_NS};
 use latency_daemon::kernel::probe::{self, Probe, ProbeError, ProbeOptions};
 
 /// The floor program, built by latency-daemon's build.rs (aya-build) beside ours.
@@ -29,19 +28,12 @@ fn main() -> ExitCode {
 /// The daemon's defaults: per-cgroup histograms on, no per-task map, no attribution.
 fn default_options() -> ProbeOptions {
     ProbeOptions {
-        per_task: false,
         max_tasks: 1,
-        filter: Vec::new(),
-        ceiling_ns: DEFAULT_CEILING_NS,
-        clock: Clock::Monotonic,
         cgroups: true,
-        max_cgroups: 1024,
         cgroup_removals: true,
-        attribute_ns: 0,
-        wait_scan: false,
         split_throttle: true,
         split_stolen: true,
-        split_irq: false,
+        ..ProbeOptions::default()
     }
 }
 

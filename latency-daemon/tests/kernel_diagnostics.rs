@@ -114,21 +114,7 @@ fn no_diag_object() -> Vec<u8> {
 /// translated code of its three scheduler programs; detaches before returning.
 fn load_and_dump(object: Option<&[u8]>) -> Vec<(String, Xlated)> {
     let before: HashSet<u64> = bpftool::sched_programs().unwrap().into_iter().map(|p| p.id).collect();
-    let options = ProbeOptions {
-        per_task: false,
-        max_tasks: 1,
-        filter: Vec::new(),
-        ceiling_ns: latency_common::knobs::DEFAULT_CEILING_NS,
-        clock: latency_common::knobs::Clock::Monotonic,
-        cgroups: true,
-        max_cgroups: 1024,
-        cgroup_removals: true,
-        attribute_ns: 0,
-        wait_scan: false,
-        split_throttle: false,
-        split_stolen: false,
-        split_irq: false,
-    };
+    let options = ProbeOptions { max_tasks: 1, cgroups: true, cgroup_removals: true, ..ProbeOptions::default() };
     let mut probe = match object {
         None => Probe::load(&options),
         Some(bytes) => Probe::load_object(&options, bytes),

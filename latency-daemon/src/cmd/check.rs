@@ -18,8 +18,8 @@ use crate::{
     kernel::{
         btf::{Btf, VMLINUX},
         caps::{self, Caps},
-        features::{self, Feature},
-        privileges,
+        feature::Feature,
+        load, privileges,
         probe::ProbeOptions,
     },
 };
@@ -80,7 +80,6 @@ fn check() -> bool {
         let options = ProbeOptions {
             per_task: true,
             max_tasks: 1024,
-            filter: Vec::new(),
             ceiling_ns: u64::MAX,
             // Every optional feature on, so the verifier checks all of the program.
             clock: Clock::RunQueue,
@@ -92,8 +91,9 @@ fn check() -> bool {
             split_throttle: true,
             split_stolen: true,
             split_irq: true,
+            ..ProbeOptions::default()
         };
-        match features::load(&options) {
+        match load::load(&options) {
             Ok((probe, degraded)) => {
                 say!(
                     "load+attach:  ok (sched_wakeup, sched_wakeup_new, sched_switch; {} stamp slots; {:.0} ms)",

@@ -1,13 +1,16 @@
 //! The loaded probe's maps in, plain data out: a `Snapshot` of every aggregate, the records of a
-//! window-maximum slot and the attributed incidents of a window. Reads only; what the values mean
-//! is `model`'s business.
+//! window-maximum slot, the attributed incidents of a window and the waits in progress the wait
+//! scan lists. Reads only; what the values mean is `model`'s business.
 use aya::maps::{Array, HashMap, MapError, PerCpuArray};
 use latency_common::{
     Histogram, Reason, TaskStats,
-    maps::{CpuState, FinalRing, IrqClock, RunRing, names, window_index},
+    maps::{CpuState, FinalRing, IrqClock, RunRing, Seen, names, window_index},
 };
 
-use super::probe::{Probe, ProbeError};
+use super::{
+    feature::{Feature, wait_scan},
+    probe::{Probe, ProbeError},
+};
 use crate::{
     host::clock,
     model::snapshot::{Incidents, Snapshot, WindowSlot, sum_histograms},
@@ -21,6 +24,22 @@ pub use super::probe::possible_cpus;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Extras {
     pub tasks: bool,
+}
+
+impl Probe {
+    /// Whether the irq tracepoints are attached (`IRQ_CLOCKS` holds each CPU's IRQ time).
+    pub fn irq_timed(&self) -> bool {
+        self.is_on(Feature::IrqTracepoints)
+    }
+
+    /// Run the wait scan once (None: not loaded): every task waiting in a run queue with a stamp,
+    /// and every task on a CPU, as the kernel saw them during this call.
+    pub fn scan_waits(&mut self) -> Result<Option<Vec<Seen>>, ProbeError> {
+        if !self.is_on(Feature::WaitScan) {
+            return Ok(None);
+        }
+        wait_scan::scan(self.ebpf_mut()).map(Some)
+    }
 }
 
 fn map_err(map: &'static str) -> impl Fn(MapError) -> ProbeError {

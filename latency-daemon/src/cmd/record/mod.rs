@@ -17,7 +17,8 @@ use crate::{
     kernel::{
         caps::{self, MissingCaps},
         drain,
-        features::{self, Feature},
+        feature::Feature,
+        load,
         probe::{ProbeError, ProbeOptions},
     },
     model::{
@@ -70,15 +71,13 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         // On so attributed delays carry the victim's cgroup (record's cost matters less).
         cgroups: true,
         max_cgroups: 1024,
-        cgroup_removals: false,
         // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
         attribute_ns: 1,
-        wait_scan: false,
         split_throttle: true,
         split_stolen: true,
-        split_irq: false,
+        ..ProbeOptions::default()
     };
-    let (mut probe, degraded) = features::load(&options)?;
+    let (mut probe, degraded) = load::load(&options)?;
     for d in &degraded {
         log::warn!("{} unavailable on this kernel, recording without it: {}", d.feature.name(), d.why);
     }

@@ -18,8 +18,8 @@ use crate::{
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
-        features::{self, Feature},
-        privileges,
+        feature::Feature,
+        load, privileges,
         probe::{Probe, ProbeError, ProbeOptions},
     },
     metrics::{Instruments, Metrics},
@@ -170,7 +170,6 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
     let options = ProbeOptions {
         per_task: config.per_task,
         max_tasks: config.max_tasks,
-        filter: Vec::new(),
         ceiling_ns: u64::try_from(config.ceiling.as_nanos()).unwrap_or(u64::MAX),
         clock: config.clock,
         cgroups,
@@ -181,13 +180,14 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         split_throttle: config.wait_causes,
         split_stolen: config.wait_causes,
         split_irq: config.wait_causes && config.irq_tracepoints,
+        ..ProbeOptions::default()
     };
     if config.irq_tracepoints && !config.wait_causes {
         log::warn!(
             "irq_tracepoints is set but wait_causes is off: there is no irq_steal part to add IRQ time to, so the irq tracepoints stay detached"
         );
     }
-    let (probe, degraded) = features::load(&options)?;
+    let (probe, degraded) = load::load(&options)?;
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
         log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why);
@@ -206,7 +206,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         config.listen,
         config.listen
     );
-    let features = features::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect();
+    let features = load::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect();
     Ok(Attached { probe, config, features })
 }
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use raw::{HEADER_LEN, Kind, MAGIC, RawMember, Type, decode_types, read_u32, section};
 
-pub use layout::{CgroupLayout, RqClockLayout, TaskLayout, WaitLayout};
+pub use layout::TaskLayout;
 
 /// Where the running kernel publishes its own BTF (`CONFIG_DEBUG_INFO_BTF=y`), under the sysfs
 /// (`--path.sysfs`).

@@ -1,0 +1,72 @@
+//! The irq tracepoints' IRQ time in each wait's irq+steal part, on kernels that do not account
+//! IRQ time: this kernel's BTF in; the task's CPU and migration count as knobs, the per-CPU IRQ
+//! clock array's size and the four irq tracepoints out.
+use latency_common::{Knobs, maps::names};
+
+use super::{KernelFeature, Sizes, wait_scan};
+use crate::kernel::{
+    btf::{Btf, BtfError, Member},
+    object::Program,
+    options::ProbeOptions,
+};
+
+/// What the IRQ tracepoints' part of a wait needs: the task's CPU (whose IRQ clock a wakeup
+/// reads) and its migration count, on a kernel with the four tracepoints that does not account
+/// IRQ time itself (where it does, the irq+steal part already holds it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IrqLayout {
+    pub task_cpu: Member,
+    pub nr_migrations: Member,
+}
+
+/// Offsets for the IRQ tracepoints' part; an error where the kernel accounts IRQ time itself
+/// or lacks a tracepoint.
+pub fn layout(btf: &Btf) -> Result<IrqLayout, BtfError> {
+    if btf.member("rq", "prev_irq_time").is_ok() {
+        return Err(BtfError::IrqAccounted);
+    }
+    for tracepoint in names::IRQ_PROGRAMS {
+        btf.tracepoint_arity(tracepoint)?;
+    }
+    Ok(IrqLayout {
+        task_cpu: wait_scan::layout(btf)?.cpu,
+        nr_migrations: btf.sized("task_struct", "se.nr_migrations", &[8])?,
+    })
+}
+
+#[derive(Debug)]
+pub struct IrqTracepoints;
+
+impl KernelFeature for IrqTracepoints {
+    fn name(&self) -> &'static str {
+        "irq_tracepoints"
+    }
+
+    fn wanted(&self, o: &ProbeOptions) -> bool {
+        o.split_irq
+    }
+
+    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
+        o.split_irq = on && from.split_irq;
+    }
+
+    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
+        layout(btf).map(drop)
+    }
+
+    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+        let i = layout(btf)?;
+        knobs.split_irq = 1;
+        knobs.task_cpu = i.task_cpu.offset;
+        knobs.task_se_nr_migrations = i.nr_migrations.offset;
+        Ok(())
+    }
+
+    fn maps(&self, on: bool, _o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {
+        vec![(names::IRQ_CLOCKS, if on { sizes.cpus } else { 1 })]
+    }
+
+    fn programs(&self, _o: &ProbeOptions) -> Vec<Program> {
+        names::IRQ_PROGRAMS.into_iter().map(Program::Tracepoint).collect()
+    }
+}

@@ -1,0 +1,62 @@
+//! `--clock run-queue`: this kernel's BTF in; the pointer chain to a task's run queue clock
+//! (`task->se.cfs_rq->rq->clock`, what the kernel's own `run_delay` reads) and its knobs out.
+use latency_common::{Knobs, knobs::Clock};
+
+use super::KernelFeature;
+use crate::kernel::{
+    btf::{Btf, BtfError, Member},
+    options::ProbeOptions,
+};
+
+/// The pointer chain from a task to its run queue's clock: `task->se.cfs_rq->rq->clock`. The
+/// cause split and the queue depth walk the same chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RqClockLayout {
+    pub task_se_cfs_rq: Member,
+    pub cfs_rq_rq: Member,
+    pub rq_clock: Member,
+}
+
+/// Offsets to reach `rq->clock` from a task; needs CONFIG_FAIR_GROUP_SCHED (`cfs_rq.rq`).
+pub fn layout(btf: &Btf) -> Result<RqClockLayout, BtfError> {
+    Ok(RqClockLayout {
+        task_se_cfs_rq: btf.sized("task_struct", "se.cfs_rq", &[8])?,
+        cfs_rq_rq: btf.sized("cfs_rq", "rq", &[8])?,
+        rq_clock: btf.sized("rq", "clock", &[8])?,
+    })
+}
+
+/// Write the chain's knobs (shared by every feature that walks it).
+pub fn write_chain(rq: &RqClockLayout, knobs: &mut Knobs) {
+    knobs.task_se_cfs_rq = rq.task_se_cfs_rq.offset;
+    knobs.cfs_rq_rq = rq.cfs_rq_rq.offset;
+    knobs.rq_clock = rq.rq_clock.offset;
+}
+
+#[derive(Debug)]
+pub struct RunQueueClock;
+
+impl KernelFeature for RunQueueClock {
+    fn name(&self) -> &'static str {
+        "run_queue_clock"
+    }
+
+    fn wanted(&self, o: &ProbeOptions) -> bool {
+        o.clock == Clock::RunQueue
+    }
+
+    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
+        o.clock = if on { from.clock } else { Clock::Monotonic };
+    }
+
+    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
+        layout(btf).map(drop)
+    }
+
+    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+        let rq = layout(btf)?;
+        knobs.clock_rq = 1;
+        write_chain(&rq, knobs);
+        Ok(())
+    }
+}

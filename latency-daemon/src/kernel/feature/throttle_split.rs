@@ -1,0 +1,65 @@
+//! The throttled part of each wait: this kernel's BTF in; the group's throttle clocks
+//! (`cfs_rq.throttled_clock_self`, `_time`: 6.8+, what cgroup v2's `cpu.stat.local` reports),
+//! the run queue chain and the migration count as knobs out.
+use latency_common::Knobs;
+
+use super::{
+    KernelFeature,
+    run_queue_clock::{self, RqClockLayout},
+};
+use crate::kernel::{
+    btf::{Btf, BtfError, Member},
+    options::ProbeOptions,
+};
+
+/// What the throttled part of a wait reads: the task's own group on its CPU,
+/// `task->se.cfs_rq`, its throttle clocks and its run queue's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThrottleLayout {
+    pub rq: RqClockLayout,
+    pub throttled_clock_self: Member,
+    pub throttled_clock_self_time: Member,
+    pub nr_migrations: Member,
+}
+
+/// Offsets for the throttled part of the cause split; an error names what this kernel lacks
+/// (before 6.8, the per-group throttle clock; without CONFIG_CFS_BANDWIDTH, all of it).
+pub fn layout(btf: &Btf) -> Result<ThrottleLayout, BtfError> {
+    Ok(ThrottleLayout {
+        rq: run_queue_clock::layout(btf)?,
+        throttled_clock_self: btf.sized("cfs_rq", "throttled_clock_self", &[8])?,
+        throttled_clock_self_time: btf.sized("cfs_rq", "throttled_clock_self_time", &[8])?,
+        nr_migrations: btf.sized("task_struct", "se.nr_migrations", &[8])?,
+    })
+}
+
+#[derive(Debug)]
+pub struct ThrottleSplit;
+
+impl KernelFeature for ThrottleSplit {
+    fn name(&self) -> &'static str {
+        "throttle_split"
+    }
+
+    fn wanted(&self, o: &ProbeOptions) -> bool {
+        o.split_throttle
+    }
+
+    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
+        o.split_throttle = on && from.split_throttle;
+    }
+
+    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
+        layout(btf).map(drop)
+    }
+
+    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+        let t = layout(btf)?;
+        run_queue_clock::write_chain(&t.rq, knobs);
+        knobs.task_se_nr_migrations = t.nr_migrations.offset;
+        knobs.split_throttle = 1;
+        knobs.cfs_rq_throttled_clock_self = t.throttled_clock_self.offset;
+        knobs.cfs_rq_throttled_clock_self_time = t.throttled_clock_self_time.offset;
+        Ok(())
+    }
+}
