@@ -3,7 +3,7 @@
 //! unknown where the BTF lacks it) and the depth array's size out.
 use latency_common::{Knobs, maps::names};
 
-use super::{KernelFeature, Sizes, run_queue_clock};
+use super::{Feature, Room, Switch, run_queue_clock};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     options::ProbeOptions,
@@ -30,67 +30,32 @@ pub fn depth_layout(btf: &Btf) -> Result<DepthLayout, BtfError> {
 }
 
 /// Attribution: the run ring, and the incidents of delays at or above the threshold.
-#[derive(Debug)]
-pub struct Attribution;
-
-impl KernelFeature for Attribution {
-    fn name(&self) -> &'static str {
-        "attribution"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.attribute_ns != 0
-    }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.attribute_ns = if on { from.attribute_ns } else { 0 };
-    }
-
-    fn available(&self, _btf: &Btf) -> Result<(), BtfError> {
-        Ok(())
-    }
-
-    fn knobs(&self, _btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        knobs.attribute_ns = o.attribute_ns;
-        Ok(())
-    }
-
-    fn maps(&self, on: bool, _o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {
-        vec![(names::DEPTHS, if on { sizes.stamps } else { 1 })]
-    }
-}
+pub const ATTRIBUTION: Room = Room {
+    maps: |on, _, sizes| vec![(names::DEPTHS, if on { sizes.stamps } else { 1 })],
+    ..Room::new(
+        "attribution",
+        Switch::Own {
+            wanted: |o| o.attribute_ns != 0,
+            set: |o, from, on| o.attribute_ns = if on { from.attribute_ns } else { 0 },
+        },
+        |_| Ok(()),
+        |_, o, knobs| {
+            knobs.attribute_ns = o.attribute_ns;
+            Ok(())
+        },
+    )
+};
 
 /// The queue depth of an attributed delay: goes with attribution, unknown where this kernel's
-/// BTF lacks the chain.
-#[derive(Debug)]
-pub struct QueueDepth;
+/// BTF lacks the chain (the load reads the depth only if BTF has it).
+pub const QUEUE_DEPTH: Room =
+    Room::new("queue_depth", Switch::With(Feature::Attribution), |btf| depth_layout(btf).map(drop), depth_knobs);
 
-impl KernelFeature for QueueDepth {
-    fn name(&self) -> &'static str {
-        "queue_depth"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.attribute_ns != 0
-    }
-
-    /// Switched with attribution: the load reads the depth only if BTF has it.
-    fn set(&self, _o: &mut ProbeOptions, _from: &ProbeOptions, _on: bool) {}
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        depth_layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let d = depth_layout(btf)?;
-        knobs.depth_known = 1;
-        knobs.rq_nr_running = d.rq_nr_running.offset;
-        knobs.task_se_cfs_rq = d.task_se_cfs_rq.offset;
-        knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
-        Ok(())
-    }
-
-    fn best_effort(&self) -> bool {
-        true
-    }
+fn depth_knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let d = depth_layout(btf)?;
+    knobs.depth_known = 1;
+    knobs.rq_nr_running = d.rq_nr_running.offset;
+    knobs.task_se_cfs_rq = d.task_se_cfs_rq.offset;
+    knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
+    Ok(())
 }

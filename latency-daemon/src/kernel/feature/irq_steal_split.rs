@@ -4,7 +4,7 @@
 use latency_common::Knobs;
 
 use super::{
-    KernelFeature,
+    Room, Switch,
     run_queue_clock::{self, RqClockLayout},
 };
 use crate::kernel::{
@@ -51,33 +51,19 @@ pub fn layout(btf: &Btf) -> Result<StolenLayout, BtfError> {
     })
 }
 
-#[derive(Debug)]
-pub struct IrqStealSplit;
+pub const ROOM: Room = Room::new(
+    "irq_steal_split",
+    Switch::Flag(|o| o.split_stolen, |o| &mut o.split_stolen),
+    |btf| layout(btf).map(drop),
+    knobs,
+);
 
-impl KernelFeature for IrqStealSplit {
-    fn name(&self) -> &'static str {
-        "irq_steal_split"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.split_stolen
-    }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.split_stolen = on && from.split_stolen;
-    }
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let s = layout(btf)?;
-        log::info!("the irq_steal part of each wait holds {}", s.holds());
-        run_queue_clock::write_chain(&s.rq, knobs);
-        knobs.task_se_nr_migrations = s.nr_migrations.offset;
-        knobs.split_stolen = 1;
-        knobs.rq_clock_task = s.clock_task.offset;
-        Ok(())
-    }
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let s = layout(btf)?;
+    log::info!("the irq_steal part of each wait holds {}", s.holds());
+    run_queue_clock::write_chain(&s.rq, knobs);
+    knobs.task_se_nr_migrations = s.nr_migrations.offset;
+    knobs.split_stolen = 1;
+    knobs.rq_clock_task = s.clock_task.offset;
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! clock array's size and the four irq tracepoints out.
 use latency_common::{Knobs, maps::names};
 
-use super::{KernelFeature, Sizes, wait_scan};
+use super::{Room, Switch, wait_scan};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     object::Program,
@@ -34,39 +34,22 @@ pub fn layout(btf: &Btf) -> Result<IrqLayout, BtfError> {
     })
 }
 
-#[derive(Debug)]
-pub struct IrqTracepoints;
+/// The per-CPU IRQ clocks and the four irq tracepoints.
+pub const ROOM: Room = Room {
+    maps: |on, _, sizes| vec![(names::IRQ_CLOCKS, if on { sizes.cpus } else { 1 })],
+    programs: |_| names::IRQ_PROGRAMS.into_iter().map(Program::Tracepoint).collect(),
+    ..Room::new(
+        "irq_tracepoints",
+        Switch::Flag(|o| o.split_irq, |o| &mut o.split_irq),
+        |btf| layout(btf).map(drop),
+        knobs,
+    )
+};
 
-impl KernelFeature for IrqTracepoints {
-    fn name(&self) -> &'static str {
-        "irq_tracepoints"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.split_irq
-    }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.split_irq = on && from.split_irq;
-    }
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let i = layout(btf)?;
-        knobs.split_irq = 1;
-        knobs.task_cpu = i.task_cpu.offset;
-        knobs.task_se_nr_migrations = i.nr_migrations.offset;
-        Ok(())
-    }
-
-    fn maps(&self, on: bool, _o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {
-        vec![(names::IRQ_CLOCKS, if on { sizes.cpus } else { 1 })]
-    }
-
-    fn programs(&self, _o: &ProbeOptions) -> Vec<Program> {
-        names::IRQ_PROGRAMS.into_iter().map(Program::Tracepoint).collect()
-    }
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let i = layout(btf)?;
+    knobs.split_irq = 1;
+    knobs.task_cpu = i.task_cpu.offset;
+    knobs.task_se_nr_migrations = i.nr_migrations.offset;
+    Ok(())
 }

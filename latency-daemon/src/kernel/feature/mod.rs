@@ -55,16 +55,16 @@ impl Feature {
     ];
 
     /// The file that says what this feature is.
-    pub fn room(self) -> &'static dyn KernelFeature {
+    pub fn room(self) -> &'static Room {
         match self {
-            Feature::RunQueueClock => &run_queue_clock::RunQueueClock,
-            Feature::PerCgroup => &per_cgroup::PerCgroup,
-            Feature::Attribution => &attribution::Attribution,
-            Feature::QueueDepth => &attribution::QueueDepth,
-            Feature::WaitScan => &wait_scan::WaitScan,
-            Feature::ThrottleSplit => &throttle_split::ThrottleSplit,
-            Feature::IrqStealSplit => &irq_steal_split::IrqStealSplit,
-            Feature::IrqTracepoints => &irq_tracepoints::IrqTracepoints,
+            Feature::RunQueueClock => &run_queue_clock::ROOM,
+            Feature::PerCgroup => &per_cgroup::ROOM,
+            Feature::Attribution => &attribution::ATTRIBUTION,
+            Feature::QueueDepth => &attribution::QUEUE_DEPTH,
+            Feature::WaitScan => &wait_scan::ROOM,
+            Feature::ThrottleSplit => &throttle_split::ROOM,
+            Feature::IrqStealSplit => &irq_steal_split::ROOM,
+            Feature::IrqTracepoints => &irq_tracepoints::ROOM,
         }
     }
 
@@ -85,46 +85,135 @@ pub struct Sizes {
     pub page: u32,
 }
 
-/// One optional feature: data in, data out. It never sees the probe; what it needs of the loaded
-/// object it gets as the aya handle.
-pub trait KernelFeature: Sync {
+/// How a feature is switched in `ProbeOptions`.
+#[derive(Clone, Copy, Debug)]
+pub enum Switch {
+    /// A yes/no field: read, and written (on only where the options it is set from ask for it).
+    Flag(fn(&ProbeOptions) -> bool, fn(&mut ProbeOptions) -> &mut bool),
+    /// Options of its own: whether they ask for it, and `o` with it as in `from` (on) or off.
+    Own { wanted: fn(&ProbeOptions) -> bool, set: fn(&mut ProbeOptions, &ProbeOptions, bool) },
+    /// Goes with another feature's switch and never has one of its own: a kernel without its BTF
+    /// still loads the rest unchanged (the feature is then reported unavailable and its knobs
+    /// stay off) instead of failing the load, and the degrade policy never switches it alone.
+    With(Feature),
+}
+
+/// One optional feature, as plain data and functions: data in, data out. It never sees the
+/// probe; what it needs of the loaded object it gets as the aya handle. Each feature's file
+/// holds one `ROOM`, built from `Room::new` with what it adds on top.
+#[derive(Clone, Copy, Debug)]
+pub struct Room {
+    name: &'static str,
+    switch: Switch,
+    /// Whether this kernel's BTF describes everything it reads; the error names what is missing.
+    available: fn(&Btf) -> Result<(), BtfError>,
+    /// Its knobs for a load with these options (only when wanted). Several features write some of
+    /// the same knobs (the run queue chain, the task's CPU, its migration count): each reads them
+    /// from the same BTF member, so the writes agree whatever the order.
+    knobs: fn(&Btf, &ProbeOptions, &mut Knobs) -> Result<(), BtfError>,
+    /// Its maps' sizes (`on`: in this load; off, the smallest the object takes).
+    maps: fn(bool, &ProbeOptions, Sizes) -> Vec<(&'static str, u32)>,
+    /// The programs it adds to the core's, when on.
+    programs: fn(&ProbeOptions) -> Vec<Program>,
+    /// Once everything is loaded and attached: a check that needs the loaded object (an error
+    /// fails the load, so the degrade policy drops the feature).
+    after_load: fn(&mut Ebpf) -> Result<(), ProbeError>,
+}
+
+impl Room {
+    /// A feature that only writes knobs: no maps, no programs, nothing to check after the load.
+    pub const fn new(
+        name: &'static str,
+        switch: Switch,
+        available: fn(&Btf) -> Result<(), BtfError>,
+        knobs: fn(&Btf, &ProbeOptions, &mut Knobs) -> Result<(), BtfError>,
+    ) -> Room {
+        Room {
+            name,
+            switch,
+            available,
+            knobs,
+            maps: |_, _, _| Vec::new(),
+            programs: |_| Vec::new(),
+            after_load: |_| Ok(()),
+        }
+    }
+
     /// As in metrics and logs.
-    fn name(&self) -> &'static str;
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 
     /// Whether `o` asks for it.
-    fn wanted(&self, o: &ProbeOptions) -> bool;
+    pub fn wanted(&self, o: &ProbeOptions) -> bool {
+        match self.switch {
+            Switch::Flag(get, _) => get(o),
+            Switch::Own { wanted, .. } => wanted(o),
+            Switch::With(other) => other.room().wanted(o),
+        }
+    }
 
     /// `o` with this feature as in `from` (on) or off.
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool);
+    pub fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
+        match self.switch {
+            Switch::Flag(get, field) => *field(o) = on && get(from),
+            Switch::Own { set, .. } => set(o, from, on),
+            Switch::With(_) => {}
+        }
+    }
 
     /// Whether this kernel's BTF describes everything it reads; the error names what is missing.
-    fn available(&self, btf: &Btf) -> Result<(), BtfError>;
+    pub fn available(&self, btf: &Btf) -> Result<(), BtfError> {
+        (self.available)(btf)
+    }
 
-    /// Write its knobs for a load with `o` (only called when wanted). Several features write
-    /// some of the same knobs (the run queue chain, the task's CPU, its migration count): each
-    /// reads them from the same BTF member, so the writes agree whatever the order.
-    fn knobs(&self, btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError>;
+    /// Write its knobs for a load with `o` (only called when wanted).
+    pub fn knobs(&self, btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+        (self.knobs)(btf, o, knobs)
+    }
 
-    /// Whether a kernel without its BTF still loads the rest unchanged (the feature is then
-    /// reported unavailable and its knobs stay off) instead of failing the load. Such a feature
-    /// goes with another's switch and is never switched by the degrade policy on its own.
-    fn best_effort(&self) -> bool {
-        false
+    /// Whether a kernel without its BTF still loads the rest (see `Switch::With`).
+    pub fn best_effort(&self) -> bool {
+        matches!(self.switch, Switch::With(_))
     }
 
     /// Its maps' sizes (`on`: in this load; off, the smallest the object takes).
-    fn maps(&self, _on: bool, _o: &ProbeOptions, _sizes: Sizes) -> Vec<(&'static str, u32)> {
-        Vec::new()
+    pub fn maps(&self, on: bool, o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {
+        (self.maps)(on, o, sizes)
     }
 
     /// The programs it adds to the core's, when on.
-    fn programs(&self, _o: &ProbeOptions) -> Vec<Program> {
-        Vec::new()
+    pub fn programs(&self, o: &ProbeOptions) -> Vec<Program> {
+        (self.programs)(o)
     }
 
-    /// Once everything is loaded and attached: a check that needs the loaded object (an error
-    /// fails the load, so the degrade policy drops the feature).
-    fn after_load(&self, _ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-        Ok(())
+    /// Once everything is loaded and attached (see the field).
+    pub fn after_load(&self, ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+        (self.after_load)(ebpf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Feature;
+
+    #[test]
+    fn names_are_in_table_order_and_only_the_queue_depth_goes_with_another_switch() {
+        let names: Vec<&str> = Feature::ALL.iter().map(|f| f.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "run_queue_clock",
+                "per_cgroup",
+                "attribution",
+                "queue_depth",
+                "wait_scan",
+                "throttle_split",
+                "irq_steal_split",
+                "irq_tracepoints"
+            ]
+        );
+        let best_effort: Vec<Feature> = Feature::ALL.into_iter().filter(|f| f.room().best_effort()).collect();
+        assert_eq!(best_effort, [Feature::QueueDepth]);
     }
 }

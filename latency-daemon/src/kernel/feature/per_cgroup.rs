@@ -5,7 +5,7 @@ use latency_common::{
     maps::{REMOVED_BYTES, cgroup_slot_bits, names},
 };
 
-use super::{KernelFeature, Sizes};
+use super::{Room, Sizes, Switch};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     object::Program,
@@ -41,61 +41,43 @@ pub fn layout(btf: &Btf) -> Result<CgroupLayout, BtfError> {
     })
 }
 
-#[derive(Debug)]
-pub struct PerCgroup;
+/// The slot table and its overflow, and the removal ring and tracepoint when asked for.
+pub const ROOM: Room = Room {
+    maps,
+    programs: |o| if o.cgroup_removals { vec![Program::Tracepoint(names::CGROUP_RMDIR)] } else { Vec::new() },
+    ..Room::new("per_cgroup", Switch::Flag(|o| o.cgroups, |o| &mut o.cgroups), |btf| layout(btf).map(drop), knobs)
+};
 
-impl KernelFeature for PerCgroup {
-    fn name(&self) -> &'static str {
-        "per_cgroup"
-    }
+fn knobs(btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let c = layout(btf)?;
+    knobs.cgroups = 1;
+    knobs.task_cgroups = c.task_cgroups.offset;
+    knobs.css_set_dfl_cgrp = c.css_set_dfl_cgrp.offset;
+    knobs.cgroup_kn = c.cgroup_kn.offset;
+    knobs.kernfs_node_id = c.kernfs_node_id.offset;
+    knobs.cgroup_slot_bits = cgroup_slot_bits(o.max_cgroups);
+    knobs.cgroup_root = c.cgroup_root.offset;
+    knobs.cgroup_root_hierarchy_id = c.cgroup_root_hierarchy_id.offset;
+    knobs.task_flags = c.task_flags.offset;
+    Ok(())
+}
 
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.cgroups
+fn maps(on: bool, o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {
+    if !on {
+        return vec![
+            (names::CGROUPS, 1),
+            (names::CGROUP_SLOTS, 1),
+            (names::CGROUP_RETIRED, 1),
+            (names::CGROUP_USED, 1),
+            (names::CGROUP_REMOVED, sizes.page),
+        ];
     }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.cgroups = on && from.cgroups;
-    }
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let c = layout(btf)?;
-        knobs.cgroups = 1;
-        knobs.task_cgroups = c.task_cgroups.offset;
-        knobs.css_set_dfl_cgrp = c.css_set_dfl_cgrp.offset;
-        knobs.cgroup_kn = c.cgroup_kn.offset;
-        knobs.kernfs_node_id = c.kernfs_node_id.offset;
-        knobs.cgroup_slot_bits = cgroup_slot_bits(o.max_cgroups);
-        knobs.cgroup_root = c.cgroup_root.offset;
-        knobs.cgroup_root_hierarchy_id = c.cgroup_root_hierarchy_id.offset;
-        knobs.task_flags = c.task_flags.offset;
-        Ok(())
-    }
-
-    fn maps(&self, on: bool, o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {
-        if !on {
-            return vec![
-                (names::CGROUPS, 1),
-                (names::CGROUP_SLOTS, 1),
-                (names::CGROUP_RETIRED, 1),
-                (names::CGROUP_USED, 1),
-                (names::CGROUP_REMOVED, sizes.page),
-            ];
-        }
-        let slots = 1u32 << cgroup_slot_bits(o.max_cgroups);
-        vec![
-            (names::CGROUPS, o.max_cgroups),
-            (names::CGROUP_SLOTS, slots),
-            (names::CGROUP_RETIRED, slots),
-            (names::CGROUP_USED, slots / 64),
-            (names::CGROUP_REMOVED, if o.cgroup_removals { REMOVED_BYTES } else { sizes.page }),
-        ]
-    }
-
-    fn programs(&self, o: &ProbeOptions) -> Vec<Program> {
-        if o.cgroup_removals { vec![Program::Tracepoint(names::CGROUP_RMDIR)] } else { Vec::new() }
-    }
+    let slots = 1u32 << cgroup_slot_bits(o.max_cgroups);
+    vec![
+        (names::CGROUPS, o.max_cgroups),
+        (names::CGROUP_SLOTS, slots),
+        (names::CGROUP_RETIRED, slots),
+        (names::CGROUP_USED, slots / 64),
+        (names::CGROUP_REMOVED, if o.cgroup_removals { REMOVED_BYTES } else { sizes.page }),
+    ]
 }

@@ -2,7 +2,7 @@
 //! (`task->se.cfs_rq->rq->clock`, what the kernel's own `run_delay` reads) and its knobs out.
 use latency_common::{Knobs, knobs::Clock};
 
-use super::KernelFeature;
+use super::{Room, Switch};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     options::ProbeOptions,
@@ -33,30 +33,20 @@ pub fn write_chain(rq: &RqClockLayout, knobs: &mut Knobs) {
     knobs.rq_clock = rq.rq_clock.offset;
 }
 
-#[derive(Debug)]
-pub struct RunQueueClock;
+/// The run-queue clock instead of the monotonic one.
+pub const ROOM: Room = Room::new(
+    "run_queue_clock",
+    Switch::Own {
+        wanted: |o| o.clock == Clock::RunQueue,
+        set: |o, from, on| o.clock = if on { from.clock } else { Clock::Monotonic },
+    },
+    |btf| layout(btf).map(drop),
+    knobs,
+);
 
-impl KernelFeature for RunQueueClock {
-    fn name(&self) -> &'static str {
-        "run_queue_clock"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.clock == Clock::RunQueue
-    }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.clock = if on { from.clock } else { Clock::Monotonic };
-    }
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let rq = layout(btf)?;
-        knobs.clock_rq = 1;
-        write_chain(&rq, knobs);
-        Ok(())
-    }
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let rq = layout(btf)?;
+    knobs.clock_rq = 1;
+    write_chain(&rq, knobs);
+    Ok(())
 }

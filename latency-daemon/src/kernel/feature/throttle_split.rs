@@ -4,7 +4,7 @@
 use latency_common::Knobs;
 
 use super::{
-    KernelFeature,
+    Room, Switch,
     run_queue_clock::{self, RqClockLayout},
 };
 use crate::kernel::{
@@ -33,33 +33,19 @@ pub fn layout(btf: &Btf) -> Result<ThrottleLayout, BtfError> {
     })
 }
 
-#[derive(Debug)]
-pub struct ThrottleSplit;
+pub const ROOM: Room = Room::new(
+    "throttle_split",
+    Switch::Flag(|o| o.split_throttle, |o| &mut o.split_throttle),
+    |btf| layout(btf).map(drop),
+    knobs,
+);
 
-impl KernelFeature for ThrottleSplit {
-    fn name(&self) -> &'static str {
-        "throttle_split"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.split_throttle
-    }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.split_throttle = on && from.split_throttle;
-    }
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let t = layout(btf)?;
-        run_queue_clock::write_chain(&t.rq, knobs);
-        knobs.task_se_nr_migrations = t.nr_migrations.offset;
-        knobs.split_throttle = 1;
-        knobs.cfs_rq_throttled_clock_self = t.throttled_clock_self.offset;
-        knobs.cfs_rq_throttled_clock_self_time = t.throttled_clock_self_time.offset;
-        Ok(())
-    }
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let t = layout(btf)?;
+    run_queue_clock::write_chain(&t.rq, knobs);
+    knobs.task_se_nr_migrations = t.nr_migrations.offset;
+    knobs.split_throttle = 1;
+    knobs.cfs_rq_throttled_clock_self = t.throttled_clock_self.offset;
+    knobs.cfs_rq_throttled_clock_self_time = t.throttled_clock_self_time.offset;
+    Ok(())
 }

@@ -7,7 +7,7 @@ use latency_common::{
     maps::{Seen, names},
 };
 
-use super::KernelFeature;
+use super::{Room, Switch};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     object::Program,
@@ -33,43 +33,20 @@ pub fn layout(btf: &Btf) -> Result<WaitLayout, BtfError> {
     Ok(WaitLayout { on_rq: btf.sized(TASK, "on_rq", &[4])?, on_cpu: btf.sized(TASK, "on_cpu", &[4])?, cpu })
 }
 
-#[derive(Debug)]
-pub struct WaitScan;
+/// The task iterator: verified at load, attached for each scan, and run once at load so a kernel
+/// that cannot run it is found then (and the feature degrades).
+pub const ROOM: Room = Room {
+    programs: |_| vec![Program::Iter { name: names::WAIT_SCAN, target: "task" }],
+    after_load: |ebpf| scan(ebpf).map(drop),
+    ..Room::new("wait_scan", Switch::Flag(|o| o.wait_scan, |o| &mut o.wait_scan), |btf| layout(btf).map(drop), knobs)
+};
 
-impl KernelFeature for WaitScan {
-    fn name(&self) -> &'static str {
-        "wait_scan"
-    }
-
-    fn wanted(&self, o: &ProbeOptions) -> bool {
-        o.wait_scan
-    }
-
-    fn set(&self, o: &mut ProbeOptions, from: &ProbeOptions, on: bool) {
-        o.wait_scan = on && from.wait_scan;
-    }
-
-    fn available(&self, btf: &Btf) -> Result<(), BtfError> {
-        layout(btf).map(drop)
-    }
-
-    fn knobs(&self, btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-        let w = layout(btf)?;
-        knobs.task_on_rq = w.on_rq.offset;
-        knobs.task_on_cpu = w.on_cpu.offset;
-        knobs.task_cpu = w.cpu.offset;
-        Ok(())
-    }
-
-    /// Verified at load, attached for each scan.
-    fn programs(&self, _o: &ProbeOptions) -> Vec<Program> {
-        vec![Program::Iter { name: names::WAIT_SCAN, target: "task" }]
-    }
-
-    /// Once now, so a kernel that cannot run it is found at load (and the feature degrades).
-    fn after_load(&self, ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-        scan(ebpf).map(drop)
-    }
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    let w = layout(btf)?;
+    knobs.task_on_rq = w.on_rq.offset;
+    knobs.task_on_cpu = w.on_cpu.offset;
+    knobs.task_cpu = w.cpu.offset;
+    Ok(())
 }
 
 /// Run the scan once. A fresh iterator each time: an `iter/task` link and a read of its
