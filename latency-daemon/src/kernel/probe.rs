@@ -192,10 +192,9 @@ fn plan(options: &ProbeOptions) -> Result<(Knobs, Vec<Feature>), ProbeError> {
     let mut knobs = core_knobs(&btf, &btf.task_layout()?, options);
     let mut on = Vec::new();
     for feature in Feature::ALL.into_iter().filter(|f| f.room().wanted(options)) {
-        // On a copy: a best-effort feature this kernel lacks leaves no knob half written.
-        let mut with = knobs;
-        match feature.room().knobs(&btf, options, &mut with) {
-            Ok(()) => {
+        // A best-effort feature this kernel lacks leaves the knobs as they were.
+        match feature.room().knobs(&btf, options, knobs) {
+            Ok(with) => {
                 knobs = with;
                 on.push(feature);
             }

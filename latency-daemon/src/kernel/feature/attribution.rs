@@ -39,10 +39,7 @@ pub const ATTRIBUTION: Room = Room {
             set: |o, from, on| o.attribute_ns = if on { from.attribute_ns } else { 0 },
         },
         |_| Ok(()),
-        |_, o, knobs| {
-            knobs.attribute_ns = o.attribute_ns;
-            Ok(())
-        },
+        |_, o, knobs| Ok(Knobs { attribute_ns: o.attribute_ns, ..knobs }),
     )
 };
 
@@ -51,11 +48,9 @@ pub const ATTRIBUTION: Room = Room {
 pub const QUEUE_DEPTH: Room =
     Room::new("queue_depth", Switch::With(Feature::Attribution), |btf| depth_layout(btf).map(drop), depth_knobs);
 
-fn depth_knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+fn depth_knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let d = depth_layout(btf)?;
-    knobs.depth_known = 1;
-    knobs.rq_nr_running = d.rq_nr_running.offset;
-    knobs.task_se_cfs_rq = d.task_se_cfs_rq.offset;
-    knobs.cfs_rq_rq = d.cfs_rq_rq.offset;
-    Ok(())
+    let (rq_nr_running, task_se_cfs_rq, cfs_rq_rq) =
+        (d.rq_nr_running.offset, d.task_se_cfs_rq.offset, d.cfs_rq_rq.offset);
+    Ok(Knobs { depth_known: 1, rq_nr_running, task_se_cfs_rq, cfs_rq_rq, ..knobs })
 }

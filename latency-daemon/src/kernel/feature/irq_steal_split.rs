@@ -58,12 +58,9 @@ pub const ROOM: Room = Room::new(
     knobs,
 );
 
-fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let s = layout(btf)?;
     log::info!("the irq_steal part of each wait holds {}", s.holds());
-    run_queue_clock::write_chain(&s.rq, knobs);
-    knobs.task_se_nr_migrations = s.nr_migrations.offset;
-    knobs.split_stolen = 1;
-    knobs.rq_clock_task = s.clock_task.offset;
-    Ok(())
+    let (task_se_nr_migrations, rq_clock_task) = (s.nr_migrations.offset, s.clock_task.offset);
+    Ok(Knobs { task_se_nr_migrations, split_stolen: 1, rq_clock_task, ..run_queue_clock::with_chain(&s.rq, knobs) })
 }

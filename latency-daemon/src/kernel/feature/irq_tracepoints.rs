@@ -46,10 +46,7 @@ pub const ROOM: Room = Room {
     )
 };
 
-fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let i = layout(btf)?;
-    knobs.split_irq = 1;
-    knobs.task_cpu = i.task_cpu.offset;
-    knobs.task_se_nr_migrations = i.nr_migrations.offset;
-    Ok(())
+    Ok(Knobs { split_irq: 1, task_cpu: i.task_cpu.offset, task_se_nr_migrations: i.nr_migrations.offset, ..knobs })
 }

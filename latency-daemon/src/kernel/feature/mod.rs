@@ -107,10 +107,11 @@ pub struct Room {
     switch: Switch,
     /// Whether this kernel's BTF describes everything it reads; the error names what is missing.
     available: fn(&Btf) -> Result<(), BtfError>,
-    /// Its knobs for a load with these options (only when wanted). Several features write some of
-    /// the same knobs (the run queue chain, the task's CPU, its migration count): each reads them
-    /// from the same BTF member, so the writes agree whatever the order.
-    knobs: fn(&Btf, &ProbeOptions, &mut Knobs) -> Result<(), BtfError>,
+    /// The knobs given with its own written for a load with these options (only when wanted), or
+    /// nothing written where BTF lacks them. Several features write some of the same knobs (the
+    /// run queue chain, the task's CPU, its migration count): each reads them from the same BTF
+    /// member, so the writes agree whatever the order.
+    knobs: fn(&Btf, &ProbeOptions, Knobs) -> Result<Knobs, BtfError>,
     /// Its maps' sizes (`on`: in this load; off, the smallest the object takes).
     maps: fn(bool, &ProbeOptions, Sizes) -> Vec<(&'static str, u32)>,
     /// The programs it adds to the core's, when on.
@@ -126,7 +127,7 @@ impl Room {
         name: &'static str,
         switch: Switch,
         available: fn(&Btf) -> Result<(), BtfError>,
-        knobs: fn(&Btf, &ProbeOptions, &mut Knobs) -> Result<(), BtfError>,
+        knobs: fn(&Btf, &ProbeOptions, Knobs) -> Result<Knobs, BtfError>,
     ) -> Room {
         Room {
             name,
@@ -167,8 +168,9 @@ impl Room {
         (self.available)(btf)
     }
 
-    /// Write its knobs for a load with `o` (only called when wanted).
-    pub fn knobs(&self, btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+    /// `knobs` with its own written for a load with `o` (only called when wanted); where this
+    /// kernel's BTF lacks them, the error and nothing half written.
+    pub fn knobs(&self, btf: &Btf, o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
         (self.knobs)(btf, o, knobs)
     }
 

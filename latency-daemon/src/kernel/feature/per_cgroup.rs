@@ -48,18 +48,20 @@ pub const ROOM: Room = Room {
     ..Room::new("per_cgroup", Switch::Flag(|o| o.cgroups, |o| &mut o.cgroups), |btf| layout(btf).map(drop), knobs)
 };
 
-fn knobs(btf: &Btf, o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+fn knobs(btf: &Btf, o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let c = layout(btf)?;
-    knobs.cgroups = 1;
-    knobs.task_cgroups = c.task_cgroups.offset;
-    knobs.css_set_dfl_cgrp = c.css_set_dfl_cgrp.offset;
-    knobs.cgroup_kn = c.cgroup_kn.offset;
-    knobs.kernfs_node_id = c.kernfs_node_id.offset;
-    knobs.cgroup_slot_bits = cgroup_slot_bits(o.max_cgroups);
-    knobs.cgroup_root = c.cgroup_root.offset;
-    knobs.cgroup_root_hierarchy_id = c.cgroup_root_hierarchy_id.offset;
-    knobs.task_flags = c.task_flags.offset;
-    Ok(())
+    Ok(Knobs {
+        cgroups: 1,
+        task_cgroups: c.task_cgroups.offset,
+        css_set_dfl_cgrp: c.css_set_dfl_cgrp.offset,
+        cgroup_kn: c.cgroup_kn.offset,
+        kernfs_node_id: c.kernfs_node_id.offset,
+        cgroup_slot_bits: cgroup_slot_bits(o.max_cgroups),
+        cgroup_root: c.cgroup_root.offset,
+        cgroup_root_hierarchy_id: c.cgroup_root_hierarchy_id.offset,
+        task_flags: c.task_flags.offset,
+        ..knobs
+    })
 }
 
 fn maps(on: bool, o: &ProbeOptions, sizes: Sizes) -> Vec<(&'static str, u32)> {

@@ -26,11 +26,14 @@ pub fn layout(btf: &Btf) -> Result<RqClockLayout, BtfError> {
     })
 }
 
-/// Write the chain's knobs (shared by every feature that walks it).
-pub fn write_chain(rq: &RqClockLayout, knobs: &mut Knobs) {
-    knobs.task_se_cfs_rq = rq.task_se_cfs_rq.offset;
-    knobs.cfs_rq_rq = rq.cfs_rq_rq.offset;
-    knobs.rq_clock = rq.rq_clock.offset;
+/// `knobs` with the chain's written (shared by every feature that walks it).
+pub fn with_chain(rq: &RqClockLayout, knobs: Knobs) -> Knobs {
+    Knobs {
+        task_se_cfs_rq: rq.task_se_cfs_rq.offset,
+        cfs_rq_rq: rq.cfs_rq_rq.offset,
+        rq_clock: rq.rq_clock.offset,
+        ..knobs
+    }
 }
 
 /// The run-queue clock instead of the monotonic one.
@@ -44,9 +47,6 @@ pub const ROOM: Room = Room::new(
     knobs,
 );
 
-fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
-    let rq = layout(btf)?;
-    knobs.clock_rq = 1;
-    write_chain(&rq, knobs);
-    Ok(())
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
+    Ok(Knobs { clock_rq: 1, ..with_chain(&layout(btf)?, knobs) })
 }

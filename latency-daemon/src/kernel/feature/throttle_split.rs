@@ -40,12 +40,13 @@ pub const ROOM: Room = Room::new(
     knobs,
 );
 
-fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let t = layout(btf)?;
-    run_queue_clock::write_chain(&t.rq, knobs);
-    knobs.task_se_nr_migrations = t.nr_migrations.offset;
-    knobs.split_throttle = 1;
-    knobs.cfs_rq_throttled_clock_self = t.throttled_clock_self.offset;
-    knobs.cfs_rq_throttled_clock_self_time = t.throttled_clock_self_time.offset;
-    Ok(())
+    Ok(Knobs {
+        task_se_nr_migrations: t.nr_migrations.offset,
+        split_throttle: 1,
+        cfs_rq_throttled_clock_self: t.throttled_clock_self.offset,
+        cfs_rq_throttled_clock_self_time: t.throttled_clock_self_time.offset,
+        ..run_queue_clock::with_chain(&t.rq, knobs)
+    })
 }

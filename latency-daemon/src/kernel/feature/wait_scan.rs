@@ -41,12 +41,9 @@ pub const ROOM: Room = Room {
     ..Room::new("wait_scan", Switch::Flag(|o| o.wait_scan, |o| &mut o.wait_scan), |btf| layout(btf).map(drop), knobs)
 };
 
-fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: &mut Knobs) -> Result<(), BtfError> {
+fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let w = layout(btf)?;
-    knobs.task_on_rq = w.on_rq.offset;
-    knobs.task_on_cpu = w.on_cpu.offset;
-    knobs.task_cpu = w.cpu.offset;
-    Ok(())
+    Ok(Knobs { task_on_rq: w.on_rq.offset, task_on_cpu: w.on_cpu.offset, task_cpu: w.cpu.offset, ..knobs })
 }
 
 /// Run the scan once. A fresh iterator each time: an `iter/task` link and a read of its
