@@ -99,12 +99,4 @@ const _: () = assert!(core::mem::size_of::<RunRing>() == 16 + 40 * RUNS_KEPT);
 const _: () = assert!(core::mem::size_of::<Incident>() == 64 + 32 + 40 * RUNS_KEPT);
 const _: () = assert!(RUNS_KEPT.is_power_of_two());
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for RunRing {}
-
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for Incident {}
+super::pod!(RunRing, Incident);

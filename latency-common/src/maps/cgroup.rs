@@ -76,15 +76,7 @@ pub const REMOVED_BYTES: u32 = 128 * 1024;
 const _: () = assert!(core::mem::size_of::<CgroupHist>() == 184);
 const _: () = assert!(core::mem::size_of::<CgroupSlot>() == 192);
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for CgroupHist {}
-
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for CgroupSlot {}
+super::pod!(CgroupHist, CgroupSlot);
 
 #[cfg(test)]
 mod tests {

@@ -97,10 +97,7 @@ pub struct CpuStats {
 // shows up here, not as garbage in user space.
 const _: () = assert!(core::mem::size_of::<CpuStats>() == 8 * (9 + Cause::COUNT + Discard::COUNT + Lost::COUNT));
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for CpuStats {}
+super::pod!(CpuStats);
 
 #[cfg(test)]
 mod tests {

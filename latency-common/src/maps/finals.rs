@@ -27,7 +27,4 @@ impl FinalRing {
         FinalRing { head: 0, finals: [Final { tid: 0, reason: 0, delay_ns: 0, end_ns: 0 }; FINALS_KEPT] };
 }
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for FinalRing {}
+super::pod!(FinalRing);

@@ -19,7 +19,4 @@ impl Histogram {
 // shows up here, not as garbage in user space.
 const _: () = assert!(core::mem::size_of::<Histogram>() == 8 + 8 * BUCKETS);
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for Histogram {}
+super::pod!(Histogram);

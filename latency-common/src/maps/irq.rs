@@ -18,7 +18,4 @@ pub struct IrqClock {
 
 const _: () = assert!(core::mem::size_of::<IrqClock>() == 64);
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for IrqClock {}
+super::pod!(IrqClock);

@@ -2,6 +2,18 @@
 //! reads, plus the enums that index their counter slots (so slot order is defined once): one file
 //! per concern, every item re-exported here so `latency_common::maps::X` names it.
 
+/// `aya::Pod` for map values, in the user-space build: only for the `#[repr(C)]` layouts of plain
+/// integers and integer arrays with no padding that each file's size asserts pin.
+macro_rules! pod {
+    ($($layout:ty),+) => {$(
+        #[cfg(feature = "user")]
+        // SAFETY: the callers name only #[repr(C)] plain integers and integer arrays with no
+        // padding (their size asserts), so every bit pattern is a valid value.
+        unsafe impl aya::Pod for $layout {}
+    )+};
+}
+use pod;
+
 mod attribution;
 mod cause;
 mod cgroup;

@@ -47,7 +47,4 @@ impl Seen {
 
 const _: () = assert!(core::mem::size_of::<Seen>() == 64);
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for Seen {}
+super::pod!(Seen);

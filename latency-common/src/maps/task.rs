@@ -55,7 +55,4 @@ impl TaskStats {
 const _: () = assert!(core::mem::size_of::<TaskStats>() == 104 + 8 * Cause::COUNT);
 const _: () = assert!(core::mem::align_of::<TaskStats>() == 8);
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for TaskStats {}
+super::pod!(TaskStats);

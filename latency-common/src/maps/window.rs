@@ -82,17 +82,4 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<WindowMax>() == 80);
 const _: () = assert!(core::mem::align_of::<WindowMax>() == 8);
 
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for CpuState {}
-
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for Control {}
-
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)] plain integers and integer arrays with no padding (the size asserts above),
-// so every bit pattern is a valid value.
-unsafe impl aya::Pod for WindowMax {}
+super::pod!(CpuState, Control, WindowMax);

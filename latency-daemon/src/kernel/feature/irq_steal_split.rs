@@ -4,7 +4,7 @@
 use latency_common::Knobs;
 
 use super::{
-    Room, Switch,
+    Room,
     run_queue_clock::{self, RqClockLayout},
 };
 use crate::kernel::{
@@ -51,12 +51,7 @@ pub fn layout(btf: &Btf) -> Result<StolenLayout, BtfError> {
     })
 }
 
-pub const ROOM: Room = Room::new(
-    "irq_steal_split",
-    Switch::Flag(|o| o.split_stolen, |o| &mut o.split_stolen),
-    |btf| layout(btf).map(drop),
-    knobs,
-);
+pub const ROOM: Room = Room::new("irq_steal_split", flag!(split_stolen), |btf| layout(btf).map(drop), knobs);
 
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let s = layout(btf)?;

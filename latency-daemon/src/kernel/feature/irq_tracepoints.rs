@@ -3,7 +3,7 @@
 //! clock array's size and the four irq tracepoints out.
 use latency_common::{Knobs, maps::names};
 
-use super::{Room, Switch, wait_scan};
+use super::{Room, wait_scan};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     object::Program,
@@ -38,12 +38,7 @@ pub fn layout(btf: &Btf) -> Result<IrqLayout, BtfError> {
 pub const ROOM: Room = Room {
     maps: |on, _, sizes| vec![(names::IRQ_CLOCKS, if on { sizes.cpus } else { 1 })],
     programs: |_| names::IRQ_PROGRAMS.into_iter().map(Program::Tracepoint).collect(),
-    ..Room::new(
-        "irq_tracepoints",
-        Switch::Flag(|o| o.split_irq, |o| &mut o.split_irq),
-        |btf| layout(btf).map(drop),
-        knobs,
-    )
+    ..Room::new("irq_tracepoints", flag!(split_irq), |btf| layout(btf).map(drop), knobs)
 };
 
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {

@@ -11,6 +11,13 @@ use super::{
     options::{ProbeError, ProbeOptions},
 };
 
+/// The switch of a feature that is one bool field of `ProbeOptions` (a `Switch::Flag`).
+macro_rules! flag {
+    ($field:ident) => {
+        super::Switch::Flag(|o| o.$field, |o| &mut o.$field)
+    };
+}
+
 pub mod attribution;
 pub mod irq_steal_split;
 pub mod irq_tracepoints;

@@ -5,7 +5,7 @@ use latency_common::{
     maps::{REMOVED_BYTES, cgroup_slot_bits, names},
 };
 
-use super::{Room, Sizes, Switch};
+use super::{Room, Sizes};
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     object::Program,
@@ -45,7 +45,7 @@ pub fn layout(btf: &Btf) -> Result<CgroupLayout, BtfError> {
 pub const ROOM: Room = Room {
     maps,
     programs: |o| if o.cgroup_removals { vec![Program::Tracepoint(names::CGROUP_RMDIR)] } else { Vec::new() },
-    ..Room::new("per_cgroup", Switch::Flag(|o| o.cgroups, |o| &mut o.cgroups), |btf| layout(btf).map(drop), knobs)
+    ..Room::new("per_cgroup", flag!(cgroups), |btf| layout(btf).map(drop), knobs)
 };
 
 fn knobs(btf: &Btf, o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {

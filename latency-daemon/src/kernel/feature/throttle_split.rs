@@ -4,7 +4,7 @@
 use latency_common::Knobs;
 
 use super::{
-    Room, Switch,
+    Room,
     run_queue_clock::{self, RqClockLayout},
 };
 use crate::kernel::{
@@ -33,12 +33,7 @@ pub fn layout(btf: &Btf) -> Result<ThrottleLayout, BtfError> {
     })
 }
 
-pub const ROOM: Room = Room::new(
-    "throttle_split",
-    Switch::Flag(|o| o.split_throttle, |o| &mut o.split_throttle),
-    |btf| layout(btf).map(drop),
-    knobs,
-);
+pub const ROOM: Room = Room::new("throttle_split", flag!(split_throttle), |btf| layout(btf).map(drop), knobs);
 
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let t = layout(btf)?;

@@ -7,7 +7,7 @@ use latency_common::{
     maps::{Seen, names},
 };
 
-use super::{Room, Switch};
+use super::Room;
 use crate::kernel::{
     btf::{Btf, BtfError, Member},
     object::Program,
@@ -38,7 +38,7 @@ pub fn layout(btf: &Btf) -> Result<WaitLayout, BtfError> {
 pub const ROOM: Room = Room {
     programs: |_| vec![Program::Iter { name: names::WAIT_SCAN, target: "task" }],
     after_load: |ebpf| scan(ebpf).map(drop),
-    ..Room::new("wait_scan", Switch::Flag(|o| o.wait_scan, |o| &mut o.wait_scan), |btf| layout(btf).map(drop), knobs)
+    ..Room::new("wait_scan", flag!(wait_scan), |btf| layout(btf).map(drop), knobs)
 };
 
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
