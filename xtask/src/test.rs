@@ -1,6 +1,7 @@
 //! `cargo xtask test [-- ARGS…]`: setup, then the whole suite as steps (the release artifacts,
 //! `cargo test`, then the checks that run built programs), each run even if an earlier one
 //! failed. Out: a summary with timings; non-zero exit if any step failed.
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -42,6 +43,9 @@ fn dist_step() -> Step {
     }
 }
 
+/// How long `Fetch` took and whether it succeeded, for the summary (it is no step of its own).
+static FETCHED: OnceLock<(Duration, bool)> = OnceLock::new();
+
 /// `vmtest --fetch-only` in the background, its output in a log file: kernels, busybox and the
 /// .deb's Debian root into vmtest's cache (on a fresh machine minutes of network and unpacking,
 /// which would otherwise open the vmtest step). vmtest fetches whatever this did not, so a
@@ -80,6 +84,8 @@ impl Fetch {
     /// Waits for it and says how it went.
     fn finish(mut self) {
         let status = self.child.wait();
+        let ok = status.as_ref().is_ok_and(std::process::ExitStatus::success);
+        let _ = FETCHED.set((self.began.elapsed(), ok));
         let took = self.began.elapsed().as_secs_f64();
         match status {
             Ok(status) if status.success() => {
@@ -208,6 +214,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     print_row("setup", setup_took, true);
     for (name, took, ok) in &results {
         print_row(name, *took, *ok);
+        if *name == "dist"
+            && let Some((fetch, fetched)) = FETCHED.get()
+        {
+            // Inside dist's time, not after it; a failure only moved the fetch into vmtest.
+            let verdict = if *fetched { "" } else { ", failed: vmtest fetched" };
+            println!("         (beside it: vmtest's fetch {:.1} s{verdict})", fetch.as_secs_f64());
+        }
     }
     let failed = results.iter().filter(|(_, _, ok)| !ok).count();
     if failed > 0 {
