@@ -1,6 +1,7 @@
 //! `cargo xtask test [-- ARGS…]`: setup, then the whole suite as steps (the release artifacts,
 //! `cargo test`, then the checks that run built programs), each run even if an earlier one
 //! failed. Out: a summary with timings; non-zero exit if any step failed.
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -21,15 +22,86 @@ struct Step {
     run: Box<dyn FnOnce() -> anyhow::Result<()>>,
 }
 
+/// The kernels vmtest boots: every one of both architectures.
+const VMTEST_KERNELS: &str = "all";
+
 /// The step before `cargo test`: the release artifacts of both architectures (whose package
-/// tests then check the real binaries, not stand-ins) and the arm64 guests' load.
+/// tests then check the real binaries, not stand-ins) and the arm64 guests' load. Beside the
+/// build, which keeps the CPUs busy, vmtest's downloads run (`Fetch`); the step ends when both
+/// have, so nothing of them runs under `cargo test`'s timed tests.
 fn dist_step() -> Step {
     Step {
         name: "dist",
         run: Box::new(|| {
-            xtask(["dist"])()?;
-            xtask(["dist", "--guest-tools"])()
+            let fetch = Fetch::start();
+            let built = xtask(["dist"])().and_then(|()| xtask(["dist", "--guest-tools"])());
+            if let Some(fetch) = fetch {
+                fetch.finish();
+            }
+            built
         }),
+    }
+}
+
+/// How long `Fetch` took and whether it succeeded, for the summary (it is no step of its own).
+static FETCHED: OnceLock<(Duration, bool)> = OnceLock::new();
+
+/// `vmtest --fetch-only` in the background, its output in a log file: kernels, busybox and the
+/// .deb's Debian root into vmtest's cache (on a fresh machine minutes of network and unpacking,
+/// which would otherwise open the vmtest step). vmtest fetches whatever this did not, so a
+/// failure here is reported, never fatal.
+struct Fetch {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    began: Instant,
+}
+
+impl Fetch {
+    fn start() -> Option<Fetch> {
+        let log = build::target_dir().join("vmtest-fetch.log");
+        let started = (|| -> anyhow::Result<std::process::Child> {
+            std::fs::create_dir_all(build::target_dir())?;
+            let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+            let mut command = std::process::Command::new(std::env::current_exe()?);
+            command
+                .current_dir(workspace_root())
+                .args(["vmtest", "--fetch-only", "--deb", "--kernels", VMTEST_KERNELS])
+                .stdin(std::process::Stdio::null())
+                .stderr(out.try_clone()?)
+                .stdout(out);
+            println!("test: $ {} > {} 2>&1 &", cmd::show(&command), log.display());
+            Ok(command.spawn()?)
+        })();
+        match started {
+            Ok(child) => Some(Fetch { child, log, began: Instant::now() }),
+            Err(err) => {
+                eprintln!("test: vmtest's fetch did not start ({err:#}); vmtest fetches itself");
+                None
+            }
+        }
+    }
+
+    /// Waits for it and says how it went.
+    fn finish(mut self) {
+        let status = self.child.wait();
+        let ok = status.as_ref().is_ok_and(std::process::ExitStatus::success);
+        let _ = FETCHED.set((self.began.elapsed(), ok));
+        let took = self.began.elapsed().as_secs_f64();
+        match status {
+            Ok(status) if status.success() => {
+                println!("test: vmtest's fetch, beside dist: done in {took:.0} s ({})", self.log.display());
+            }
+            other => {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                eprintln!(
+                    "test: vmtest's fetch failed after {took:.0} s ({other:?}); vmtest fetches again. The end of {}:\n{}",
+                    self.log.display(),
+                    tail.join("\n")
+                );
+            }
+        }
     }
 }
 
@@ -104,7 +176,7 @@ fn extra_steps() -> Vec<Step> {
         run: {
             let out = build::target_dir().join("vmtest-report");
             let out = out.to_string_lossy().into_owned();
-            xtask(["vmtest", "--static", "--deb", "--kernels", "all", "--out", out.as_str()])
+            xtask(["vmtest", "--static", "--deb", "--kernels", VMTEST_KERNELS, "--out", out.as_str()])
         },
     });
     steps
@@ -142,6 +214,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     print_row("setup", setup_took, true);
     for (name, took, ok) in &results {
         print_row(name, *took, *ok);
+        if *name == "dist"
+            && let Some((fetch, fetched)) = FETCHED.get()
+        {
+            // Inside dist's time, not after it; a failure only moved the fetch into vmtest.
+            let verdict = if *fetched { "" } else { ", failed: vmtest fetched" };
+            println!("         (beside it: vmtest's fetch {:.1} s{verdict})", fetch.as_secs_f64());
+        }
     }
     let failed = results.iter().filter(|(_, _, ok)| !ok).count();
     if failed > 0 {

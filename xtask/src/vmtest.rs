@@ -13,6 +13,10 @@ pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
         return latency_lab::vmtest::stall::guest(addr, args.guest_stall_pid);
     }
     setup::ensure(setup::Report::ChangesOnly)?;
+    // Before any binary is looked for: `cargo xtask test` fetches while dist builds them.
+    if args.fetch_only {
+        return latency_lab::vmtest::fetch(args);
+    }
     let daemon = dist::daemon(args.static_daemon)?;
     let xtask = std::env::current_exe().context("where this xtask binary is")?;
     let mut args = args.clone();

@@ -85,6 +85,11 @@ pub struct Args {
     /// The .deb of `--deb` (xtask names target/dist's).
     #[arg(skip)]
     pub deb_file: Option<PathBuf>,
+    /// Only fetch what the guests boot into the cache (the kernels, their busybox, with --deb the
+    /// Debian root), and boot nothing: network and unpacking, which `cargo xtask test` overlaps
+    /// with its build.
+    #[arg(long, conflicts_with = "smoke")]
+    pub fetch_only: bool,
     /// Inside a guest: run the stall beside the daemon listening here and print what it saw
     /// (`stall::guest`); nothing else runs.
     #[arg(long, hide = true, value_name = "ADDR")]
@@ -135,6 +140,32 @@ fn kernel_ids(asked: &[String]) -> Vec<String> {
 fn deadline(arch: Arch, cpus: u32, smoke: bool) -> Duration {
     let x86 = if smoke { 60 } else { 120 + 20 * u64::from(cpus.saturating_sub(2)) };
     Duration::from_secs(if arch.is_host() { x86 } else { 3 * x86 })
+}
+
+/// `--fetch-only`: every download and unpacking a run of `args` would start with, into the cache.
+/// The qemu-user of an emulated arm64 load is left to the run: with `cargo xtask dist
+/// --guest-tools` there is none.
+pub fn fetch(args: &Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let ids = kernel_ids(&args.kernels);
+    let cache = cache_dir();
+    println!("vmtest: fetching {} kernels into {}", ids.len(), cache.display());
+    let kernels = kernels::fetch(&ids, &cache)?;
+    let mut archs: Vec<Arch> = kernels.iter().map(|k| k.arch).collect();
+    archs.sort_by_key(|a| !a.is_host());
+    archs.dedup();
+    for arch in archs {
+        unpacked::busybox(arch, &cache)?;
+    }
+    if args.deb {
+        let deb_kernel = kernels::fetch(&[systemd::KERNEL.to_owned()], &cache)?;
+        let kernel = deb_kernel.first().context("kernel 5.10 was fetched")?;
+        let (tarball, made) = systemd::root_tarball(kernel, &cache)?;
+        let made = made.map_or_else(|| "cached".to_owned(), |s| format!("bootstrapped in {s:.0} s"));
+        println!("vmtest: the .deb's root: {} ({made})", tarball.display());
+    }
+    println!("vmtest: fetched in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
 }
 
 pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {

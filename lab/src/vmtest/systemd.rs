@@ -90,18 +90,24 @@ pub struct DebResult {
     pub console_tail: Vec<String>,
 }
 
+/// The cached tarball of `kernel`'s Debian release with systemd, bootstrapped now if missing
+/// (then also how long that took); `vmtest --fetch-only` makes it ahead of the boot.
+pub fn root_tarball(kernel: &Kernel, cache: &Path) -> anyhow::Result<(PathBuf, Option<f64>)> {
+    let suite = release_of(&kernel.suite);
+    let tarball = cache.join(format!("rootfs-{suite}-systemd-amd64.tar"));
+    if tarball.is_file() {
+        return Ok((tarball, None));
+    }
+    let started = Instant::now();
+    bootstrap(&suite, &tarball)?;
+    Ok((tarball, Some(started.elapsed().as_secs_f64())))
+}
+
 /// Builds the root, boots it and judges what the checker printed; `progress` sees the boot's
 /// `@@` lines.
 pub fn run(deb: &Deb<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result<DebResult> {
     let suite = release_of(&deb.kernel.suite);
-    let tarball = deb.cache.join(format!("rootfs-{suite}-systemd-amd64.tar"));
-    let bootstrap_s = if tarball.is_file() {
-        None
-    } else {
-        let started = Instant::now();
-        bootstrap(&suite, &tarball)?;
-        Some(started.elapsed().as_secs_f64())
-    };
+    let (tarball, bootstrap_s) = root_tarball(deb.kernel, deb.cache)?;
 
     let built = Instant::now();
     let scratch = Scratch::new("runqlat-vmtest-deb")?;
