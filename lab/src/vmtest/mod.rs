@@ -148,7 +148,7 @@ fn deadline(arch: Arch, cpus: u32, smoke: bool) -> Duration {
 pub fn fetch(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let ids = kernel_ids(&args.kernels);
-    let cache = cache_dir();
+    let cache = apt::cache_dir();
     println!("vmtest: fetching {} kernels into {}", ids.len(), cache.display());
     let kernels = kernels::fetch(&ids, &cache)?;
     let mut archs: Vec<Arch> = kernels.iter().map(|k| k.arch).collect();
