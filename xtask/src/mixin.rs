@@ -198,6 +198,17 @@ mod tests {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{field}: {e}: {out}"))
     }
 
+    /// Every rule's expression in a `{"groups": [{"rules": [...]}]}` document.
+    fn rule_exprs(doc: &Value) -> Vec<String> {
+        doc["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .filter_map(|r| r["expr"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     fn dashboard() -> serde_json::Value {
         grafana::load(&grafana::dashboards_dir().join("runqlat.json")).unwrap_or_else(|e| panic!("{e:#}"))
     }
@@ -269,13 +280,7 @@ mod tests {
         let out = cmd::stdout(&mut jsonnet).unwrap_or_else(|e| panic!("{e:#}"));
         assert!(!out.contains(r#"job=\"latency-daemon"#), "a hard-coded job is left");
         let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}"));
-        let mut exprs: Vec<String> = v["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-            .filter_map(|r| r["expr"].as_str().map(str::to_owned))
-            .collect();
+        let mut exprs = rule_exprs(&v);
         let dashboard = &v["dashboards"]["runqlat.json"];
         exprs.extend(grafana::queries(dashboard).into_iter().map(|q| q.expr));
         exprs.extend(
@@ -318,13 +323,7 @@ mod tests {
         let d = dashboard();
         let variables = grafana::label_variables(&d).unwrap_or_else(|e| panic!("{e:#}"));
         let groups = rule_groups().unwrap_or_else(|e| panic!("{e:#}"));
-        let rules: Vec<String> = groups["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
-            .filter_map(|r| r["expr"].as_str().map(str::to_owned))
-            .collect();
+        let rules = rule_exprs(&groups);
         let exprs = grafana::queries(&d)
             .into_iter()
             .map(|q| q.expr)
