@@ -40,6 +40,20 @@ fn cgroup_only_config(cgroup: &str, threshold: &str) -> (Scratch, String) {
     (dir, path)
 }
 
+/// An Alertmanager, a test cgroup `name`, and a daemon (interval 1 s, window 2 s, then `more`
+/// flags) alerting it on that cgroup's delays over 5 ms; the config's scratch directory is the
+/// third.
+fn alerting_on(name: &str, more: &[&str]) -> (Alertmanager, TestCgroup, Scratch, Daemon) {
+    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
+    let cg = TestCgroup::new(name).expect("a test cgroup");
+    let (dir, file) = cgroup_only_config(&cg.path, "5ms");
+    let url = am.url();
+    let mut args = vec!["--config", &file, "--interval", "1s", "--window", "2s", "--alertmanager-url", &url];
+    args.extend_from_slice(more);
+    let daemon = Daemon::start(DAEMON, &args).expect("latency-daemon run");
+    (am, cg, dir, daemon)
+}
+
 fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
     loop {
@@ -53,27 +67,7 @@ fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) 
 
 #[test]
 fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
-    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
-    let cg = TestCgroup::new("alert").expect("a test cgroup");
-    let (_dir, file) = cgroup_only_config(&cg.path, "5ms");
-    let daemon = Daemon::start(
-        DAEMON,
-        &[
-            "--config",
-            &file,
-            "--interval",
-            "1s",
-            "--window",
-            "2s",
-            "--alertmanager-url",
-            &am.url(),
-            "--alert-resend",
-            "1s",
-            "--alert-resolve-after",
-            "1",
-        ],
-    )
-    .expect("latency-daemon run");
+    let (am, cg, _dir, daemon) = alerting_on("alert", &["--alert-resend", "1s", "--alert-resolve-after", "1"]);
     // 4×CPUs spinners in the cgroup: each waits several ms for its turn.
     let spinners: Vec<_> =
         (0..4 * cpus()).map(|_| cg.spawn(&["sh", "-c", "while :; do :; done"]).expect("a spinner")).collect();
@@ -124,14 +118,7 @@ const SLEEPER: &str = "use Time::HiRes qw(time); my $m = 0; while (1) { my $t = 
 
 #[test]
 fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
-    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
-    let cg = TestCgroup::new("quiet").expect("a test cgroup");
-    let (dir, file) = cgroup_only_config(&cg.path, "5ms");
-    let daemon = Daemon::start(
-        DAEMON,
-        &["--config", &file, "--interval", "1s", "--window", "2s", "--alertmanager-url", &am.url()],
-    )
-    .expect("latency-daemon run");
+    let (am, cg, dir, daemon) = alerting_on("quiet", &[]);
     let longest = dir.join("longest-sleep-ns");
     let _sleeper = cg.spawn(&["perl", "-e", SLEEPER, longest.to_str().unwrap()]).expect("the sleeper");
     std::thread::sleep(Duration::from_secs(30));

@@ -247,16 +247,25 @@ fn until_listed(daemon: &Daemon, path: &str, mut at: AtDrain) -> AtDrain {
     at
 }
 
-#[test]
-fn waits_split_by_cause_agree_with_cpu_stat_and_proc_stat() {
+/// Whether a scene test can run here (as root, for `needs`; else it says it is skipped), and
+/// then with the test pinned to CPU 0: the test and the daemon (which inherits it) stay off
+/// CPU 1, where the workloads pin themselves.
+fn ready_on_cpu_0(test: &str, needs: &str) -> bool {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("causes: skipped: needs root (BPF, cgroups)");
-        return;
+        eprintln!("{test}: skipped: needs root ({needs})");
+        return false;
     }
     assert!(latency_lab::workload::cpus() >= 2, "the scenes pin to CPU 1");
-    // The test and the daemon (which inherits it) stay off CPU 1; the workloads pin themselves there.
     assert!(latency_lab::workload::stall::pin(0), "pinning the test to CPU 0");
+    true
+}
+
+#[test]
+fn waits_split_by_cause_agree_with_cpu_stat_and_proc_stat() {
+    if !ready_on_cpu_0("causes", "BPF, cgroups") {
+        return;
+    }
     let spin = ["taskset", "-c", "1", "sh", "-c", "while :; do :; done"];
     let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "1s", "--top-cgroups", "1000"])
         .expect("latency-daemon run");
@@ -391,13 +400,9 @@ fn waits_split_by_cause_agree_with_cpu_stat_and_proc_stat() {
 
 #[test]
 fn irq_tracepoints_time_a_softirq_flood_as_perf_does() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("irq: skipped: needs root (BPF, cgroups, perf)");
+    if !ready_on_cpu_0("irq", "BPF, cgroups, perf") {
         return;
     }
-    assert!(latency_lab::workload::cpus() >= 2, "the scene pins to CPU 1");
-    assert!(latency_lab::workload::stall::pin(0), "pinning the test to CPU 0");
     let daemon =
         Daemon::start(DAEMON, &["--interval", "1s", "--window", "1s", "--top-cgroups", "1000", "--irq-tracepoints"])
             .expect("latency-daemon run --irq-tracepoints");

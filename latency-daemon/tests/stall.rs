@@ -139,21 +139,17 @@ fn parse_duration_ns(text: &str) -> Option<u64> {
 fn final_delay_ns(daemon: &Daemon, tid: u32) -> Option<u64> {
     let r = daemon.get("/api/v1/snapshot").ok().filter(|r| r.status == 200)?;
     let snap: Value = serde_json::from_slice(&r.body).ok()?;
-    let attributed = snap["attributed"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|a| a["victim_tid"].as_u64() == Some(u64::from(tid)))
-        .filter_map(|a| a["delay_ns"].as_u64())
-        .max();
-    let per_task = snap["tasks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|t| t["tid"].as_u64() == Some(u64::from(tid)))
-        .filter_map(|t| t["delay_max_ns"].as_u64())
-        .max();
-    attributed.max(per_task)
+    // The largest `value` of the entries of `list` whose `tid_key` is tid.
+    let largest = |list: &str, tid_key: &str, value: &str| {
+        snap[list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e[tid_key].as_u64() == Some(u64::from(tid)))
+            .filter_map(|e| e[value].as_u64())
+            .max()
+    };
+    largest("attributed", "victim_tid", "delay_ns").max(largest("tasks", "tid", "delay_max_ns"))
 }
 
 /// A wakeup wait in a `perf sched record` trace: who, on which CPU it got to run (the victim is

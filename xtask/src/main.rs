@@ -9,6 +9,7 @@ mod demo;
 mod dist;
 #[cfg(test)]
 mod kubernetes;
+mod manifest;
 mod mixin;
 #[cfg(test)]
 mod readme_layout;

@@ -164,28 +164,8 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
 
     let summaries: Vec<_> = measured.iter().map(|m| analysis::summarize(m, 1_000_000_000 / hz.max(1))).collect();
     let mut checks = analysis::ordering_checks(&summaries);
-    let stall_alert = match alerted {
-        Some(Ok(a)) => {
-            checks.extend(a.checks());
-            Some(a)
-        }
-        Some(Err(e)) => {
-            checks.push(stall_alert::failed(&e));
-            None
-        }
-        None => None,
-    };
-    let causes = match causes {
-        Some(Ok(c)) => {
-            checks.extend(c.checks());
-            Some(c)
-        }
-        Some(Err(e)) => {
-            checks.push(causes::failed(&e));
-            None
-        }
-        None => None,
-    };
+    let stall_alert = settle(alerted, &mut checks, stall_alert::StallAlert::checks, stall_alert::failed);
+    let causes = settle(causes, &mut checks, causes::Causes::checks, causes::failed);
     let took_s = began.elapsed().as_secs_f64();
     let projected_full_s = took_s + modes.len() as f64 * (FULL_SECS - args.secs);
     checks.push(Check {
@@ -226,6 +206,26 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         bail!("{} agreement figure(s) outside tolerance; see {}", failures.len(), out.join("report.md").display());
     }
     Ok(())
+}
+
+/// An extra measurement's outcome (None: not run): its checks, or the one check its failure
+/// is, added to `checks`; the measurement kept for the report when it ran.
+fn settle<T>(
+    outcome: Option<anyhow::Result<T>>,
+    checks: &mut Vec<Check>,
+    passed: impl Fn(&T) -> Vec<Check>,
+    failed: impl Fn(&anyhow::Error) -> Check,
+) -> Option<T> {
+    match outcome? {
+        Ok(measured) => {
+            checks.extend(passed(&measured));
+            Some(measured)
+        }
+        Err(e) => {
+            checks.push(failed(&e));
+            None
+        }
+    }
 }
 
 fn measure_all(ctx: &session::Context, modes: &[Mode]) -> anyhow::Result<Vec<session::Measured>> {

@@ -29,6 +29,23 @@ fn healthy(addr: &str) -> bool {
     web::get(addr, "/health", &[]).is_ok_and(|r| r.status == 200)
 }
 
+/// `program` on a free loopback port with a scratch directory named after `scratch`, once its
+/// /health answers: its own `flags` (given the address and the directory), then the ones both
+/// programs take (Prometheus naming, only errors logged). The process, its address, the directory.
+fn launch(
+    program: PathBuf,
+    scratch: &str,
+    flags: impl FnOnce(&str, &Scratch) -> Vec<String>,
+) -> anyhow::Result<(Proc, String, Scratch)> {
+    let dir = Scratch::new(scratch)?;
+    let addr = format!("127.0.0.1:{}", web::free_port()?);
+    let mut args = flags(&addr, &dir);
+    args.extend(["-opentelemetry.usePrometheusNaming".to_owned(), "-loggerLevel=ERROR".to_owned()]);
+    let program = program.to_string_lossy().into_owned();
+    let proc = serve_until(&program, &args, || healthy(&addr))?;
+    Ok((proc, addr, dir))
+}
+
 /// One series of `/api/v1/export`: its labels and its samples (ms, value).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
@@ -46,16 +63,9 @@ pub struct Victoria {
 impl Victoria {
     /// A fresh single-node server.
     pub fn start() -> anyhow::Result<Victoria> {
-        let dir = Scratch::new("runqlat-vm")?;
-        let addr = format!("127.0.0.1:{}", web::free_port()?);
-        let args = vec![
-            format!("-storageDataPath={}", dir.join("data").display()),
-            format!("-httpListenAddr={addr}"),
-            "-opentelemetry.usePrometheusNaming".to_owned(),
-            "-loggerLevel=ERROR".to_owned(),
-        ];
-        let program = binary().to_string_lossy().into_owned();
-        let proc = serve_until(&program, &args, || healthy(&addr))?;
+        let (proc, addr, dir) = launch(binary(), "runqlat-vm", |addr, dir| {
+            vec![format!("-storageDataPath={}", dir.join("data").display()), format!("-httpListenAddr={addr}")]
+        })?;
         Ok(Victoria { _proc: proc, addr, _dir: dir })
     }
 
@@ -93,18 +103,14 @@ pub struct VmAgent {
 
 impl VmAgent {
     pub fn start(remote_write: &str) -> anyhow::Result<VmAgent> {
-        let dir = Scratch::new("runqlat-vmagent")?;
-        let addr = format!("127.0.0.1:{}", web::free_port()?);
-        let args = vec![
-            format!("-httpListenAddr={addr}"),
-            format!("-remoteWrite.url={remote_write}"),
-            format!("-remoteWrite.tmpDataPath={}", dir.join("queue").display()),
-            "-remoteWrite.flushInterval=1s".to_owned(),
-            "-opentelemetry.usePrometheusNaming".to_owned(),
-            "-loggerLevel=ERROR".to_owned(),
-        ];
-        let program = vmagent_binary().to_string_lossy().into_owned();
-        let proc = serve_until(&program, &args, || healthy(&addr))?;
+        let (proc, addr, dir) = launch(vmagent_binary(), "runqlat-vmagent", |addr, dir| {
+            vec![
+                format!("-httpListenAddr={addr}"),
+                format!("-remoteWrite.url={remote_write}"),
+                format!("-remoteWrite.tmpDataPath={}", dir.join("queue").display()),
+                "-remoteWrite.flushInterval=1s".to_owned(),
+            ]
+        })?;
         Ok(VmAgent { _proc: proc, addr, _dir: dir })
     }
 

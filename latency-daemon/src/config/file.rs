@@ -153,11 +153,17 @@ mod tests {
         dir
     }
 
+    /// A fresh scratch directory `name` and, in it, a config file of `text`.
+    fn config_file(name: &str, text: &str) -> (PathBuf, PathBuf) {
+        let dir = scratch(name);
+        let path = dir.join("c.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
     #[test]
     fn reads_a_small_regular_file() {
-        let dir = scratch("small");
-        let path = dir.join("c.toml");
-        std::fs::write(&path, "interval = \"1s\"\n").unwrap();
+        let (dir, path) = config_file("small", "interval = \"1s\"\n");
         assert_eq!(read(&path).unwrap(), "interval = \"1s\"\n");
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -190,9 +196,7 @@ mod tests {
 
     #[test]
     fn a_file_changed_just_now_is_read_once_it_stood_still() {
-        let dir = scratch("fresh");
-        let path = dir.join("c.toml");
-        std::fs::write(&path, "top_cgroups = 3\n").unwrap();
+        let (dir, path) = config_file("fresh", "top_cgroups = 3\n");
         let started = Instant::now();
         assert_eq!(read(&path).unwrap(), "top_cgroups = 3\n");
         assert!(started.elapsed() >= SETTLE, "a file written just now waits {SETTLE:?}: {:?}", started.elapsed());
@@ -206,9 +210,7 @@ mod tests {
 
     #[test]
     fn a_file_rewritten_in_place_all_along_is_refused_in_one_line() {
-        let dir = scratch("torn");
-        let path = dir.join("c.toml");
-        std::fs::write(&path, "top_cgroups = 3\n").unwrap();
+        let (dir, path) = config_file("torn", "top_cgroups = 3\n");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
             let (path, stop) = (path.clone(), stop.clone());

@@ -45,6 +45,20 @@ impl TempFile {
     }
 }
 
+/// A config loaded from a file of `text` and no other flag: the file (to rewrite), the flags (to
+/// reload with) and the config.
+fn from_file(name: &str, text: &str) -> (TempFile, RunArgs, Config) {
+    let file = TempFile::new(name, text);
+    let args = flags(&[&file.flag()]);
+    let config = Config::load_with(&args, &no_env).unwrap();
+    (file, args, config)
+}
+
+/// Why a reload of `running` with `args` (its file rewritten) is refused.
+fn refused_reload(running: &Config, args: &RunArgs) -> String {
+    running.reload_with(args, &no_env).unwrap_err().to_string()
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -391,10 +405,8 @@ fn reload_keeps_restart_only_fields() {
 
 #[test]
 fn reload_adopts_higher_thresholds_and_keeps_lower_ones() {
-    let file =
-        TempFile::new("reload-alert", "alert_max_delay = \"20ms\"\nalert_reason_max_delay = { preempt = \"10ms\" }\n");
-    let args = flags(&[&file.flag()]);
-    let running = Config::load_with(&args, &no_env).unwrap();
+    let (file, args, running) =
+        from_file("reload-alert", "alert_max_delay = \"20ms\"\nalert_reason_max_delay = { preempt = \"10ms\" }\n");
     assert_eq!(running.alert.attribute_ns(), 10_000_000);
 
     // Higher (or equal) everywhere: the kernel already attributes these delays.
@@ -441,13 +453,10 @@ fn reload_adopts_higher_thresholds_and_keeps_lower_ones() {
 
 #[test]
 fn reload_checks_thresholds_against_the_running_ceiling() {
-    let file = TempFile::new("reload-ceiling", "ceiling = \"1s\"\nalert_max_delay = \"500ms\"\n");
-    let args = flags(&[&file.flag()]);
-    let running = Config::load_with(&args, &no_env).unwrap();
+    let (file, args, running) = from_file("reload-ceiling", "ceiling = \"1s\"\nalert_max_delay = \"500ms\"\n");
     file.rewrite("ceiling = \"1m\"\nalert_max_delay = \"2s\"\n");
-    let e = running.reload_with(&args, &no_env).unwrap_err().to_string();
     assert_eq!(
-        e,
+        refused_reload(&running, &args),
         "invalid configuration: alert_max_delay: 2s is not below ceiling 1s: delays above the ceiling are \
          discarded, so it could never fire (running values kept until restart: ceiling)"
     );
@@ -455,25 +464,20 @@ fn reload_checks_thresholds_against_the_running_ceiling() {
 
 #[test]
 fn reload_rejects_a_window_that_only_fits_the_new_interval() {
-    let file = TempFile::new("reload-window", "interval = \"1s\"\n");
-    let args = flags(&[&file.flag()]);
-    let running = Config::load_with(&args, &no_env).unwrap();
+    let (file, args, running) = from_file("reload-window", "interval = \"1s\"\n");
     file.rewrite("interval = \"500ms\"\nwindow = \"1500ms\"\n");
-    let e = running.reload_with(&args, &no_env).unwrap_err().to_string();
     assert_eq!(
-        e,
+        refused_reload(&running, &args),
         "invalid configuration: window: 1s 500ms is not a whole multiple of interval 1s \
          (running values kept until restart: interval)"
     );
     file.rewrite("interval = \"1s\"\nwindow = \"bad\"\n");
-    assert!(running.reload_with(&args, &no_env).unwrap_err().to_string().contains("line 2, column 10, key `window`: "));
+    assert!(refused_reload(&running, &args).contains("line 2, column 10, key `window`: "));
 }
 
 #[test]
 fn an_empty_file_is_the_defaults_at_start_but_refused_on_reload() {
-    let file = TempFile::new("reload-empty", "");
-    let args = flags(&[&file.flag()]);
-    let started = Config::load_with(&args, &no_env).unwrap();
+    let (file, args, started) = from_file("reload-empty", "");
     assert_eq!(started.top_cgroups, 20, "at start an empty file is the defaults");
     file.rewrite("top_cgroups = 7\nalert_max_delay = \"100ms\"\n");
     let running = Config::load_with(&args, &no_env).unwrap();
@@ -626,9 +630,7 @@ fn every_setting_reloads_as_the_table_says() {
             _ => return None,
         })
     };
-    let file = TempFile::new("reload-each", "");
-    let args = flags(&[&file.flag()]);
-    let running = Config::load_with(&args, &no_env).unwrap();
+    let (file, args, running) = from_file("reload-each", "");
     let shown = |c: &Config| serde_json::to_value(c).unwrap();
     let mut tried = 0;
     for setting in args::SETTINGS {

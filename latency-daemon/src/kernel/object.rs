@@ -43,13 +43,20 @@ pub fn kernel_btf() -> Result<aya::Btf, ProbeError> {
         .map_err(|e| ProbeError::Load(EbpfError::BtfError(e)))
 }
 
-/// Verify and attach the BTF tracepoint `program` of `ebpf`.
-pub fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Result<Attached, ProbeError> {
-    let prog: &mut BtfTracePoint = ebpf
-        .program_mut(program)
+/// The program `program` of `ebpf` as its kind `P` (a missing program or another kind is an error).
+pub fn program_mut<'a, P>(ebpf: &'a mut Ebpf, program: &'static str) -> Result<&'a mut P, ProbeError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(program)
         .ok_or(ProbeError::MissingProgram { program })?
         .try_into()
-        .map_err(|source| ProbeError::ProgramType { program, source })?;
+        .map_err(|source| ProbeError::ProgramType { program, source })
+}
+
+/// Verify and attach the BTF tracepoint `program` of `ebpf`.
+pub fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Result<Attached, ProbeError> {
+    let prog: &mut BtfTracePoint = program_mut(ebpf, program)?;
     let started = Instant::now();
     prog.load(program, btf).map_err(|source| rejected(program, source))?;
     let load = started.elapsed();
@@ -64,11 +71,7 @@ pub fn load_iter(
     target: &'static str,
     btf: &aya::Btf,
 ) -> Result<Duration, ProbeError> {
-    let prog: &mut Iter = ebpf
-        .program_mut(program)
-        .ok_or(ProbeError::MissingProgram { program })?
-        .try_into()
-        .map_err(|source| ProbeError::ProgramType { program, source })?;
+    let prog: &mut Iter = program_mut(ebpf, program)?;
     let start = Instant::now();
     prog.load(target, btf).map_err(|source| rejected(program, source))?;
     Ok(start.elapsed())

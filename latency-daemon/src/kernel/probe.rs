@@ -20,7 +20,7 @@ pub use super::options::{ProbeError, ProbeOptions};
 use super::{
     btf::{Btf, TaskLayout},
     feature::{Feature, Sizes},
-    object::{Program, attach_with, kernel_btf, load_iter, page_size},
+    object::{Program, attach_with, kernel_btf, load_iter, page_size, program_mut},
 };
 use crate::host::system;
 
@@ -128,12 +128,7 @@ impl Probe {
     /// Detach every program; the maps stay readable, so a final snapshot sees no moving values.
     pub fn detach(&mut self) -> Result<(), ProbeError> {
         for (program, link) in self.links.drain(..) {
-            let prog: &mut BtfTracePoint = self
-                .ebpf
-                .program_mut(program)
-                .ok_or(ProbeError::MissingProgram { program })?
-                .try_into()
-                .map_err(|source| ProbeError::ProgramType { program, source })?;
+            let prog: &mut BtfTracePoint = program_mut(&mut self.ebpf, program)?;
             prog.detach(link).map_err(|source| ProbeError::Attach { program, source })?;
         }
         Ok(())

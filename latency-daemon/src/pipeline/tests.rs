@@ -228,9 +228,7 @@ fn the_slots_records_give_the_maxima_and_late_writes_are_counted() {
 
 #[test]
 fn the_top_n_cgroups_keep_series_and_the_rest_add_up_in_other() {
-    let mut s = settings(1);
-    s.top_cgroups = 2;
-    let mut p = pipeline(s);
+    let mut p = pipeline(Settings { top_cgroups: 2, ..settings(1) });
     // Cgroups 1..=4 named (3 a container's); 9 has no name.
     let mut names = Table::with_paths(&[1, 2, 3, 4]);
     names.containers.insert("/c3".into(), pod("web"));
@@ -285,9 +283,7 @@ fn a_removed_cgroup_leaves_at_the_close_its_last_delta_in_other_its_container_fo
 
 #[test]
 fn without_per_cgroup_delays_nothing_is_folded_or_named() {
-    let mut s = settings(1);
-    s.per_cgroup = false;
-    let mut p = pipeline(s);
+    let mut p = pipeline(Settings { per_cgroup: false, ..settings(1) });
     let mut names = Table::with_paths(&[1]);
     drain(&mut p, &mut names, snap(S, 0, &[(1, 5)]), Vec::new(), Vec::new());
     assert!(p.exposition().cgroups.is_empty(), "no \"other\" series either");
@@ -505,9 +501,7 @@ fn a_stall_fires_while_it_lasts_and_the_final_delay_updates_the_alert() {
 
 #[test]
 fn without_attribution_a_wait_in_progress_never_fires() {
-    let mut s = alerting(3);
-    s.attribute = false;
-    let mut p = pipeline(s);
+    let mut p = pipeline(Settings { attribute: false, ..alerting(3) });
     let mut names = Table::with_paths(&[1, 2]);
     drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new());
     assert!(p.waits(&scan(MS, 2 * S), &[], BOOT_UNIX_NS + S, &mut names).is_empty());
@@ -564,9 +558,7 @@ fn the_final_delay_comes_from_the_ring_when_another_task_was_the_windows_worst()
 
 #[test]
 fn a_windows_causes_reach_its_report_its_cgroups_the_timeline_and_the_alert() {
-    let mut settings = alerting(1);
-    settings.per_cgroup = true;
-    let mut p = pipeline(settings);
+    let mut p = pipeline(Settings { per_cgroup: true, ..alerting(1) });
     let mut names = Table::with_paths(&[1]);
     // 10 delays of 1 ms: 6 ms throttled, 1 ms IRQ or steal, 3 ms behind another cgroup; all /c1's.
     let split = [6 * MS, MS, 0, 3 * MS, 0, 0];

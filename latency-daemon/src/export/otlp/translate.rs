@@ -125,29 +125,12 @@ pub fn metrics(families: &[prom::MetricFamily], times: Times, mut deltas: Option
                 .collect();
             Data::Gauge(Gauge { data_points })
         } else if let Some(h) = &first.histogram {
+            let span = Times { start_ns, time_ns: times.time_ns };
             if is_native(h) {
-                let data_points = family
-                    .metric
-                    .iter()
-                    .filter_map(|m| {
-                        let previous = deltas
-                            .as_deref_mut()
-                            .map(|d| d.previous.entry(Deltas::key(&family.name, &m.label)).or_default());
-                        Some(exponential(m, m.histogram.as_ref()?, previous, start_ns, times.time_ns))
-                    })
-                    .collect();
+                let data_points = histogram_points(family, &mut deltas, span, exponential);
                 Data::ExponentialHistogram(ExponentialHistogram { data_points, aggregation_temporality: temporality })
             } else {
-                let data_points = family
-                    .metric
-                    .iter()
-                    .filter_map(|m| {
-                        let previous = deltas
-                            .as_deref_mut()
-                            .map(|d| d.previous.entry(Deltas::key(&family.name, &m.label)).or_default());
-                        Some(explicit(m, m.histogram.as_ref()?, previous, start_ns, times.time_ns))
-                    })
-                    .collect();
+                let data_points = histogram_points(family, &mut deltas, span, explicit);
                 Data::Histogram(Histogram { data_points, aggregation_temporality: temporality })
             }
         } else {
@@ -160,6 +143,25 @@ pub fn metrics(families: &[prom::MetricFamily], times: Times, mut deltas: Option
         d.last_ns = Some(times.time_ns);
     }
     out
+}
+
+/// Each series of a histogram family as one data point of `point` over `span`, given the
+/// series' previous values when deltas are kept.
+fn histogram_points<P>(
+    family: &prom::MetricFamily,
+    deltas: &mut Option<&mut Deltas>,
+    span: Times,
+    point: fn(&prom::Metric, &prom::Histogram, Option<&mut Previous>, Times) -> P,
+) -> Vec<P> {
+    family
+        .metric
+        .iter()
+        .filter_map(|m| {
+            let previous =
+                deltas.as_deref_mut().map(|d| d.previous.entry(Deltas::key(&family.name, &m.label)).or_default());
+            Some(point(m, m.histogram.as_ref()?, previous, span))
+        })
+        .collect()
 }
 
 fn number(m: &prom::Metric, value: f64, start_ns: u64, time_ns: u64) -> NumberDataPoint {
@@ -211,8 +213,7 @@ fn exponential(
     m: &prom::Metric,
     h: &prom::Histogram,
     previous: Option<&mut Previous>,
-    start_ns: u64,
-    time_ns: u64,
+    span: Times,
 ) -> ExponentialHistogramDataPoint {
     let mut counts = native_counts(h);
     let (mut count, mut sum, mut zero) = (h.sample_count, h.sample_sum, h.zero_count);
@@ -241,8 +242,8 @@ fn exponential(
     });
     ExponentialHistogramDataPoint {
         attributes: attributes(&m.label),
-        start_time_unix_nano: start_ns,
-        time_unix_nano: time_ns,
+        start_time_unix_nano: span.start_ns,
+        time_unix_nano: span.time_ns,
         count,
         sum: Some(sum),
         scale: h.schema,
@@ -256,13 +257,7 @@ fn exponential(
 }
 
 /// A classic histogram as explicit bounds: the same bounds (but `+Inf`), per-bucket counts.
-fn explicit(
-    m: &prom::Metric,
-    h: &prom::Histogram,
-    previous: Option<&mut Previous>,
-    start_ns: u64,
-    time_ns: u64,
-) -> HistogramDataPoint {
+fn explicit(m: &prom::Metric, h: &prom::Histogram, previous: Option<&mut Previous>, span: Times) -> HistogramDataPoint {
     let mut explicit_bounds = Vec::with_capacity(h.bucket.len());
     let mut bucket_counts = Vec::with_capacity(h.bucket.len() + 1);
     let mut below = 0u64;
@@ -297,8 +292,8 @@ fn explicit(
     }
     HistogramDataPoint {
         attributes: attributes(&m.label),
-        start_time_unix_nano: start_ns,
-        time_unix_nano: time_ns,
+        start_time_unix_nano: span.start_ns,
+        time_unix_nano: span.time_ns,
         count,
         sum: Some(sum),
         bucket_counts,

@@ -32,6 +32,11 @@ struct TestTree {
 }
 
 impl TestTree {
+    /// A fresh tree when this test can create cgroups (see `writable_mount`).
+    fn when_writable(tag: &str) -> Option<TestTree> {
+        writable_mount().map(|mount| TestTree::new(&mount, tag))
+    }
+
     fn new(mount: &Path, tag: &str) -> TestTree {
         let base = mount.join(format!("runqlat-test-{}-{tag}", std::process::id()));
         let mut tree = TestTree { base: base.clone(), created: Vec::new() };
@@ -104,8 +109,7 @@ fn root_resolves_to_slash() {
 
 #[test]
 fn nested_ids_resolve_and_equal_inodes() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "nested");
+    let Some(mut tree) = TestTree::when_writable("nested") else { return };
     let a = tree.mkdir("a");
     let b = tree.mkdir("a/b");
     let mut names = CgroupNames::discover().unwrap();
@@ -118,8 +122,7 @@ fn nested_ids_resolve_and_equal_inodes() {
 
 #[test]
 fn a_new_cgroup_is_found_on_a_later_miss() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "rescan");
+    let Some(mut tree) = TestTree::when_writable("rescan") else { return };
     let a = tree.mkdir("a");
     let min_rescan = Duration::from_millis(500);
     let mut names = CgroupNames::at(tree.base.clone()).with_min_rescan(min_rescan);
@@ -133,8 +136,7 @@ fn a_new_cgroup_is_found_on_a_later_miss() {
 
 #[test]
 fn prune_reports_removed_and_recreated_cgroups() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "prune");
+    let Some(mut tree) = TestTree::when_writable("prune") else { return };
     let a = tree.mkdir("a");
     let b = tree.mkdir("b");
     let (a_id, b_id) = (handle_id(&a).unwrap(), handle_id(&b).unwrap());
@@ -158,8 +160,7 @@ fn prune_reports_removed_and_recreated_cgroups() {
 
 #[test]
 fn hostile_names() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "names");
+    let Some(mut tree) = TestTree::when_writable("names") else { return };
     let mut want = Vec::new();
 
     let odd = "we\"ird\\name with space\tand ünïcødé";
@@ -194,8 +195,7 @@ fn hostile_names() {
 
 #[test]
 fn a_tiny_bound_truncates_the_walk() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "bound");
+    let Some(mut tree) = TestTree::when_writable("bound") else { return };
     for i in 0..10 {
         tree.mkdir(format!("c{i}"));
         tree.mkdir(format!("c{i}/d"));
@@ -213,8 +213,7 @@ fn a_tiny_bound_truncates_the_walk() {
 /// id of the cgroup we put it in.
 #[test]
 fn a_moved_process_reports_our_path() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "procs");
+    let Some(mut tree) = TestTree::when_writable("procs") else { return };
     let cgroup = tree.mkdir("task");
     let child = Reaped(Command::new("sleep").arg("5").spawn().unwrap());
     let pid = child.0.id();
@@ -232,8 +231,7 @@ fn a_moved_process_reports_our_path() {
 /// next to name_to_handle_at on each directory (what 32-bit kernels need). `--nocapture` shows it.
 #[test]
 fn walk_cost() {
-    let Some(mount) = writable_mount() else { return };
-    let mut tree = TestTree::new(&mount, "cost");
+    let Some(mut tree) = TestTree::when_writable("cost") else { return };
     let mut dirs = Vec::new();
     for i in 0..10 {
         tree.mkdir(format!("p{i}"));

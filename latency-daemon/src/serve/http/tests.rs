@@ -72,6 +72,20 @@ impl Server {
         TcpStream::connect(self.addr).await.unwrap()
     }
 
+    /// A new connection and the response to its first request.
+    async fn ask(&self, request: &str) -> (TcpStream, Response) {
+        let mut stream = self.connect().await;
+        let response = exchange(&mut stream, request).await;
+        (stream, response)
+    }
+
+    /// A new connection that has been served one GET (200).
+    async fn served(&self) -> TcpStream {
+        let (stream, response) = self.ask(GET).await;
+        assert_eq!(response.status, 200);
+        stream
+    }
+
     /// Asks for shutdown and returns how long `serve` took to return.
     async fn stop(self) -> Duration {
         let asked = Instant::now();
@@ -138,6 +152,13 @@ async fn exchange(stream: &mut TcpStream, request: &str) -> Response {
     read_response(stream, request.starts_with("HEAD ")).await
 }
 
+/// The server closes the connection after its 300 ms timeout (give or take a loaded machine).
+async fn closes_after_about_300ms(stream: &mut TcpStream) {
+    let closed_after = time_to_close(stream).await;
+    let expected = Duration::from_millis(250)..Duration::from_millis(1500);
+    assert!(expected.contains(&closed_after), "closed after {closed_after:?}");
+}
+
 /// How long until the server closes the connection (EOF or reset), reading and discarding anything sent.
 async fn time_to_close(stream: &mut TcpStream) -> Duration {
     let started = Instant::now();
@@ -155,8 +176,7 @@ const GET: &str = "GET / HTTP/1.1\r\nHost: t\r\n\r\n";
 #[tokio::test]
 async fn get_returns_the_handler_body_with_framing_headers() {
     let server = start(Limits::default()).await;
-    let mut stream = server.connect().await;
-    let response = exchange(&mut stream, GET).await;
+    let (mut stream, response) = server.ask(GET).await;
     assert_eq!(response.status, 200);
     assert_eq!(response.body, b"hello\n");
     assert_eq!(response.header("content-type"), Some("text/plain; charset=utf-8"));
@@ -171,8 +191,7 @@ async fn get_returns_the_handler_body_with_framing_headers() {
 #[tokio::test]
 async fn handler_404_passes_through() {
     let server = start(Limits::default()).await;
-    let mut stream = server.connect().await;
-    let response = exchange(&mut stream, "GET /missing?x=1 HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let (_stream, response) = server.ask("GET /missing?x=1 HTTP/1.1\r\nHost: t\r\n\r\n").await;
     assert_eq!(response.status, 404);
     assert_eq!(response.body, b"no such page\n");
     server.wait_for("one not_found", |s| s.not_found == 1).await;
@@ -182,8 +201,7 @@ async fn handler_404_passes_through() {
 #[tokio::test]
 async fn head_sends_get_headers_without_a_body() {
     let server = start(Limits::default()).await;
-    let mut stream = server.connect().await;
-    let response = exchange(&mut stream, "HEAD / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let (mut stream, response) = server.ask("HEAD / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-length"), Some("6"));
     assert_eq!(response.header("content-type"), Some("text/plain; charset=utf-8"));
@@ -196,8 +214,7 @@ async fn head_sends_get_headers_without_a_body() {
 #[tokio::test]
 async fn post_is_405_with_allow() {
     let server = start(Limits::default()).await;
-    let mut stream = server.connect().await;
-    let response = exchange(&mut stream, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n").await;
+    let (_stream, response) = server.ask("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n").await;
     assert_eq!(response.status, 405);
     assert_eq!(response.header("allow"), Some("GET, HEAD"));
     assert!(response.header("content-type").is_some());
@@ -212,8 +229,7 @@ async fn a_request_body_is_413_and_closes() {
         "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello",
         "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     ] {
-        let mut stream = server.connect().await;
-        let response = exchange(&mut stream, request).await;
+        let (mut stream, response) = server.ask(request).await;
         assert_eq!(response.status, 413, "{request:?}");
         assert!(response.header("content-type").is_some());
         time_to_close(&mut stream).await;
@@ -244,9 +260,7 @@ async fn a_slow_head_is_cut_off_at_header_read_timeout() {
     let server = start(limits).await;
     let mut stream = server.connect().await;
     stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-    let closed_after = time_to_close(&mut stream).await;
-    let expected = Duration::from_millis(250)..Duration::from_millis(1500);
-    assert!(expected.contains(&closed_after), "closed after {closed_after:?}");
+    closes_after_about_300ms(&mut stream).await;
     server.wait_for("one timeout", |s| s.rejected_timeout == 1).await;
     server.stop().await;
 }
@@ -256,11 +270,8 @@ async fn an_idle_connection_is_closed_at_request_timeout() {
     // header_read_timeout is long here, so only request_timeout can close the connection.
     let limits = Limits { request_timeout: Duration::from_millis(300), ..Limits::default() };
     let server = start(limits).await;
-    let mut stream = server.connect().await;
-    assert_eq!(exchange(&mut stream, GET).await.status, 200);
-    let closed_after = time_to_close(&mut stream).await;
-    let expected = Duration::from_millis(250)..Duration::from_millis(1500);
-    assert!(expected.contains(&closed_after), "closed after {closed_after:?}");
+    let mut stream = server.served().await;
+    closes_after_about_300ms(&mut stream).await;
     // A connection that never sent anything is closed too, and counted as a timeout.
     let mut silent = server.connect().await;
     time_to_close(&mut silent).await;
@@ -274,15 +285,12 @@ async fn when_full_a_new_connection_gets_503_at_once() {
     let server = start(limits).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut stream = server.connect().await;
-        assert_eq!(exchange(&mut stream, GET).await.status, 200);
-        held.push(stream);
+        held.push(server.served().await);
     }
     server.wait_for("two open", |s| s.connections == 2).await;
 
     let asked = Instant::now();
-    let mut third = server.connect().await;
-    let response = exchange(&mut third, GET).await;
+    let (mut third, response) = server.ask(GET).await;
     assert_eq!(response.status, 503);
     assert_eq!(response.header("retry-after"), Some("1"));
     assert!(response.header("content-type").is_some());
@@ -293,16 +301,14 @@ async fn when_full_a_new_connection_gets_503_at_once() {
     // A freed slot is usable again.
     drop(held.pop());
     server.wait_for("one open", |s| s.connections == 1).await;
-    let mut fourth = server.connect().await;
-    assert_eq!(exchange(&mut fourth, GET).await.status, 200);
+    let _fourth = server.served().await;
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_handler_panic_is_500_and_the_connection_goes_on() {
     let server = start(Limits::default()).await;
-    let mut stream = server.connect().await;
-    let response = exchange(&mut stream, "GET /panic HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let (mut stream, response) = server.ask("GET /panic HTTP/1.1\r\nHost: t\r\n\r\n").await;
     assert_eq!(response.status, 500);
     assert!(response.header("content-type").is_some());
     assert_eq!(exchange(&mut stream, GET).await.status, 200);
@@ -314,8 +320,7 @@ async fn a_handler_panic_is_500_and_the_connection_goes_on() {
 async fn shutdown_returns_promptly_and_closes_idle_connections() {
     let server = start(Limits::default()).await;
     let addr = server.addr;
-    let mut idle = server.connect().await;
-    assert_eq!(exchange(&mut idle, GET).await.status, 200);
+    let mut idle = server.served().await;
     let took = server.stop().await;
     assert!(took < Duration::from_millis(500), "took {took:?}");
     time_to_close(&mut idle).await;
@@ -361,12 +366,9 @@ async fn one_peer_cannot_take_every_slot() {
     let server = start(limits).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut stream = server.connect().await;
-        assert_eq!(exchange(&mut stream, GET).await.status, 200);
-        held.push(stream);
+        held.push(server.served().await);
     }
-    let mut third = server.connect().await;
-    let response = exchange(&mut third, GET).await;
+    let (mut third, response) = server.ask(GET).await;
     assert_eq!((response.status, response.header("connection")), (503, Some("close")));
     time_to_close(&mut third).await;
 
@@ -403,8 +405,7 @@ async fn requests_over_max_requests_get_503_and_the_connection_goes_on() {
 async fn a_newcomer_evicts_the_oldest_incomplete_connection_of_its_address() {
     let limits = Limits { max_connections: 8, max_connections_per_peer: 2, ..Limits::default() };
     let server = start(limits).await;
-    let mut kept = server.connect().await;
-    assert_eq!(exchange(&mut kept, GET).await.status, 200);
+    let mut kept = server.served().await;
     let mut slow = Vec::new();
     for _ in 0..2 {
         let mut stream = server.connect().await;
@@ -413,8 +414,7 @@ async fn a_newcomer_evicts_the_oldest_incomplete_connection_of_its_address() {
     }
     server.wait_for("three open", |s| s.connections == 3).await;
 
-    let mut scraper = server.connect().await;
-    assert_eq!(exchange(&mut scraper, GET).await.status, 200);
+    let _scraper = server.served().await;
     time_to_close(&mut slow[0]).await;
     server.wait_for("one evicted", |s| s.evicted == 1 && s.rejected_busy == 0).await;
     let mut sink = [0_u8; 16];
