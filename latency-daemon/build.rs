@@ -1,7 +1,8 @@
 //! Builds the kernel program (latency-ebpf, nightly, bpfel-unknown-none) and leaves the object
 //! in OUT_DIR for `include_bytes_aligned!`; then stamps what `--version` prints beside the
 //! crate's version: the git commit of the sources (`LATENCY_DAEMON_COMMIT`) and a SHA-256 prefix
-//! of the kernel object (`LATENCY_DAEMON_BPF_ID`).
+//! of the kernel object (`LATENCY_DAEMON_BPF_ID`). Builds of the same object flavour share one
+//! cargo target dir for it (build/shared_target.rs).
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
@@ -11,16 +12,27 @@ use aya_build::{Package, Toolchain};
 mod commit;
 #[path = "build/sha256.rs"]
 mod sha256;
+#[path = "build/shared_target.rs"]
+mod shared_target;
 
 fn main() -> anyhow::Result<()> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?);
     let workspace = manifest.parent().ok_or_else(|| anyhow!("no parent of {}", manifest.display()))?;
     let ebpf_dir = workspace.join("latency-ebpf").display().to_string();
     let ebpf = Package { name: "latency-ebpf", root_dir: &ebpf_dir, ..Default::default() };
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").context("OUT_DIR not set")?);
+    // Held until aya-build has copied the object into OUT_DIR.
+    let shared = match shared_target::share(&out_dir, &ebpf) {
+        Ok(lock) => Some(lock),
+        Err(err) => {
+            println!("cargo:warning=the kernel program builds in a target dir of its own: {err:#}");
+            None
+        }
+    };
     aya_build::build_ebpf([ebpf], Toolchain::default())
         .context("building the kernel program failed (is `cargo xtask setup` done?)")?;
+    drop(shared);
 
-    let out_dir = PathBuf::from(std::env::var("OUT_DIR").context("OUT_DIR not set")?);
     println!("cargo:rustc-env=LATENCY_DAEMON_BPF_ID={}", bpf_id(&out_dir.join("latency-ebpf")));
     println!("cargo:rustc-env=LATENCY_DAEMON_COMMIT={}", commit::describe(workspace));
     Ok(())

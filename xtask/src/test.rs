@@ -27,55 +27,86 @@ const VMTEST_KERNELS: &str = "all";
 
 /// The step before `cargo test`: the release artifacts of both architectures (whose package
 /// tests then check the real binaries, not stand-ins) and the arm64 guests' load. Beside the
-/// build, which keeps the CPUs busy, vmtest's downloads run (`Fetch`); the step ends when both
-/// have, so nothing of them runs under `cargo test`'s timed tests.
-fn dist_step() -> Step {
+/// build run vmtest's downloads and `cargo test`'s own build (`cargo test --no-run`): dist
+/// builds in target/dist-build with nightly, `cargo test` in target/debug with stable, so they
+/// share no cargo lock, and each fills the CPU the other's serial stretches (LTO and linking,
+/// the kernel object) leave idle. The step ends when all have, so nothing of them runs under
+/// `cargo test`'s timed tests.
+fn dist_step(cargo_test: &[String]) -> Step {
+    let test_build = no_run(cargo_test);
     Step {
         name: "dist",
-        run: Box::new(|| {
-            let fetch = Fetch::start();
+        run: Box::new(move || {
+            let fetch = Beside::start(&FETCH, vmtest_fetch);
+            let build = Beside::start(&TEST_BUILD, move || {
+                let mut command = cmd::cargo()?;
+                command.current_dir(workspace_root()).args(&test_build);
+                Ok(command)
+            });
             let built = xtask(["dist"])().and_then(|()| xtask(["dist", "--guest-tools"])());
-            if let Some(fetch) = fetch {
-                fetch.finish();
+            for job in [fetch, build].into_iter().flatten() {
+                job.finish();
             }
             built
         }),
     }
 }
 
-/// How long `Fetch` took and whether it succeeded, for the summary (it is no step of its own).
-static FETCHED: OnceLock<(Duration, bool)> = OnceLock::new();
+/// What runs beside dist: how to name it, where its output goes, what a failure means.
+struct Job {
+    name: &'static str,
+    log: &'static str,
+    on_failure: &'static str,
+    /// How long it took and whether it succeeded, for the summary (it is no step of its own).
+    took: OnceLock<(Duration, bool)>,
+}
 
-/// `vmtest --fetch-only` in the background, its output in a log file: kernels, busybox and the
-/// .deb's Debian root into vmtest's cache (on a fresh machine minutes of network and unpacking,
-/// which would otherwise open the vmtest step). vmtest fetches whatever this did not, so a
-/// failure here is reported, never fatal.
-struct Fetch {
+/// vmtest's downloads: kernels, busybox and the .deb's Debian root into vmtest's cache (on a
+/// fresh machine minutes of network and unpacking, which would otherwise open the vmtest step).
+static FETCH: Job =
+    Job { name: "vmtest's fetch", log: "vmtest-fetch.log", on_failure: "vmtest fetches itself", took: OnceLock::new() };
+
+/// `cargo test --no-run`: the test binaries, which the cargo test step then only runs.
+static TEST_BUILD: Job = Job {
+    name: "cargo test's build",
+    log: "cargo-test-build.log",
+    on_failure: "the cargo test step builds (and reports) it again",
+    took: OnceLock::new(),
+};
+
+/// In the order of the summary's rows under dist.
+static BESIDE_DIST: [&Job; 2] = [&FETCH, &TEST_BUILD];
+
+fn vmtest_fetch() -> anyhow::Result<std::process::Command> {
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command.current_dir(workspace_root()).args(["vmtest", "--fetch-only", "--deb", "--kernels", VMTEST_KERNELS]);
+    Ok(command)
+}
+
+/// A `Job` running in the background, its output in a log file under target/. The later step
+/// redoes whatever it did not, so its failure is reported, never fatal.
+struct Beside {
+    job: &'static Job,
     child: std::process::Child,
     log: std::path::PathBuf,
     began: Instant,
 }
 
-impl Fetch {
-    fn start() -> Option<Fetch> {
-        let log = build::target_dir().join("vmtest-fetch.log");
+impl Beside {
+    fn start(job: &'static Job, command: impl FnOnce() -> anyhow::Result<std::process::Command>) -> Option<Beside> {
+        let log = build::target_dir().join(job.log);
         let started = (|| -> anyhow::Result<std::process::Child> {
             std::fs::create_dir_all(build::target_dir())?;
             let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-            let mut command = std::process::Command::new(std::env::current_exe()?);
-            command
-                .current_dir(workspace_root())
-                .args(["vmtest", "--fetch-only", "--deb", "--kernels", VMTEST_KERNELS])
-                .stdin(std::process::Stdio::null())
-                .stderr(out.try_clone()?)
-                .stdout(out);
+            let mut command = command()?;
+            command.stdin(std::process::Stdio::null()).stderr(out.try_clone()?).stdout(out);
             println!("test: $ {} > {} 2>&1 &", cmd::show(&command), log.display());
             Ok(command.spawn()?)
         })();
         match started {
-            Ok(child) => Some(Fetch { child, log, began: Instant::now() }),
+            Ok(child) => Some(Beside { job, child, log, began: Instant::now() }),
             Err(err) => {
-                eprintln!("test: vmtest's fetch did not start ({err:#}); vmtest fetches itself");
+                eprintln!("test: {} did not start ({err:#}); {}", job.name, job.on_failure);
                 None
             }
         }
@@ -85,18 +116,20 @@ impl Fetch {
     fn finish(mut self) {
         let status = self.child.wait();
         let ok = status.as_ref().is_ok_and(std::process::ExitStatus::success);
-        let _ = FETCHED.set((self.began.elapsed(), ok));
+        let _ = self.job.took.set((self.began.elapsed(), ok));
         let took = self.began.elapsed().as_secs_f64();
+        let name = self.job.name;
         match status {
             Ok(status) if status.success() => {
-                println!("test: vmtest's fetch, beside dist: done in {took:.0} s ({})", self.log.display());
+                println!("test: {name}, beside dist: done in {took:.0} s ({})", self.log.display());
             }
             other => {
                 let log = std::fs::read_to_string(&self.log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(20).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 eprintln!(
-                    "test: vmtest's fetch failed after {took:.0} s ({other:?}); vmtest fetches again. The end of {}:\n{}",
+                    "test: {name} failed after {took:.0} s ({other:?}); {}. The end of {}:\n{}",
+                    self.job.on_failure,
                     self.log.display(),
                     tail.join("\n")
                 );
@@ -188,7 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let setup_took = start.elapsed();
 
     let cargo_test = cargo_test_args(&args.cargo_test_args);
-    let mut steps = vec![dist_step()];
+    let mut steps = vec![dist_step(&cargo_test)];
     steps.push(Step {
         name: "cargo test",
         run: Box::new(move || {
@@ -214,12 +247,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     print_row("setup", setup_took, true);
     for (name, took, ok) in &results {
         print_row(name, *took, *ok);
-        if *name == "dist"
-            && let Some((fetch, fetched)) = FETCHED.get()
-        {
-            // Inside dist's time, not after it; a failure only moved the fetch into vmtest.
-            let verdict = if *fetched { "" } else { ", failed: vmtest fetched" };
-            println!("         (beside it: vmtest's fetch {:.1} s{verdict})", fetch.as_secs_f64());
+        if *name == "dist" {
+            // Inside dist's time, not after it; a failure only moved the work into a later step.
+            for job in BESIDE_DIST {
+                if let Some((took, ok)) = job.took.get() {
+                    let verdict = if *ok { "" } else { ", failed: redone later" };
+                    println!("         (beside it: {} {:.1} s{verdict})", job.name, took.as_secs_f64());
+                }
+            }
         }
     }
     let failed = results.iter().filter(|(_, _, ok)| !ok).count();
@@ -260,9 +295,19 @@ fn cargo_test_args(user: &[String]) -> Vec<String> {
     args
 }
 
+/// The `cargo test` arguments that only build the test binaries: `--no-run` among cargo's own
+/// arguments, before the `--` that starts the test binaries' (which then go unused), so the
+/// build is the very one the cargo test step then finds fresh.
+fn no_run(cargo_test: &[String]) -> Vec<String> {
+    let at = cargo_test.iter().position(|arg| arg == "--").unwrap_or(cargo_test.len());
+    let mut args = cargo_test.to_vec();
+    args.insert(at, "--no-run".to_owned());
+    args
+}
+
 #[cfg(test)]
 mod tests {
-    use super::cargo_test_args;
+    use super::{cargo_test_args, no_run};
 
     fn args(user: &[&str]) -> Vec<String> {
         let user: Vec<String> = user.iter().map(|s| s.to_string()).collect();
@@ -297,5 +342,24 @@ mod tests {
             args(&["--", "--test-threads=4"]),
             ["test", "--no-fail-fast", "--workspace", "--", "--test-threads=4"]
         );
+    }
+
+    #[test]
+    fn the_background_build_is_the_same_build_without_running() {
+        assert_eq!(
+            no_run(&args(&["--release", "-p", "latency-common", "--", "--nocapture"])),
+            [
+                "test",
+                "--no-fail-fast",
+                "--release",
+                "-p",
+                "latency-common",
+                "--no-run",
+                "--",
+                "--test-threads=1",
+                "--nocapture"
+            ]
+        );
+        assert_eq!(no_run(&["test".to_owned()]), ["test", "--no-run"]);
     }
 }
