@@ -47,12 +47,15 @@ fn link(out_dir: &Path, package: &Package<'_>) -> anyhow::Result<File> {
         flavour.push('+');
         flavour.push_str(feature);
     }
-    // The first directory up from OUT_DIR that cargo marks as a target dir: target/,
-    // target/dist-build, or whatever CARGO_TARGET_DIR names.
-    let root = out_dir
+    // The first directory up from OUT_DIR that cargo marks as a target dir (target/, or whatever
+    // CARGO_TARGET_DIR names), or its parent when that is one too: `xtask dist` builds in
+    // target/dist-build, and its x86_64 object is the one the host's test build embeds.
+    let tagged = |dir: &Path| dir.join("CACHEDIR.TAG").is_file();
+    let first = out_dir
         .ancestors()
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .find(|dir| tagged(dir))
         .ok_or_else(|| anyhow!("no CACHEDIR.TAG above {}", out_dir.display()))?;
+    let root = first.parent().filter(|parent| tagged(parent)).unwrap_or(first);
     let shared_root = root.join("bpf-shared");
     let shared = shared_root.join(&flavour);
     std::fs::create_dir_all(&shared).with_context(|| format!("creating {}", shared.display()))?;
