@@ -87,9 +87,9 @@ fn vmtest_fetch() -> anyhow::Result<std::process::Command> {
 /// redoes whatever it did not, so its failure is reported, never fatal.
 struct Beside {
     job: &'static Job,
-    child: std::process::Child,
+    /// Waits for the child and says when it ended: the dist step may end much later.
+    waiter: std::thread::JoinHandle<(Duration, std::io::Result<std::process::ExitStatus>)>,
     log: std::path::PathBuf,
-    began: Instant,
 }
 
 impl Beside {
@@ -104,7 +104,14 @@ impl Beside {
             Ok(command.spawn()?)
         })();
         match started {
-            Ok(child) => Some(Beside { job, child, log, began: Instant::now() }),
+            Ok(mut child) => {
+                let began = Instant::now();
+                let waiter = std::thread::spawn(move || {
+                    let status = child.wait();
+                    (began.elapsed(), status)
+                });
+                Some(Beside { job, waiter, log })
+            }
             Err(err) => {
                 eprintln!("test: {} did not start ({err:#}); {}", job.name, job.on_failure);
                 None
@@ -113,11 +120,14 @@ impl Beside {
     }
 
     /// Waits for it and says how it went.
-    fn finish(mut self) {
-        let status = self.child.wait();
+    fn finish(self) {
+        let (took, status) = self
+            .waiter
+            .join()
+            .unwrap_or_else(|_| (Duration::ZERO, Err(std::io::Error::other("its waiting thread panicked"))));
         let ok = status.as_ref().is_ok_and(std::process::ExitStatus::success);
-        let _ = self.job.took.set((self.began.elapsed(), ok));
-        let took = self.began.elapsed().as_secs_f64();
+        let _ = self.job.took.set((took, ok));
+        let took = took.as_secs_f64();
         let name = self.job.name;
         match status {
             Ok(status) if status.success() => {
