@@ -32,10 +32,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Make this machine ready (toolchain parts, bpf-linker, Debian packages, kernel mounts).
-    Setup,
-    /// Setup, then build latency-daemon (and through it the kernel program).
+    Setup(SetupArgs),
+    /// Setup (what building needs), then build latency-daemon (and through it the kernel program).
     Build(build::Args),
-    /// Setup, release build, then run the daemon with ARGS (default: `run`, the service).
+    /// Setup (what running needs), release build, then run the daemon with ARGS (default: `run`, the service).
     Run(run::Args),
     /// Setup, then the whole test suite (needs root and a real kernel).
     Test(test::Args),
@@ -62,9 +62,20 @@ enum Command {
     Vmtest(latency_lab::vmtest::Args),
 }
 
+#[derive(Debug, clap::Args)]
+struct SetupArgs {
+    /// Only what building and running the daemon needs (nightly with rust-src, a C compiler,
+    /// bpf-linker), not the test lab.
+    #[arg(long)]
+    run_only: bool,
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Setup => setup::ensure(setup::Report::EveryStep),
+        Command::Setup(args) => {
+            let scope = if args.run_only { setup::Scope::Run } else { setup::Scope::Lab };
+            setup::ensure(setup::Report::EveryStep, scope)
+        }
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),

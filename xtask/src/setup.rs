@@ -1,6 +1,7 @@
 //! `cargo xtask setup`: a list of checks, each cheap to test and able to fix itself. In: this
 //! machine; out: a line per check and a ready machine, or the first problem that cannot be fixed.
-//! Every other subcommand runs the same list first, so keep each `is_done` fast (a few ms).
+//! Every other subcommand runs the same list first (`build` and `run` only the part they need),
+//! so keep each `is_done` fast (a few ms).
 mod bpf_linker;
 pub mod cross;
 mod kernel;
@@ -28,13 +29,30 @@ pub trait Check {
     fn do_it(&self) -> anyhow::Result<()>;
 }
 
+/// How much of the list a command needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// What building and running the daemon needs: a kernel with BTF, nightly with rust-src, a C
+    /// compiler and bpf-linker (`build`, `run`).
+    Run,
+    /// Everything the tests, the demo, the bench and the release artifacts call as well.
+    Lab,
+}
+
 /// In order: things we cannot fix first, so the user learns about them before a long build.
-fn checks() -> Vec<Box<dyn Check>> {
-    vec![
+/// The `Scope::Run` checks come first, so `Scope::Lab` only adds to them.
+fn checks(scope: Scope) -> Vec<Box<dyn Check>> {
+    let run: Vec<Box<dyn Check>> = vec![
         Box::new(kernel::Btf),
         Box::new(toolchain::Nightly),
         Box::new(toolchain::RustSrc),
+        Box::new(toolchain::CCompiler),
         Box::new(bpf_linker::BpfLinker),
+    ];
+    if scope == Scope::Run {
+        return run;
+    }
+    let lab: Vec<Box<dyn Check>> = vec![
         Box::new(packages::DebPackages),
         Box::new(cross::CrossTools),
         Box::new(cross::Musl(Arch::X86_64)),
@@ -50,7 +68,8 @@ fn checks() -> Vec<Box<dyn Check>> {
         Box::new(python::CYCLONEDX),
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
-    ]
+    ];
+    run.into_iter().chain(lab).collect()
 }
 
 /// How much `ensure` prints.
@@ -62,14 +81,14 @@ pub enum Report {
     ChangesOnly,
 }
 
-/// Runs every check and fixes what is missing; stops at the first failure.
-pub fn ensure(report: Report) -> anyhow::Result<()> {
+/// Runs every check of `scope` and fixes what is missing; stops at the first failure.
+pub fn ensure(report: Report, scope: Scope) -> anyhow::Result<()> {
     let start = Instant::now();
     let root = kernel::is_root();
     if !root || report == Report::EveryStep {
         line("running as root", if root { "ok" } else { kernel::NOT_ROOT });
     }
-    let checks = checks();
+    let checks = checks(scope);
     let mut fixed = 0;
     for check in &checks {
         let name = check.name();

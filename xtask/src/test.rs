@@ -27,29 +27,35 @@ const VMTEST_KERNELS: &str = "all";
 
 /// The step before `cargo test`: the release artifacts of both architectures (whose package
 /// tests then check the real binaries, not stand-ins) and the arm64 guests' load. Beside the
-/// build run vmtest's downloads and `cargo test`'s own build (`cargo test --no-run`): dist
-/// builds in target/dist-build with nightly, `cargo test` in target/debug with stable, so they
-/// share no cargo lock, and each fills the CPU the other's serial stretches (LTO and linking,
-/// the kernel object) leave idle. The step ends when all have, so nothing of them runs under
-/// `cargo test`'s timed tests.
-fn dist_step(cargo_test: &[String]) -> Step {
-    let test_build = no_run(cargo_test);
+/// build run vmtest's downloads and the rest of `cargo test`'s own build (`cargo test
+/// --no-run`, started before the lab's setup): dist builds in target/dist-build with nightly,
+/// `cargo test` in target/debug with stable, so they share no cargo lock, and each fills the CPU
+/// the other's serial stretches (LTO and linking, the kernel object) leave idle. The step ends
+/// when all have, so nothing of them runs under `cargo test`'s timed tests.
+fn dist_step(test_build: Option<Beside>) -> Step {
     Step {
         name: "dist",
         run: Box::new(move || {
             let fetch = Beside::start(&FETCH, vmtest_fetch);
-            let build = Beside::start(&TEST_BUILD, move || {
-                let mut command = cmd::cargo()?;
-                command.current_dir(workspace_root()).args(&test_build);
-                Ok(command)
-            });
             let built = xtask(["dist"])().and_then(|()| xtask(["dist", "--guest-tools"])());
-            for job in [fetch, build].into_iter().flatten() {
+            for job in [fetch, test_build].into_iter().flatten() {
                 job.finish();
             }
             built
         }),
     }
+}
+
+/// Starts `cargo test --no-run` in the background: it needs only what building needs, so it
+/// runs while setup installs the lab (on a fresh machine minutes of downloads and unpacking
+/// that leave the CPU idle) and then beside dist.
+fn start_test_build(cargo_test: &[String]) -> Option<Beside> {
+    let test_build = no_run(cargo_test);
+    Beside::start(&TEST_BUILD, move || {
+        let mut command = cmd::cargo()?;
+        command.current_dir(workspace_root()).args(&test_build);
+        Ok(command)
+    })
 }
 
 /// What runs beside dist: how to name it, where its output goes, what a failure means.
@@ -68,7 +74,7 @@ static FETCH: Job =
 
 /// `cargo test --no-run`: the test binaries, which the cargo test step then only runs.
 static TEST_BUILD: Job = Job {
-    name: "cargo test's build",
+    name: "cargo test's build (from setup on)",
     log: "cargo-test-build.log",
     on_failure: "the cargo test step builds (and reports) it again",
     took: OnceLock::new(),
@@ -90,6 +96,8 @@ struct Beside {
     /// Waits for the child and says when it ended: the dist step may end much later.
     waiter: std::thread::JoinHandle<(Duration, std::io::Result<std::process::ExitStatus>)>,
     log: std::path::PathBuf,
+    /// The child's pid. It stays in our process group, so a Ctrl-C reaches it and what it started.
+    pid: i32,
 }
 
 impl Beside {
@@ -105,18 +113,28 @@ impl Beside {
         })();
         match started {
             Ok(mut child) => {
+                let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
                 let began = Instant::now();
                 let waiter = std::thread::spawn(move || {
                     let status = child.wait();
                     (began.elapsed(), status)
                 });
-                Some(Beside { job, waiter, log })
+                Some(Beside { job, waiter, log, pid })
             }
             Err(err) => {
                 eprintln!("test: {} did not start ({err:#}); {}", job.name, job.on_failure);
                 None
             }
         }
+    }
+
+    /// Ends it early (setup failed before the step it serves): SIGTERM to the child (cargo, whose
+    /// compilers then finish their one crate), then waits for it.
+    fn stop(self) {
+        // SAFETY: kill(2) on our own child, not yet reaped (the waiter thread reaps it).
+        unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        let _ = self.waiter.join();
+        println!("test: {} stopped", self.job.name);
     }
 
     /// Waits for it and says how it went.
@@ -227,11 +245,18 @@ fn extra_steps() -> Vec<Step> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
-    setup::ensure(setup::Report::ChangesOnly)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Run)?;
+    let cargo_test = cargo_test_args(&args.cargo_test_args);
+    let test_build = start_test_build(&cargo_test);
+    if let Err(err) = setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab) {
+        if let Some(build) = test_build {
+            build.stop();
+        }
+        return Err(err);
+    }
     let setup_took = start.elapsed();
 
-    let cargo_test = cargo_test_args(&args.cargo_test_args);
-    let mut steps = vec![dist_step(&cargo_test)];
+    let mut steps = vec![dist_step(test_build)];
     steps.push(Step {
         name: "cargo test",
         run: Box::new(move || {

@@ -12,7 +12,7 @@ pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     if let Some(addr) = &args.guest_stall {
         return latency_lab::vmtest::stall::guest(addr, args.guest_stall_pid);
     }
-    setup::ensure(setup::Report::ChangesOnly)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
     // Before any binary is looked for: `cargo xtask test` fetches while dist builds them.
     if args.fetch_only {
         return latency_lab::vmtest::fetch(args);

@@ -1,5 +1,6 @@
-//! The nightly toolchain that builds the kernel program, and its `rust-src` (for
-//! `-Z build-std=core`). In: `rustup`'s listings; out: rust-src added, or why nightly is missing.
+//! The nightly toolchain that builds the kernel program, its `rust-src` (for `-Z build-std=core`)
+//! and a C compiler. In: `rustup`'s listings, the compiler's path; out: rust-src and gcc added,
+//! or why nightly is missing.
 use std::process::Command;
 
 use anyhow::bail;
@@ -50,6 +51,29 @@ impl Check for RustSrc {
         add.args(["component", "add", "rust-src", "--toolchain", "nightly"]);
         println!("  $ {}", cmd::show(&add));
         cmd::run(&mut add)
+    }
+}
+
+/// A C compiler and the C library's headers: rustc links through `cc`, and `ring` (TLS) and
+/// bpf-linker compile C. Debian's `gcc` and `libc6-dev`.
+#[derive(Debug)]
+pub struct CCompiler;
+
+/// What `cc` and the build scripts look for.
+const C_COMPILER: &[&str] = &["/usr/bin/cc", "/usr/include/stdio.h"];
+
+impl Check for CCompiler {
+    fn name(&self) -> &'static str {
+        "C compiler"
+    }
+    fn doing(&self) -> &'static str {
+        "installing"
+    }
+    fn is_done(&self) -> anyhow::Result<bool> {
+        Ok(C_COMPILER.iter().all(|path| std::path::Path::new(path).exists()))
+    }
+    fn do_it(&self) -> anyhow::Result<()> {
+        super::packages::apt_install(&["gcc", "libc6-dev"])
     }
 }
 
