@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    collections::HashSet,
     process::Command,
     time::{Duration, Instant},
 };
@@ -113,15 +112,16 @@ fn no_diag_object() -> Vec<u8> {
 /// Loads `object` (None: the daemon's own) with the daemon's default options and returns the
 /// translated code of its three scheduler programs; detaches before returning.
 fn load_and_dump(object: Option<&[u8]>) -> Vec<(String, Xlated)> {
-    let before: HashSet<u64> = bpftool::sched_programs().unwrap().into_iter().map(|p| p.id).collect();
     let options = ProbeOptions { max_tasks: 1, cgroups: true, cgroup_removals: true, ..ProbeOptions::default() };
     let mut probe = match object {
         None => Probe::load(&options),
         Some(bytes) => Probe::load_object(&options, bytes),
     }
     .unwrap_or_else(|e| panic!("loading the kernel program: {e}"));
+    // Ours by id: what this process holds, not whatever else was loaded meanwhile.
+    let mine = bpftool::programs_held_by(std::process::id());
     let ours: Vec<bpftool::ProgStats> =
-        bpftool::sched_programs().unwrap().into_iter().filter(|p| !before.contains(&p.id)).collect();
+        bpftool::sched_programs().unwrap().into_iter().filter(|p| mine.contains(&p.id)).collect();
     let mut dumps: Vec<(String, Xlated)> = ours.iter().map(|p| (p.name.clone(), Xlated::of(p.id))).collect();
     if object.is_none() {
         // The common path never enters `rare`: after 20,000 wakeups and switches, its per-CPU

@@ -42,14 +42,54 @@ pub fn leftovers(before: &BTreeSet<u64>) -> anyhow::Result<Vec<String>> {
     remaining(before, true)
 }
 
-/// Fails unless no STAMPS map is loaded, nor a program using one, within 5 s: the tests' check
-/// after each test, where anything of ours still loaded, held or not, is a leak.
+/// Fails unless every STAMPS map of this process's era is gone within 5 s, with the programs
+/// using it, once no live process holds it: the tests' check after each test, once its own
+/// processes have exited. A map of this era is one whose programs were loaded since this
+/// process started (by id, through the programs' load times, so someone else's leftovers from
+/// before are not ours). A map a live process holds is in use (another test's daemon running
+/// beside this one, a daemon serving this machine); one loaded with no process holding it is
+/// kept only by an attachment or a pin: a leak.
 pub fn nothing_loaded() -> anyhow::Result<()> {
-    let found = remaining(&BTreeSet::new(), false)?;
-    if !found.is_empty() {
-        bail!("still loaded {SETTLE:?} after exit: {}", found.join(", "));
+    let since = started_unix_s()?;
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let held = held_maps(None);
+        let unheld: BTreeSet<u64> = stamps_maps()?.difference(&held).copied().collect();
+        let mut found = Vec::new();
+        if !unheld.is_empty() {
+            let progs = json(&["prog", "show"])?;
+            for prog in progs.as_array().into_iter().flatten() {
+                let recent = prog["loaded_at"].as_u64().is_some_and(|at| at >= since);
+                let mut maps = prog["map_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64);
+                if let Some(map) = maps.find(|id| unheld.contains(id)).filter(|_| recent) {
+                    found.push(format!("program {} (id {}, map STAMPS id {map})", prog["name"], prog["id"]));
+                }
+            }
+        }
+        if found.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("still loaded {SETTLE:?} after exit, held by no process: {}", found.join(", "));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(())
+}
+
+/// When this process started, in Unix seconds, rounded down (bpftool's `loaded_at` resolution):
+/// its start in clock ticks after boot (/proc/self/stat) plus the boot time (/proc/stat).
+fn started_unix_s() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command's closing parenthesis; starttime is field 22, the 20th of these.
+    let after = stat.rsplit_once(')').context("/proc/self/stat without a command")?.1;
+    let ticks: u64 = after.split_whitespace().nth(19).context("/proc/self/stat: no starttime")?.parse()?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+        .context("/proc/stat: no btime")?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    Ok(boot + ticks / hz)
 }
 
 /// STAMPS maps not in `before` (and not held by a live process if `skip_held`) still loaded
@@ -57,7 +97,7 @@ pub fn nothing_loaded() -> anyhow::Result<()> {
 fn remaining(before: &BTreeSet<u64>, skip_held: bool) -> anyhow::Result<Vec<String>> {
     let deadline = Instant::now() + SETTLE;
     loop {
-        let held = if skip_held { held_maps() } else { BTreeSet::new() };
+        let held = if skip_held { held_maps(None) } else { BTreeSet::new() };
         let new: Vec<u64> =
             stamps_maps()?.into_iter().filter(|id| !before.contains(id) && !held.contains(id)).collect();
         if new.is_empty() {
@@ -78,15 +118,33 @@ fn remaining(before: &BTreeSet<u64>, skip_held: bool) -> anyhow::Result<Vec<Stri
     }
 }
 
-/// Map ids that some live process has an fd for (`map_id:` in /proc/*/fdinfo/*).
-fn held_maps() -> BTreeSet<u64> {
+/// Map ids that some live process (or only `pid`) has an fd for (`map_id:` in
+/// /proc/*/fdinfo/*).
+fn held_maps(pid: Option<u32>) -> BTreeSet<u64> {
+    held("map_id:", pid)
+}
+
+/// Program ids `pid` holds an fd for, itself or through a link (`prog_id:` in its fdinfo): the
+/// programs a process loaded, told apart from any other loaded beside them.
+pub fn programs_held_by(pid: u32) -> BTreeSet<u64> {
+    held("prog_id:", Some(pid))
+}
+
+/// The ids after `key` in the fdinfo of every process, or of `pid`.
+fn held(key: &str, pid: Option<u32>) -> BTreeSet<u64> {
     let mut held = BTreeSet::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return held };
-    for process in procs.flatten() {
-        let Ok(fds) = std::fs::read_dir(process.path().join("fdinfo")) else { continue };
+    let dirs: Vec<std::path::PathBuf> = match pid {
+        Some(pid) => vec![format!("/proc/{pid}").into()],
+        None => {
+            let Ok(procs) = std::fs::read_dir("/proc") else { return held };
+            procs.flatten().map(|p| p.path()).collect()
+        }
+    };
+    for process in dirs {
+        let Ok(fds) = std::fs::read_dir(process.join("fdinfo")) else { continue };
         for fd in fds.flatten() {
             let text = std::fs::read_to_string(fd.path()).unwrap_or_default();
-            held.extend(text.lines().filter_map(|l| l.strip_prefix("map_id:")?.trim().parse::<u64>().ok()));
+            held.extend(text.lines().filter_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok()));
         }
     }
     held
