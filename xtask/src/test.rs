@@ -1,12 +1,15 @@
 //! `cargo xtask test [-- ARGS…]`: setup, then the whole suite as steps (the release artifacts,
-//! `cargo test`, then the checks that run built programs), each run even if an earlier one
-//! failed. Out: a summary with timings; non-zero exit if any step failed.
+//! `cargo test` — its binaries in lanes, see `lanes` —, then the checks that run built
+//! programs), each run even if an earlier one failed. Out: a summary with timings; non-zero
+//! exit if any step failed.
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
 use crate::{build, cmd, setup, workspace_root};
+
+mod lanes;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -256,10 +259,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let setup_took = start.elapsed();
 
+    let whole_suite = args.cargo_test_args.is_empty();
     let mut steps = vec![dist_step(test_build)];
     steps.push(Step {
         name: "cargo test",
         run: Box::new(move || {
+            // The whole suite runs its binaries in lanes; a user's pick runs as `cargo test`.
+            if whole_suite {
+                let at = cargo_test.iter().position(|arg| arg == "--").unwrap_or(cargo_test.len());
+                return lanes::run(&cargo_test[..at]);
+            }
             let mut test = cmd::cargo()?;
             test.current_dir(workspace_root()).args(&cargo_test);
             println!("test: $ {}", cmd::show(&test));
