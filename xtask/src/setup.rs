@@ -29,18 +29,20 @@ pub trait Check {
     fn do_it(&self) -> anyhow::Result<()>;
 }
 
-/// How much of the list a command needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How much of the list a command needs; each scope holds the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
     /// What building and running the daemon needs: a kernel with BTF, nightly with rust-src, a C
     /// compiler and bpf-linker (`build`, `run`).
     Run,
-    /// Everything the tests, the demo, the bench and the release artifacts call as well.
+    /// And what the release artifacts need: the cross compilers and musl's files (`dist`).
+    Dist,
+    /// Everything the tests, the demo and the bench call as well.
     Lab,
 }
 
-/// In order: things we cannot fix first, so the user learns about them before a long build.
-/// The `Scope::Run` checks come first, so `Scope::Lab` only adds to them.
+/// In order: things we cannot fix first, so the user learns about them before a long build;
+/// then each scope's own checks after the smaller scope's.
 fn checks(scope: Scope) -> Vec<Box<dyn Check>> {
     let run: Vec<Box<dyn Check>> = vec![
         Box::new(kernel::Btf),
@@ -49,14 +51,10 @@ fn checks(scope: Scope) -> Vec<Box<dyn Check>> {
         Box::new(toolchain::CCompiler),
         Box::new(bpf_linker::BpfLinker),
     ];
-    if scope == Scope::Run {
-        return run;
-    }
+    let dist: Vec<Box<dyn Check>> =
+        vec![Box::new(cross::CrossTools), Box::new(cross::Musl(Arch::X86_64)), Box::new(cross::Musl(Arch::Aarch64))];
     let lab: Vec<Box<dyn Check>> = vec![
         Box::new(packages::DebPackages),
-        Box::new(cross::CrossTools),
-        Box::new(cross::Musl(Arch::X86_64)),
-        Box::new(cross::Musl(Arch::Aarch64)),
         Box::new(qemu::Qemu),
         Box::new(trixie::PROMETHEUS),
         Box::new(python::KUBERNETES_VALIDATE),
@@ -69,7 +67,14 @@ fn checks(scope: Scope) -> Vec<Box<dyn Check>> {
         Box::new(kernel::Tracefs),
         Box::new(kernel::Debugfs),
     ];
-    run.into_iter().chain(lab).collect()
+    let mut list = run;
+    if scope >= Scope::Dist {
+        list.extend(dist);
+    }
+    if scope >= Scope::Lab {
+        list.extend(lab);
+    }
+    list
 }
 
 /// How much `ensure` prints.

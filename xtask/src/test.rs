@@ -30,11 +30,13 @@ const VMTEST_KERNELS: &str = "all";
 
 /// The step before `cargo test`: the release artifacts of both architectures (whose package
 /// tests then check the real binaries, not stand-ins) and the arm64 guests' load. Beside the
-/// build run vmtest's downloads and the rest of `cargo test`'s own build (`cargo test
-/// --no-run`, started before the lab's setup): dist builds in target/dist-build with nightly,
-/// `cargo test` in target/debug with stable, so they share no cargo lock, and each fills the CPU
-/// the other's serial stretches (LTO and linking, the kernel object) leave idle. The step ends
-/// when all have, so nothing of them runs under `cargo test`'s timed tests.
+/// build run the rest of `cargo test`'s own build (`cargo test --no-run`, started once building
+/// was possible) and the lab's setup followed by vmtest's downloads (on a fresh machine minutes
+/// of network and unpacking that leave the CPU idle): dist builds in target/dist-build with
+/// nightly, `cargo test` in target/debug with stable, so they share no cargo lock, and each fills
+/// the CPU the other's serial stretches (linking, the kernel object) leave idle. The step ends
+/// when all have, and with the lab's setup checked in the foreground (instant when the job did
+/// it; its error shown when not), so nothing of them runs under `cargo test`'s timed tests.
 fn dist_step(test_build: Option<Beside>) -> Step {
     Step {
         name: "dist",
@@ -44,14 +46,20 @@ fn dist_step(test_build: Option<Beside>) -> Step {
             for job in [fetch, test_build].into_iter().flatten() {
                 job.finish();
             }
+            match setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab) {
+                Ok(()) => LAB_READY.store(true, std::sync::atomic::Ordering::Relaxed),
+                Err(err) => eprintln!("test: the lab's setup failed: {err:#}"),
+            }
             built
         }),
     }
 }
 
+/// Whether the lab's setup, finished in the dist step, holds: without it no later step can run.
+static LAB_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Starts `cargo test --no-run` in the background: it needs only what building needs, so it
-/// runs while setup installs the lab (on a fresh machine minutes of downloads and unpacking
-/// that leave the CPU idle) and then beside dist.
+/// runs while setup installs what dist needs, and then beside dist.
 fn start_test_build(cargo_test: &[String]) -> Option<Beside> {
     let test_build = no_run(cargo_test);
     Beside::start(&TEST_BUILD, move || {
@@ -70,10 +78,15 @@ struct Job {
     took: OnceLock<(Duration, bool)>,
 }
 
-/// vmtest's downloads: kernels, busybox and the .deb's Debian root into vmtest's cache (on a
-/// fresh machine minutes of network and unpacking, which would otherwise open the vmtest step).
-static FETCH: Job =
-    Job { name: "vmtest's fetch", log: "vmtest-fetch.log", on_failure: "vmtest fetches itself", took: OnceLock::new() };
+/// The lab's setup (`vmtest` runs it first), then vmtest's downloads: kernels, busybox and the
+/// .deb's Debian root into vmtest's cache (on a fresh machine minutes of network and unpacking,
+/// which would otherwise open the vmtest step).
+static FETCH: Job = Job {
+    name: "the lab's setup, then vmtest's fetch",
+    log: "vmtest-fetch.log",
+    on_failure: "setup runs again after dist, vmtest fetches itself",
+    took: OnceLock::new(),
+};
 
 /// `cargo test --no-run`: the test binaries, which the cargo test step then only runs.
 static TEST_BUILD: Job = Job {
@@ -251,7 +264,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     setup::ensure(setup::Report::ChangesOnly, setup::Scope::Run)?;
     let cargo_test = cargo_test_args(&args.cargo_test_args);
     let test_build = start_test_build(&cargo_test);
-    if let Err(err) = setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab) {
+    // The rest of the lab's setup runs beside dist (see `dist_step`).
+    if let Err(err) = setup::ensure(setup::Report::ChangesOnly, setup::Scope::Dist) {
         if let Some(build) = test_build {
             build.stop();
         }
@@ -285,6 +299,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             eprintln!("test: step `{}` failed: {err:#}", step.name);
         }
         results.push((step.name, began.elapsed(), result.is_ok()));
+        if step.name == "dist" && !LAB_READY.load(std::sync::atomic::Ordering::Relaxed) {
+            bail!("the lab's setup failed (above): the tests cannot run without it");
+        }
     }
 
     println!("\ntest summary ({:.1} s in all):", start.elapsed().as_secs_f64());
