@@ -8,6 +8,10 @@
     // what every shipped way of scraping yields: deploy/prometheus/scrape.yml's job, and the
     // ServiceMonitor's and PodMonitor's jobLabel (app.kubernetes.io/name: latency-daemon).
     selector: 'job="latency-daemon"',
+    // The label matchers that select the kubelet's cAdvisor series (the pods' CPU pressure,
+    // PSI, drawn beside our waits), inside `{…}`: kube-prometheus's scrape of the kubelet's
+    // /metrics/cadvisor. kubernetes-mixin users with a `job="cadvisor"` set that instead.
+    cadvisorSelector: 'job="kubelet", metrics_path="/metrics/cadvisor"',
 
     // RunQueueDelayHigh fires on the window max above this; the dashboard draws it as a line.
     windowMaxAlertSeconds: 0.010,

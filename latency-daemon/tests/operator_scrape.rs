@@ -303,6 +303,9 @@ fn the_operators_scrape_of_the_shipped_servicemonitor_keeps_labels_and_alerts() 
             };
             match result {
                 Ok(series) if has_numbers(&series) => {}
+                // A query of another exporter's series alone (the kubelet's cAdvisor, drawn beside
+                // ours) has nothing to find here; Prometheus still parsed and ran it.
+                Ok(_) if !q.expr.contains("runqlat_") => {}
                 // The daemon's alert names the worst wait of its window: the victim's or one of the
                 // hog's spinners (they wait behind each other too), whichever was longer, so the
                 // victim's pod may have no alert of its own during the load (seen in CI). The panel

@@ -274,11 +274,13 @@ mod tests {
         let mut jsonnet = Command::new("jsonnet");
         jsonnet.arg("-J").arg(workspace_root().join(MIXIN)).args([
             "-e",
-            "local m = (import 'mixin.libsonnet') + { _config+:: { selector: 'job=\"elsewhere\"' } }; \
+            "local m = (import 'mixin.libsonnet') + { _config+:: { selector: 'job=\"elsewhere\"', \
+             cadvisorSelector: 'job=\"kubelet-elsewhere\"' } }; \
              { groups: m.prometheusRules.groups + m.prometheusAlerts.groups, dashboards: m.grafanaDashboards }",
         ]);
         let out = cmd::stdout(&mut jsonnet).unwrap_or_else(|e| panic!("{e:#}"));
         assert!(!out.contains(r#"job=\"latency-daemon"#), "a hard-coded job is left");
+        assert!(!out.contains(r#"job=\"kubelet\""#), "a hard-coded kubelet job is left");
         let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}"));
         let mut exprs = rule_exprs(&v);
         let dashboard = &v["dashboards"]["runqlat.json"];
@@ -301,7 +303,10 @@ mod tests {
                 if name.is_empty() || name.contains(':') || name == "ALERTS" {
                     continue;
                 }
-                assert!(expr[i..].starts_with("{job=\"elsewhere\""), "{name} without the selector in {expr}");
+                // The kubelet's cAdvisor series (beside ours) carry its own selector.
+                let selector =
+                    if name.starts_with("container_") { "{job=\"kubelet-elsewhere\"" } else { "{job=\"elsewhere\"" };
+                assert!(expr[i..].starts_with(selector), "{name} without its selector in {expr}");
             }
         }
     }

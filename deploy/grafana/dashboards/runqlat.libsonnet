@@ -133,6 +133,15 @@ local p = import '../lib/panels.libsonnet';
           ],
           stack=true,
         ),
+        p.timeseries(
+          "Waited, beside the kernel's CPU pressure (PSI)",
+          "Per pod the namespace and pod variables select: seconds its tasks waited for a CPU per second (ours: the sum over its tasks, so two tasks waiting at once count twice), and the kernel's CPU pressure of the pod's cgroup as the kubelet's cAdvisor serves it (container_pressure_cpu_waiting_seconds_total, PSI \"some\": the time at least one of its tasks waited, averaged over the CPUs it ran on; Kubernetes 1.34+, or earlier with the KubeletPSI feature gate). Where only one task at a time waits, the two agree; ours is higher by as many tasks as wait together. No PSI line: this Prometheus does not scrape the kubelet's cAdvisor endpoint, or the node's kernel has no PSI. docs/causes.md compares the two.",
+          'suffix: s/s',
+          [
+            p.target('sum by (namespace, pod) (%s)' % rate('runqlat_cgroup_delay_seconds_sum' + on(pods)), legend='{{namespace}}/{{pod}} waited (runqlat)'),
+            p.target('sum by (namespace, pod) (rate(container_pressure_cpu_waiting_seconds_total{%s, container="", namespace=~"$namespace", pod=~"$pod"}[$__rate_interval]))' % c.cadvisorSelector, legend='{{namespace}}/{{pod}} CPU pressure, some (PSI)'),
+          ],
+        ),
       ];
 
       local whoPanels = [

@@ -45,6 +45,12 @@ impl TestCgroup {
         std::fs::write(&procs, pid.to_string()).with_context(|| format!("moving {pid} into {}", procs.display()))
     }
 
+    /// The contents of one of its files (`cpu.pressure`, `cpu.stat`…).
+    pub fn read(&self, file: &str) -> anyhow::Result<String> {
+        let path = self.dir.join(file);
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    }
+
     /// Starts `argv` inside this cgroup (a shell moves itself in, then execs it).
     pub fn spawn(&self, argv: &[&str]) -> anyhow::Result<Proc> {
         let procs = self.dir.join("cgroup.procs");
