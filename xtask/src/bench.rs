@@ -7,7 +7,7 @@ use latency_lab::bench::{self, Args, Binaries};
 use crate::{build, dist, setup};
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::ALL)?;
     let binaries = Binaries {
         daemon: dist::daemon(args.static_daemon)?,
         floor: args.needs_floor().then(build::floor).transpose()?,

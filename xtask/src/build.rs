@@ -17,7 +17,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Run)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::RUN)?;
     let daemon = daemon(args.release)?;
     println!("build: {}", daemon.display());
     Ok(())

@@ -12,7 +12,7 @@ pub fn tag() -> String {
 }
 
 pub fn image() -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::ALL)?;
     let daemon = build::daemon(true)?;
     let podman = Podman::new()?;
     let tag = tag();
@@ -26,7 +26,7 @@ pub fn image() -> anyhow::Result<()> {
 }
 
 pub fn seccomp() -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::ALL)?;
     let daemon = build::daemon(true)?;
     // The static build `cargo xtask dist` made, if any: the release image runs it.
     let dist = workspace_root().join("target/dist");

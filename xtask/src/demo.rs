@@ -11,7 +11,7 @@ use crate::{dist, setup};
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let began = Instant::now();
     args.check()?;
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::ALL)?;
     demo::require_root()?;
     let daemon = dist::daemon(args.static_daemon)?;
     let tools = Tools {

@@ -64,17 +64,18 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct SetupArgs {
-    /// Only what building and running the daemon needs (nightly with rust-src, a C compiler,
-    /// bpf-linker), not the test lab.
-    #[arg(long)]
-    run_only: bool,
+    /// Only these parts (repeat the flag; default: all). `toolchain` and `linker` are what
+    /// building and running the daemon need (nightly with rust-src, a C compiler, bpf-linker),
+    /// `dist` adds the release artifacts' cross compilers and musl, `lab` the tests' tools.
+    #[arg(long, value_enum)]
+    part: Vec<setup::Part>,
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Setup(args) => {
-            let scope = if args.run_only { setup::Scope::Run } else { setup::Scope::Lab };
-            setup::ensure(setup::Report::EveryStep, scope)
+            let parts = if args.part.is_empty() { setup::ALL } else { &args.part };
+            setup::ensure(setup::Report::EveryStep, parts)
         }
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(args),

@@ -149,7 +149,7 @@ fn plain(word: &str) -> anyhow::Result<&str> {
 }
 
 pub fn run() -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::ALL)?;
     let mut fmt = Command::new("jsonnetfmt");
     fmt.arg("-i").args(sources()?);
     cmd::run(&mut fmt)?;

@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Run)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::RUN)?;
     let daemon = build::daemon(true)?;
     let args = if args.args.is_empty() { DEFAULT_ARGS.iter().map(OsString::from).collect() } else { args.args };
     let mut command = Command::new(&daemon);

@@ -29,52 +29,72 @@ pub trait Check {
     fn do_it(&self) -> anyhow::Result<()>;
 }
 
-/// How much of the list a command needs; each scope holds the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Scope {
-    /// What building and running the daemon needs: a kernel with BTF, nightly with rust-src, a C
-    /// compiler and bpf-linker (`build`, `run`).
-    Run,
-    /// And what the release artifacts need: the cross compilers and musl's files (`dist`).
+/// A part of the list; a command names the parts it needs (`RUN`, `DIST`, `ALL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    /// What building needs before bpf-linker: a kernel with BTF, nightly with rust-src, a C
+    /// compiler.
+    Toolchain,
+    /// bpf-linker on nightly's LLVM (on a fresh machine, a minute or two of compiling).
+    Linker,
+    /// What the release artifacts add: the cross compilers and musl's files.
     Dist,
-    /// Everything the tests, the demo and the bench call as well.
+    /// What the tests, the demo and the bench call as well.
     Lab,
 }
 
+/// Building and running the daemon (`build`, `run`).
+pub const RUN: &[Part] = &[Part::Toolchain, Part::Linker];
+/// The release artifacts (`dist`).
+pub const DIST: &[Part] = &[Part::Toolchain, Part::Linker, Part::Dist];
+/// Everything (`setup`, `test`, `demo`, `bench`, `vmtest`…).
+pub const ALL: &[Part] = &[Part::Toolchain, Part::Linker, Part::Dist, Part::Lab];
+
 /// In order: things we cannot fix first, so the user learns about them before a long build;
-/// then each scope's own checks after the smaller scope's.
-fn checks(scope: Scope) -> Vec<Box<dyn Check>> {
-    let run: Vec<Box<dyn Check>> = vec![
-        Box::new(kernel::Btf),
-        Box::new(toolchain::Nightly),
-        Box::new(toolchain::RustSrc),
-        Box::new(toolchain::CCompiler),
-        Box::new(bpf_linker::BpfLinker),
-    ];
-    let dist: Vec<Box<dyn Check>> =
-        vec![Box::new(cross::CrossTools), Box::new(cross::Musl(Arch::X86_64)), Box::new(cross::Musl(Arch::Aarch64))];
-    let lab: Vec<Box<dyn Check>> = vec![
-        Box::new(packages::DebPackages),
-        Box::new(qemu::Qemu),
-        Box::new(trixie::PROMETHEUS),
-        Box::new(python::KUBERNETES_VALIDATE),
-        Box::new(python::PROMETHEUS_CLIENT),
-        Box::new(python::OPENTELEMETRY_PROTO),
-        Box::new(trixie::KUSTOMIZE),
-        Box::new(trixie::VICTORIA_METRICS),
-        Box::new(python::CHECKOV),
-        Box::new(python::CYCLONEDX),
-        Box::new(kernel::Tracefs),
-        Box::new(kernel::Debugfs),
-    ];
-    let mut list = run;
-    if scope >= Scope::Dist {
-        list.extend(dist);
+/// then the parts in the order `ALL` names them.
+fn checks(parts: &[Part]) -> Vec<Box<dyn Check>> {
+    let part = |part: Part| -> Vec<Box<dyn Check>> {
+        match part {
+            Part::Toolchain => vec![
+                Box::new(kernel::Btf),
+                Box::new(toolchain::Nightly),
+                Box::new(toolchain::RustSrc),
+                Box::new(toolchain::CCompiler),
+            ],
+            Part::Linker => vec![Box::new(bpf_linker::BpfLinker)],
+            Part::Dist => vec![
+                Box::new(cross::CrossTools),
+                Box::new(cross::Musl(Arch::X86_64)),
+                Box::new(cross::Musl(Arch::Aarch64)),
+            ],
+            Part::Lab => vec![
+                Box::new(packages::DebPackages),
+                Box::new(qemu::Qemu),
+                Box::new(trixie::PROMETHEUS),
+                Box::new(python::KUBERNETES_VALIDATE),
+                Box::new(python::PROMETHEUS_CLIENT),
+                Box::new(python::OPENTELEMETRY_PROTO),
+                Box::new(trixie::KUSTOMIZE),
+                Box::new(trixie::VICTORIA_METRICS),
+                Box::new(python::CHECKOV),
+                Box::new(python::CYCLONEDX),
+                Box::new(kernel::Tracefs),
+                Box::new(kernel::Debugfs),
+            ],
+        }
+    };
+    ALL.iter().filter(|p| parts.contains(p)).flat_map(|&p| part(p)).collect()
+}
+
+/// Whether every check of `parts` is done now (no fixing): for `cargo xtask test`, which waits
+/// for a setup running beside it.
+pub fn done(parts: &[Part]) -> anyhow::Result<bool> {
+    for check in checks(parts) {
+        if !check.is_done().with_context(|| format!("checking `{}`", check.name()))? {
+            return Ok(false);
+        }
     }
-    if scope >= Scope::Lab {
-        list.extend(lab);
-    }
-    list
+    Ok(true)
 }
 
 /// How much `ensure` prints.
@@ -86,14 +106,14 @@ pub enum Report {
     ChangesOnly,
 }
 
-/// Runs every check of `scope` and fixes what is missing; stops at the first failure.
-pub fn ensure(report: Report, scope: Scope) -> anyhow::Result<()> {
+/// Runs every check of `parts` and fixes what is missing; stops at the first failure.
+pub fn ensure(report: Report, parts: &[Part]) -> anyhow::Result<()> {
     let start = Instant::now();
     let root = kernel::is_root();
     if !root || report == Report::EveryStep {
         line("running as root", if root { "ok" } else { kernel::NOT_ROOT });
     }
-    let checks = checks(scope);
+    let checks = checks(parts);
     let mut fixed = 0;
     for check in &checks {
         let name = check.name();

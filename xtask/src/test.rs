@@ -31,22 +31,22 @@ const VMTEST_KERNELS: &str = "all";
 /// The step before `cargo test`: the release artifacts of both architectures (whose package
 /// tests then check the real binaries, not stand-ins) and the arm64 guests' load. Beside the
 /// build run the rest of `cargo test`'s own build (`cargo test --no-run`, started once building
-/// was possible) and the lab's setup followed by vmtest's downloads (on a fresh machine minutes
-/// of network and unpacking that leave the CPU idle): dist builds in target/dist-build with
+/// was possible) and the rest of the lab's setup followed by vmtest's downloads (both started
+/// before bpf-linker; on a fresh machine minutes of network and unpacking that leave the CPU
+/// idle): dist builds in target/dist-build with
 /// nightly, `cargo test` in target/debug with stable, so they share no cargo lock, and each fills
 /// the CPU the other's serial stretches (linking, the kernel object) leave idle. The step ends
 /// when all have, and with the lab's setup checked in the foreground (instant when the job did
 /// it; its error shown when not), so nothing of them runs under `cargo test`'s timed tests.
-fn dist_step(test_build: Option<Beside>) -> Step {
+fn dist_step(fetch: Option<Beside>, test_build: Option<Beside>) -> Step {
     Step {
         name: "dist",
         run: Box::new(move || {
-            let fetch = Beside::start(&FETCH, vmtest_fetch);
             let built = xtask(["dist"])().and_then(|()| xtask(["dist", "--guest-tools"])());
             for job in [fetch, test_build].into_iter().flatten() {
                 job.finish();
             }
-            match setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab) {
+            match setup::ensure(setup::Report::ChangesOnly, setup::ALL) {
                 Ok(()) => LAB_READY.store(true, std::sync::atomic::Ordering::Relaxed),
                 Err(err) => eprintln!("test: the lab's setup failed: {err:#}"),
             }
@@ -55,11 +55,32 @@ fn dist_step(test_build: Option<Beside>) -> Step {
     }
 }
 
+/// Waits until the cross compilers and musl's files are in place (the lab's setup beside does
+/// them first), or sets them up here if that job is gone.
+fn wait_for_dist(lab: Option<&Beside>) -> anyhow::Result<()> {
+    let mut said = false;
+    while !setup::done(&[setup::Part::Dist])? {
+        let Some(lab) = lab.filter(|job| job.running()) else {
+            return setup::ensure(setup::Report::ChangesOnly, &[setup::Part::Dist]);
+        };
+        if !said {
+            println!(
+                "test: waiting for the cross compilers and musl's files from {} ({})",
+                lab.job.name,
+                lab.log.display()
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
 /// Whether the lab's setup, finished in the dist step, holds: without it no later step can run.
 static LAB_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Starts `cargo test --no-run` in the background: it needs only what building needs, so it
-/// runs while setup installs what dist needs, and then beside dist.
+/// runs while the setup beside installs what dist needs, and then beside dist.
 fn start_test_build(cargo_test: &[String]) -> Option<Beside> {
     let test_build = no_run(cargo_test);
     Beside::start(&TEST_BUILD, move || {
@@ -78,9 +99,9 @@ struct Job {
     took: OnceLock<(Duration, bool)>,
 }
 
-/// The lab's setup (`vmtest` runs it first), then vmtest's downloads: kernels, busybox and the
-/// .deb's Debian root into vmtest's cache (on a fresh machine minutes of network and unpacking,
-/// which would otherwise open the vmtest step).
+/// The rest of the setup (the dist and lab parts), then vmtest's downloads: kernels, busybox and
+/// the .deb's Debian root into vmtest's cache (on a fresh machine minutes of network and
+/// unpacking, which would otherwise open the test or the vmtest step).
 static FETCH: Job = Job {
     name: "the lab's setup, then vmtest's fetch",
     log: "vmtest-fetch.log",
@@ -99,9 +120,16 @@ static TEST_BUILD: Job = Job {
 /// In the order of the summary's rows under dist.
 static BESIDE_DIST: [&Job; 2] = [&FETCH, &TEST_BUILD];
 
+/// `xtask setup` of the dist and lab parts, then `xtask vmtest --fetch-only`, in one shell.
 fn vmtest_fetch() -> anyhow::Result<std::process::Command> {
-    let mut command = std::process::Command::new(std::env::current_exe()?);
-    command.current_dir(workspace_root()).args(["vmtest", "--fetch-only", "--deb", "--kernels", VMTEST_KERNELS]);
+    let mut command = std::process::Command::new("sh");
+    command
+        .current_dir(workspace_root())
+        .arg("-c")
+        .arg(format!(
+            "\"$0\" setup --part dist --part lab && exec \"$0\" vmtest --fetch-only --deb --kernels {VMTEST_KERNELS}"
+        ))
+        .arg(std::env::current_exe()?);
     Ok(command)
 }
 
@@ -144,6 +172,11 @@ impl Beside {
         }
     }
 
+    /// Whether it is still running.
+    fn running(&self) -> bool {
+        !self.waiter.is_finished()
+    }
+
     /// Ends it early (setup failed before the step it serves): SIGTERM to the child (cargo, whose
     /// compilers then finish their one crate), then waits for it.
     fn stop(self) {
@@ -165,7 +198,7 @@ impl Beside {
         let name = self.job.name;
         match status {
             Ok(status) if status.success() => {
-                println!("test: {name}, beside dist: done in {took:.0} s ({})", self.log.display());
+                println!("test: {name}, in the background: done in {took:.0} s ({})", self.log.display());
             }
             other => {
                 let log = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -261,20 +294,27 @@ fn extra_steps() -> Vec<Step> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Run)?;
+    // The toolchain first (a problem here is one we cannot fix: the user hears of it at once),
+    // then the rest of the setup beside the build: bpf-linker here (a CPU-bound compile on a
+    // fresh machine), the cross compilers, musl and the lab's tools (downloads and unpacking)
+    // in the background, followed by vmtest's fetch.
+    setup::ensure(setup::Report::ChangesOnly, &[setup::Part::Toolchain])?;
+    let fetch = Beside::start(&FETCH, vmtest_fetch);
+    let stop = |jobs: [Option<Beside>; 2]| jobs.into_iter().flatten().for_each(Beside::stop);
+    if let Err(err) = setup::ensure(setup::Report::ChangesOnly, &[setup::Part::Linker]) {
+        stop([fetch, None]);
+        return Err(err);
+    }
     let cargo_test = cargo_test_args(&args.cargo_test_args);
     let test_build = start_test_build(&cargo_test);
-    // The rest of the lab's setup runs beside dist (see `dist_step`).
-    if let Err(err) = setup::ensure(setup::Report::ChangesOnly, setup::Scope::Dist) {
-        if let Some(build) = test_build {
-            build.stop();
-        }
+    if let Err(err) = wait_for_dist(fetch.as_ref()) {
+        stop([fetch, test_build]);
         return Err(err);
     }
     let setup_took = start.elapsed();
 
     let whole_suite = args.cargo_test_args.is_empty();
-    let mut steps = vec![dist_step(test_build)];
+    let mut steps = vec![dist_step(fetch, test_build)];
     steps.push(Step {
         name: "cargo test",
         run: Box::new(move || {
@@ -313,7 +353,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for job in BESIDE_DIST {
                 if let Some((took, ok)) = job.took.get() {
                     let verdict = if *ok { "" } else { ", failed: redone later" };
-                    println!("         (beside it: {} {:.1} s{verdict})", job.name, took.as_secs_f64());
+                    println!("         (beside setup and dist: {} {:.1} s{verdict})", job.name, took.as_secs_f64());
                 }
             }
         }

@@ -12,11 +12,13 @@ pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     if let Some(addr) = &args.guest_stall {
         return latency_lab::vmtest::stall::guest(addr, args.guest_stall_pid);
     }
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Lab)?;
-    // Before any binary is looked for: `cargo xtask test` fetches while dist builds them.
+    // Before any binary is looked for: `cargo xtask test` fetches while dist builds them. The
+    // downloads need the lab's tools only (its apt configuration, mmdebstrap), not a toolchain.
     if args.fetch_only {
+        setup::ensure(setup::Report::ChangesOnly, &[setup::Part::Lab])?;
         return latency_lab::vmtest::fetch(args);
     }
+    setup::ensure(setup::Report::ChangesOnly, setup::ALL)?;
     let daemon = dist::daemon(args.static_daemon)?;
     let xtask = std::env::current_exe().context("where this xtask binary is")?;
     let mut args = args.clone();

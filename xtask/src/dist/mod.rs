@@ -49,7 +49,7 @@ pub struct Built {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    setup::ensure(setup::Report::ChangesOnly, setup::Scope::Dist)?;
+    setup::ensure(setup::Report::ChangesOnly, setup::DIST)?;
     if args.guest_tools {
         let xtask = guest_xtask(Arch::Aarch64)?;
         println!("dist: {}", xtask.display());
