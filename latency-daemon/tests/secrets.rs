@@ -270,6 +270,13 @@ fn seeded_secrets_never_reach_a_log_line_or_a_response() {
     daemon.wait_for_log("reload failed", Duration::from_secs(5)).unwrap();
 
     daemon.wait_for_log("OTLP: pushing to", Duration::from_secs(10)).unwrap();
+    // The snapshot answers 503 until the first window (1 s) has closed, which a busy machine
+    // may not have done yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemon.get("/api/v1/snapshot").unwrap().status != 200 {
+        assert!(Instant::now() < deadline, "no window closed within 10 s; log: {:?}", daemon.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for path in ["/", "/metrics", "/api/v1/snapshot", "/healthz"] {
         let response = daemon.get(path).unwrap();
         assert_eq!(response.status, 200, "{path}");
