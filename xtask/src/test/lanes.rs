@@ -1,56 +1,69 @@
 //! The cargo test step of the whole suite, in lanes: `cargo test` runs its test binaries one
 //! after another, and most of their time is waiting (on a daemon's windows, a Prometheus
 //! scrape, an Alertmanager, a flood's seconds), not computing. In: cargo's list of the test
-//! binaries it built; out: each run once, with `--test-threads=1`, in one of three lanes:
-//! - `LIGHT`: tests of the daemon's serving, configuration and hardening, and the unit tests,
-//!   which use little CPU (xtask's, a core for 20 s) and assert nothing about the machine's
-//!   timing or scheduling; they run one after another, beside
-//! - `ROBUST`: heavier tests whose checks do not depend on a quiet machine (cgroup churn counts
-//!   losses, the package tests build and install packages, the operator's scrape reads labels
-//!   and alerts);
-//! - and then, alone, every other binary: the measurements against oracles, the timing tests,
-//!   and any binary not named here (new tests are alone until someone says otherwise).
+//! binaries it built; out: each run once, with `--test-threads=1`, in one of the `LANES` (run
+//! side by side, each one binary after another), and then, alone, every other binary: the
+//! measurements against oracles and the timing tests, and any binary no lane names (new tests
+//! are alone until someone says otherwise).
 //!
-//! The light lane's output goes to a log per binary under target/test-lanes/, shown when one
-//! fails; the others print as `cargo test` does.
+//! The first lane prints as `cargo test` does; the others' output goes to a log per binary
+//! under target/test-lanes/, one line each as it ends, the log's end shown if it failed.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 
 use crate::{build, cmd, workspace_root};
 
-/// Binaries (cargo's target names) that run beside the robust lane: each starts its own
-/// daemons, servers and clients on ports it chooses and asserts on what they answer, with
-/// limits of a second or more, using a few seconds of CPU in all.
-const LIGHT: &[&str] = &[
-    "otlp",
-    "connection_flood",
-    "hardening",
-    "reload_in_place",
-    "auth_flood",
-    "web_config",
-    "systemd_unit",
-    "secrets",
-    "host_paths",
-    "reload_files",
-    "layering",
-    "metrics_golden",
-    "version",
-    "config_reference",
-    "latency_daemon",
-    "latency_common",
-    "latency_lab",
-    // xtask's own unit tests: generated files, manifests, parsers (jsonnet and kubectl run, so
-    // a core for 20 s, but nothing they check depends on time).
-    "xtask",
-];
+/// A lane: binaries (cargo's target names) run one after another, beside the other lanes.
+struct Lane {
+    name: &'static str,
+    binaries: &'static [&'static str],
+}
 
-/// Binaries that run with the light lane beside them, one after another: their checks hold on
-/// a busy machine (counts of losses and retirements, packages built and installed, a
-/// Prometheus's view of two daemons beside a hog pod).
-const ROBUST: &[&str] = &["cgroup_churn", "package", "operator_scrape"];
+/// The lanes, side by side; together about as long as the longest. No lane's checks depend on
+/// a quiet machine, and together they fit in two CPUs: the busiest binaries (the churn, the
+/// package builds, a hog pod, Chromium) are never more than two at a time.
+const LANES: &[Lane] = &[
+    // 1,000 cgroups a second for a minute, then again with the daemon stopped: its checks count
+    // losses and retirements. It opens, alone among the heavy ones but for the package builds.
+    Lane { name: "churn", binaries: &["cgroup_churn"] },
+    // Packages built, installed and linted; a Prometheus's view of two daemons beside a hog pod;
+    // then the dashboards and the live view in Chromium, the record CLI's outputs and the
+    // official exposition parsers: what they check is what was produced, not how fast.
+    Lane {
+        name: "robust",
+        binaries: &["package", "operator_scrape", "dashboard", "live_view", "record_cli", "exposition_parsers"],
+    },
+    // The daemon's serving, configuration and hardening, and the unit tests: each starts its own
+    // daemons, servers and clients on ports it chooses and asserts on what they answer, with
+    // limits of a second or more, using a few seconds of CPU in all (xtask's unit tests: a core
+    // for 20 s, jsonnet and kubectl, nothing timed).
+    Lane {
+        name: "light",
+        binaries: &[
+            "otlp",
+            "connection_flood",
+            "hardening",
+            "reload_in_place",
+            "auth_flood",
+            "web_config",
+            "systemd_unit",
+            "secrets",
+            "host_paths",
+            "reload_files",
+            "layering",
+            "metrics_golden",
+            "version",
+            "config_reference",
+            "latency_daemon",
+            "latency_common",
+            "latency_lab",
+            "xtask",
+        ],
+    },
+];
 
 /// One test executable cargo built.
 #[derive(Debug, Clone)]
@@ -68,9 +81,8 @@ struct Binary {
 #[derive(Debug)]
 struct Outcome {
     shown: String,
-    took: Duration,
     ok: bool,
-    /// The light lane's log of it.
+    /// Its log, if its lane's output went to one.
     log: Option<PathBuf>,
 }
 
@@ -78,42 +90,51 @@ struct Outcome {
 /// they are fresh), then runs them in lanes; fails if any binary failed, naming them all.
 pub fn run(cargo_args: &[String]) -> anyhow::Result<()> {
     let binaries = list(cargo_args)?;
-    let lane = |names: &[&str]| -> Vec<Binary> {
-        binaries.iter().filter(|b| names.contains(&b.name.as_str())).cloned().collect()
-    };
-    let (light, robust) = (lane(LIGHT), lane(ROBUST));
-    let alone: Vec<Binary> = binaries
+    let in_lane = |b: &Binary| LANES.iter().any(|lane| lane.binaries.contains(&b.name.as_str()));
+    let lanes: Vec<(&Lane, Vec<Binary>)> = LANES
         .iter()
-        .filter(|b| !LIGHT.contains(&b.name.as_str()) && !ROBUST.contains(&b.name.as_str()))
-        .cloned()
+        .map(|lane| (lane, binaries.iter().filter(|b| lane.binaries.contains(&b.name.as_str())).cloned().collect()))
         .collect();
+    let alone: Vec<Binary> = binaries.iter().filter(|b| !in_lane(b)).cloned().collect();
+    let sizes: Vec<String> = lanes.iter().map(|(lane, b)| format!("{} {}", b.len(), lane.name)).collect();
     println!(
-        "test: {} test binaries: {} light ones beside {} robust ones, then {} alone (lanes in xtask/src/test/lanes.rs)",
+        "test: {} test binaries: lanes side by side ({}), then {} alone (xtask/src/test/lanes.rs)",
         binaries.len(),
-        light.len(),
-        robust.len(),
+        sizes.join(", "),
         alone.len()
     );
     let logs = build::target_dir().join("test-lanes");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
     let began = Instant::now();
-    let beside = std::thread::spawn(move || {
-        light.iter().map(|b| run_logged(b, &logs.join(format!("{}.log", b.name)))).collect::<Vec<_>>()
-    });
-    let mut outcomes: Vec<Outcome> = robust.iter().map(run_shown).collect();
-    let robust_took = began.elapsed();
-    let light_outcomes = beside.join().unwrap_or_default();
-    let light_took: Duration = light_outcomes.iter().map(|o| o.took).sum();
-    let parallel_took = began.elapsed();
-    outcomes.extend(light_outcomes);
+    let mut lanes = lanes.into_iter();
+    let (first, first_binaries) = lanes.next().context("no lane")?;
+    let others: Vec<_> = lanes
+        .map(|(lane, binaries)| {
+            let logs = logs.clone();
+            let thread = std::thread::spawn(move || {
+                let began = Instant::now();
+                let outcomes: Vec<Outcome> =
+                    binaries.iter().map(|b| run_logged(lane.name, b, &logs.join(format!("{}.log", b.name)))).collect();
+                (outcomes, began.elapsed())
+            });
+            (lane.name, thread)
+        })
+        .collect();
+    let mut outcomes: Vec<Outcome> = first_binaries.iter().map(run_shown).collect();
+    let mut took = vec![format!("{} {:.0} s", first.name, began.elapsed().as_secs_f64())];
+    for (name, thread) in others {
+        let (lane_outcomes, lane_took) = thread.join().unwrap_or_default();
+        outcomes.extend(lane_outcomes);
+        took.push(format!("{name} {:.0} s", lane_took.as_secs_f64()));
+    }
+    let lanes_took = began.elapsed();
     let alone_began = Instant::now();
     outcomes.extend(alone.iter().map(run_shown));
     println!(
-        "test: lanes: light {:.0} s beside robust {:.0} s (together {:.0} s), then alone {:.0} s",
-        light_took.as_secs_f64(),
-        robust_took.as_secs_f64(),
-        parallel_took.as_secs_f64(),
+        "test: lanes: {} (together {:.0} s), then alone {:.0} s",
+        took.join(", "),
+        lanes_took.as_secs_f64(),
         alone_began.elapsed().as_secs_f64()
     );
 
@@ -183,13 +204,12 @@ fn command_of(binary: &Binary) -> Command {
 /// Runs `binary` with its output on ours, headed as `cargo test` heads it.
 fn run_shown(binary: &Binary) -> Outcome {
     println!("     Running {}", binary.shown);
-    let began = Instant::now();
     let ok = command_of(binary).status().is_ok_and(|s| s.success());
-    Outcome { shown: binary.shown.clone(), took: began.elapsed(), ok, log: None }
+    Outcome { shown: binary.shown.clone(), ok, log: None }
 }
 
 /// Runs `binary` with its output in `log`; one line when it ends.
-fn run_logged(binary: &Binary, log: &Path) -> Outcome {
+fn run_logged(lane: &str, binary: &Binary, log: &Path) -> Outcome {
     let began = Instant::now();
     let ok = (|| -> anyhow::Result<bool> {
         let out = std::fs::File::create(log)?;
@@ -200,6 +220,6 @@ fn run_logged(binary: &Binary, log: &Path) -> Outcome {
     .unwrap_or(false);
     let took = began.elapsed();
     let verdict = if ok { "ok" } else { "FAILED" };
-    println!("test: [light lane] {} {verdict} in {:.1} s ({})", binary.name, took.as_secs_f64(), log.display());
-    Outcome { shown: binary.shown.clone(), took, ok, log: Some(log.to_path_buf()) }
+    println!("test: [{lane} lane] {} {verdict} in {:.1} s ({})", binary.name, took.as_secs_f64(), log.display());
+    Outcome { shown: binary.shown.clone(), ok, log: Some(log.to_path_buf()) }
 }
