@@ -10,9 +10,19 @@ pub fn show(cmd: &Command) -> String {
     let envs = cmd
         .get_envs()
         .filter(|(k, _)| *k != "PATH")
-        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())));
+        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), quoted(&v?.to_string_lossy()))));
     let words = std::iter::once(cmd.get_program()).chain(cmd.get_args());
-    envs.chain(words.map(|w| w.to_string_lossy().into_owned())).collect::<Vec<_>>().join(" ")
+    envs.chain(words.map(|w| quoted(&w.to_string_lossy()))).collect::<Vec<_>>().join(" ")
+}
+
+/// `word` as a shell reads it back: as is when it holds nothing the shell would split or
+/// expand, else in single quotes (so a shown command can be pasted).
+fn quoted(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// Runs with the terminal attached (its output streams as it comes); fails unless it exits 0.
@@ -32,4 +42,17 @@ pub fn stdout(cmd: &mut Command) -> anyhow::Result<String> {
         bail!("`{}` failed ({}): {}", show(cmd), out.status, stderr.trim());
     }
     String::from_utf8(out.stdout).with_context(|| format!("`{}` printed non-UTF-8", show(cmd)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::show;
+    use std::process::Command;
+
+    #[test]
+    fn shown_commands_paste_back() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "\"$0\" setup && echo it's", "/usr/bin/x", "--kernels=all", ""]);
+        assert_eq!(show(&c), r#"sh -c '"$0" setup && echo it'\''s' /usr/bin/x --kernels=all ''"#);
+    }
 }

@@ -134,6 +134,7 @@ pub fn ensure(report: Report, parts: &[Part]) -> anyhow::Result<()> {
     }
     let took = start.elapsed().as_secs_f64();
     match fixed {
+        0 if checks.len() == 1 => println!("setup: the check is ok ({took:.2} s)"),
         0 => println!("setup: all {} checks ok ({took:.2} s)", checks.len()),
         n => println!("setup: done, {n} of {} checks fixed ({took:.2} s)", checks.len()),
     }
