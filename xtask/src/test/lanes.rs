@@ -31,16 +31,24 @@ const LANES: &[Lane] = &[
     // losses and retirements. It opens, alone among the heavy ones but for the package builds.
     Lane { name: "churn", binaries: &["cgroup_churn"] },
     // Packages built, installed and linted; a Prometheus's view of two daemons beside a hog pod;
-    // then the dashboards and the live view in Chromium, the record CLI's outputs and the
-    // official exposition parsers: what they check is what was produced, not how fast.
+    // then the dashboards and the live view in Chromium, the record CLI's outputs, the official
+    // exposition parsers and xtask's unit tests (a core for 20 s: jsonnet, kubectl): what they
+    // check is what was produced, not how fast.
     Lane {
         name: "robust",
-        binaries: &["package", "operator_scrape", "dashboard", "live_view", "record_cli", "exposition_parsers"],
+        binaries: &[
+            "package",
+            "operator_scrape",
+            "dashboard",
+            "live_view",
+            "record_cli",
+            "exposition_parsers",
+            "xtask",
+        ],
     },
     // The daemon's serving, configuration and hardening, and the unit tests: each starts its own
     // daemons, servers and clients on ports it chooses and asserts on what they answer, with
-    // limits of a second or more, using a few seconds of CPU in all (xtask's unit tests: a core
-    // for 20 s, jsonnet and kubectl, nothing timed).
+    // limits of a second or more, using a few seconds of CPU in all.
     Lane {
         name: "light",
         binaries: &[
@@ -61,7 +69,6 @@ const LANES: &[Lane] = &[
             "latency_daemon",
             "latency_common",
             "latency_lab",
-            "xtask",
         ],
     },
 ];
