@@ -29,6 +29,12 @@ fn main() -> anyhow::Result<()> {
             None
         }
     };
+    // aya-build turns every line its cargo prints on stderr into a build-script warning, which
+    // cargo then replays on every later build ("Compiling core", "Finished"…: 40 lines before
+    // `cargo xtask run` starts the daemon). A quiet cargo prints only problems there; the
+    // compiler's own warnings and errors reach us through its JSON messages either way.
+    // SAFETY: the build script's only thread; nothing reads the environment concurrently.
+    unsafe { std::env::set_var("CARGO_TERM_QUIET", "true") };
     aya_build::build_ebpf([ebpf], Toolchain::default())
         .context("building the kernel program failed (is `cargo xtask setup` done?)")?;
     drop(shared);
