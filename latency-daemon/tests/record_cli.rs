@@ -50,6 +50,12 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_usage_error(&["record", "--pid", "12abc"], "not a process id");
     assert_usage_error(&["record", "--clock", "tsc"], "tsc");
     assert_usage_error(&["frobnicate"], "frobnicate");
+    // What clap knows beyond the first line stays on it: the allowed values, the near miss, and
+    // with no command at all, the commands.
+    assert_usage_error(&["record", "--clock", "tsc"], "[possible values: monotonic, run-queue]");
+    assert_usage_error(&["recrd"], "a similar subcommand exists: 'record'");
+    assert_usage_error(&["run", "--intervl", "1s"], "a similar argument exists: '--interval'");
+    assert_usage_error(&[], "a command is needed: record, check, run, seccomp-profile");
     let help = daemon(&["record", "--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("--duration"));

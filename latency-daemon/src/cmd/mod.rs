@@ -63,18 +63,42 @@ pub fn usage_error(e: clap::Error, args: &[String]) -> ExitCode {
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), e.to_string().as_bytes());
         return ExitCode::SUCCESS;
     }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand && args.len() <= 1 {
+        let command = <crate::cli::Cli as clap::CommandFactory>::command();
+        let names: Vec<&str> = command.get_subcommands().map(clap::Command::get_name).collect();
+        eprintln!("latency-daemon: a command is needed: {} (see --help)", names.join(", "));
+        return ExitCode::from(BAD_INPUT);
+    }
+    let rendered = e.render().to_string();
+    let hints = hints(&rendered);
     if args.get(1).is_some_and(|a| a == "run") {
         let problems = crate::config::usage_problems(&args[2..]);
         if !problems.is_empty() {
+            // clap's hint belongs to the argument it stopped at: added to that problem's line.
+            let at = e.get(clap::error::ContextKind::InvalidArg).map(ToString::to_string);
+            let at = at.as_deref().map(|arg| arg.split([' ', '=']).next().unwrap_or(arg));
             for p in problems {
-                eprintln!("latency-daemon: run: {p} (see --help)");
+                let hint = if at.is_some_and(|arg| p.contains(arg)) { hints.as_str() } else { "" };
+                eprintln!("latency-daemon: run: {p}{hint} (see --help)");
             }
             return ExitCode::from(BAD_INPUT);
         }
     }
-    let rendered = e.render().to_string();
     let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
     let line = line.trim_start_matches("error: ");
-    eprintln!("latency-daemon: {line} (see --help)");
+    eprintln!("latency-daemon: {line}{hints} (see --help)");
     ExitCode::from(BAD_INPUT)
+}
+
+/// What clap adds below its error's first line to help (`[possible values: …]`, `tip: a similar
+/// argument exists: …`), joined onto one line: "" when there is none.
+fn hints(rendered: &str) -> String {
+    rendered
+        .lines()
+        .skip_while(|l| l.trim().is_empty())
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| l.starts_with("[possible values") || l.starts_with("tip:"))
+        .map(|l| format!("; {}", l.trim_start_matches("tip: ")))
+        .collect()
 }
