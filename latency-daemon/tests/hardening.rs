@@ -162,6 +162,11 @@ fn logfmt_by_default_json_on_request_and_levels_filter() {
         assert!(["debug", "info", "warn", "error"].contains(&logs::get(&pairs, "level").unwrap()), "{line}");
     }
     assert!(log.iter().any(|l| l.contains("level=info") && l.contains("msg=stopped")), "{log:?}");
+    // The first line names the build, as `--version` does.
+    let version = std::process::Command::new(DAEMON).arg("--version").output().expect("--version").stdout;
+    let version = String::from_utf8_lossy(&version).trim().to_owned();
+    let first = logs::logfmt(&log[0]).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(logs::get(&first, "msg"), Some(format!("{version} starting").as_str()), "{log:?}");
 
     let daemon = Daemon::start(DAEMON, &[&args[..], &["--log.format=json", "--log.level=debug"]].concat())
         .expect("latency-daemon run --log.format=json");

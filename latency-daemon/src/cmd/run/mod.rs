@@ -63,6 +63,9 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     };
     logger::set(config.log_level, config.log_format);
+    // The first line says which build this is (what `--version` prints), for whoever reads
+    // the log after an upgrade.
+    log::info!("latency-daemon {} starting", crate::cli::VERSION);
     // Before anything reads /proc or /sys: nothing has, so the first set wins.
     let paths = HostPaths {
         procfs: config.path_procfs.clone(),
