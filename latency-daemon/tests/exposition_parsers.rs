@@ -4,14 +4,19 @@
 //! escape or a misplaced `_created` fails the whole scrape). Protobuf has no Python parser; the
 //! Prometheus servers of dashboard.rs, run_prometheus.rs and operator_scrape.rs ingest it.
 //! Each format is asked for as Prometheus asks (its Accept header), not with `?format=`.
+//! A task named with a quote and a backslash as the worst waiter breaks none of them, nor
+//! Prometheus's own OpenMetrics parser, nor OpenTelemetry's classes reading the OTLP push.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use latency_lab::{
     daemon::Daemon,
+    guard::Proc,
+    oracle::otlp,
+    services::{Prometheus, Setup, otlp_receiver::OtlpReceiver},
     web,
     workload::{Body, Crew, cpus, group},
 };
@@ -206,4 +211,131 @@ fn check_exemplars(om: &Value) {
     let distinct: BTreeSet<&String> = seen.iter().collect();
     assert_eq!(distinct.len(), seen.len(), "more than one exemplar for a reason: {seen:?}");
     assert!(!seen.is_empty(), "no exemplar on runqlat_delay_seconds after a loaded window");
+}
+
+/// What any unprivileged task may call itself (`prctl(PR_SET_NAME)`), and what the exemplar says.
+const HOSTILE: &str = r#"a"b\c"#;
+const HOSTILE_PLAIN: &str = "a_b_c";
+
+fn spawn(argv: &[&str], what: &str) -> Proc {
+    let mut command = Command::new(argv[0]);
+    command.args(&argv[1..]).stdout(Stdio::null()).stderr(Stdio::null());
+    Proc::spawn(&mut command, what).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// The comm of the last closed window's worst wakeup, as `/api/v1/snapshot` has it.
+fn worst_wakeup_comm(daemon: &Daemon) -> Option<String> {
+    let r = daemon.get("/api/v1/snapshot").ok().filter(|r| r.status == 200)?;
+    let v: Value = serde_json::from_slice(&r.body).expect("snapshot JSON");
+    let worst = v["window_max"]
+        .as_array()?
+        .iter()
+        .filter(|m| m["reason"] == "wakeup")
+        .max_by_key(|m| m["delay_ns"].as_u64().unwrap_or(0))?;
+    Some(worst["victim"]["comm"].as_str()?.to_owned())
+}
+
+/// The wakeup exemplar's comm in a parsed OpenMetrics scrape.
+fn exemplar_comm(om: &Value) -> Option<String> {
+    om["runqlat_delay_seconds"]["samples"].as_array()?.iter().find_map(|s| {
+        (s["labels"]["reason"] == "wakeup").then(|| s["exemplar"]["labels"]["comm"].as_str().map(str::to_owned))?
+    })
+}
+
+/// The comms on `runqlat.delay`'s exemplars in one OTLP request, as OpenTelemetry's classes read it.
+fn otlp_exemplar_comms(body: &[u8]) -> Vec<String> {
+    let request = otlp::decode(body).unwrap_or_else(|e| panic!("{e:#}"));
+    let mut out = Vec::new();
+    for m in otlp::metrics(&request).into_iter().filter(|m| m["name"] == "runqlat.delay") {
+        for kind in ["exponentialHistogram", "histogram"] {
+            for point in m[kind]["dataPoints"].as_array().into_iter().flatten() {
+                for x in point["exemplars"].as_array().into_iter().flatten() {
+                    for a in x["filteredAttributes"].as_array().into_iter().flatten() {
+                        if a["key"] == "comm" {
+                            out.extend(a["value"]["stringValue"].as_str().map(str::to_owned));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_worst_waiter_named_with_a_quote_and_a_backslash_breaks_no_parser() {
+    let receiver = OtlpReceiver::start(None).unwrap();
+    let url = receiver.url();
+    let daemon = Daemon::start(
+        DAEMON,
+        &["--interval", "1s", "--window", "2s", "--otlp.endpoint", &url, "--otlp.interval", "1s"],
+    )
+    .expect("latency-daemon run");
+    // Debian's 2.42 scrapes OpenMetrics: Prometheus's own (Go) parser, exemplars stored.
+    let prometheus = Prometheus::start_shipped(&Setup::debian().with_features(&["exemplar-storage"]), &daemon.addr)
+        .expect("Debian's prometheus 2.42");
+    let start = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs_f64();
+
+    // The victim wakes every millisecond behind a nice −10 hog on one CPU: the longest wakeup
+    // waits, most windows' worst.
+    let cpu = (cpus() - 1).to_string();
+    let hog = spawn(&["taskset", "-c", &cpu, "nice", "-n", "-10", "sh", "-c", "while :; do :; done"], "the hog");
+    let script = format!("$0 = '{}'; select(undef, undef, undef, 0.001) while 1", HOSTILE.replace('\\', "\\\\"));
+    let victim = spawn(&["taskset", "-c", &cpu, "nice", "-n", "19", "perl", "-e", &script], "the victim");
+
+    // Until the JSON API names it exactly and the OpenMetrics exemplar names it plainly; every
+    // scrape meanwhile parses with both of prometheus_client's parsers.
+    let (mut exact, mut plain) = (false, false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(exact && plain) {
+        assert!(Instant::now() < deadline, "{HOSTILE} never the worst waiter: JSON {exact}, exemplar {plain}");
+        exact |= worst_wakeup_comm(&daemon).as_deref() == Some(HOSTILE);
+        let scrape = web::get(&daemon.addr, "/metrics", &[("Accept", ACCEPT_DEFAULT)]).expect("a default scrape");
+        let om = parse("openmetrics", &scrape.text());
+        let comm = exemplar_comm(&om);
+        assert_ne!(comm.as_deref(), Some(HOSTILE), "the exemplar carries the name as it is");
+        plain |= comm.as_deref() == Some(HOSTILE_PLAIN);
+        let text = web::get(&daemon.addr, "/metrics", &[("Accept", ACCEPT_TEXT)]).expect("a text scrape");
+        parse("text", &text.text());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // Prometheus stored it, and never failed a scrape.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let health = prometheus.target_health().expect("prometheus targets");
+        assert!(!health.contains("\"down\""), "Prometheus failed a scrape: {health}");
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs_f64();
+        let series = prometheus
+            .query_exemplars("runqlat_delay_seconds_bucket{reason=\"wakeup\"}", start, now + 1.0)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let stored = series
+            .iter()
+            .flat_map(|s| s["exemplars"].as_array().cloned().unwrap_or_default())
+            .any(|x| x["labels"]["comm"] == HOSTILE_PLAIN);
+        if stored {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Prometheus stored no exemplar named {HOSTILE_PLAIN}: {series:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // OpenTelemetry's classes read the pushes, the exemplar named as in the scrape (each push
+    // carries the latest closed window's, so one of the next few has it).
+    let mut named = Vec::new();
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !named.iter().any(|c| c == HOSTILE_PLAIN) {
+        assert!(Instant::now() < deadline, "no pushed exemplar named {HOSTILE_PLAIN} in {read} pushes: {named:?}");
+        let pushed = receiver.received();
+        for push in &pushed[read..] {
+            named.extend(otlp_exemplar_comms(&push.body));
+        }
+        read = pushed.len();
+        assert!(!named.iter().any(|c| c == HOSTILE), "a pushed exemplar carries the name as it is: {named:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(victim);
+    drop(hog);
+    drop(prometheus);
+    daemon.stop().expect("a clean stop");
 }

@@ -3,7 +3,8 @@
 //! daemon showed for the same drain (matched by the drain's time, which stamps both):
 //! VictoriaMetrics 1.112 as the receiver, and Prometheus 2.53 fed through vmagent (Debian's
 //! Prometheus has no OTLP receiver of its own). The scripted receiver of the lab checks what the
-//! push does when the receiver is down, slow, says 429 with Retry-After, refuses with 400, or
+//! push does when the receiver is down, slow, says 429 with Retry-After (also one asking for a
+//! retry at once, which gets the backoff), refuses with 400 (logged once, counted each time), or
 //! speaks TLS with a certificate we do not trust or asks for ours; and what a request carries
 //! (headers, gzip, a body OpenTelemetry's own classes read). Root: real daemons.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -288,13 +289,15 @@ fn down_slow_throttling_or_refusing_receivers_cost_batches_not_measurements() {
     assert_eq!(next.body, throttled.body, "the throttled batch is sent again");
     assert!(counter(&daemon, "runqlat_otlp_failed_attempts_total{why=\"status\"}") >= 1.0);
 
-    // 400: refused for good, counted, not sent again.
+    // 400, five batches in a row: each refused for good, counted, not sent again; logged once.
     let n = receiver.received().len();
-    receiver.answer(&[Answer::Status(400)]);
-    let got = receiver.wait_for(n + 2, Duration::from_secs(10)).unwrap();
-    assert_ne!(got[n + 1].body, got[n].body, "a refused batch is not retried");
-    wait_until("the refusal counted", Duration::from_secs(5), || {
-        counter(&daemon, "runqlat_otlp_exports_total{result=\"rejected\"}") == 1.0
+    receiver.answer(&[Answer::Status(400); 5]);
+    let got = receiver.wait_for(n + 6, Duration::from_secs(15)).unwrap();
+    for pair in got[n..n + 6].windows(2) {
+        assert_ne!(pair[1].body, pair[0].body, "a refused batch is not retried");
+    }
+    wait_until("the refusals counted", Duration::from_secs(5), || {
+        counter(&daemon, "runqlat_otlp_exports_total{result=\"rejected\"}") == 5.0
     });
     // Every batch is accounted for: what the receiver answered 2xx is what the daemon counts as
     // sent, and the batches it went without while stalled or throttled are counted as dropped.
@@ -305,6 +308,48 @@ fn down_slow_throttling_or_refusing_receivers_cost_batches_not_measurements() {
     still_serving(&daemon);
     let (_, log) = daemon.stop_with_log().unwrap();
     assert!(log.iter().any(|l| l.contains("takes pushes again")), "recovery logged: {log:?}");
+    let refusals: Vec<&String> =
+        log.iter().filter(|l| l.contains("refused a batch") || l.contains("refused batches")).collect();
+    assert_eq!(refusals.len(), 1, "five refusals in a row, logged once (the counter has them all): {refusals:?}");
+    assert!(refusals[0].contains("status 400"), "{refusals:?}");
+}
+
+/// A receiver that answers 429 or 503 asking for a retry at once (`Retry-After: 0`, a date long
+/// past, or words no client can read) gets the backoff, not a retry per answer: the attempts
+/// are at least 1 s, 2 s, 4 s … apart, at most 10 in 30 s (checked over 12 s: 4).
+#[test]
+fn retry_now_answers_get_the_backoff_not_a_storm() {
+    const SPAN: Duration = Duration::from_secs(12);
+    let receiver = OtlpReceiver::start(None).unwrap();
+    let past = "Sun, 06 Nov 1994 08:49:37 GMT";
+    // Words first, then 0 and past dates, 429 and 503 taking turns: the backoff covers each.
+    let now = [
+        Answer::RetryAfter(503, 0),
+        Answer::RetryAfterText(429, past),
+        Answer::RetryAfter(429, 0),
+        Answer::RetryAfterText(503, past),
+    ];
+    let storm: Vec<Answer> =
+        std::iter::once(Answer::RetryAfterText(429, "soon")).chain(now.into_iter().cycle().take(600)).collect();
+    receiver.answer(&storm);
+    let url = receiver.url();
+    let daemon =
+        Daemon::start(DAEMON, &["--interval=500ms", "--otlp.endpoint", &url, "--otlp.interval=500ms"]).unwrap();
+    let first = receiver.wait_for(1, Duration::from_secs(15)).unwrap()[0].at;
+    std::thread::sleep((first + SPAN).saturating_duration_since(Instant::now()));
+    let got: Vec<_> = receiver.received().into_iter().filter(|r| r.at < first + SPAN).collect();
+    let gaps: Vec<Duration> = got.windows(2).map(|w| w[1].at.duration_since(w[0].at)).collect();
+    let rate = got.len() as f64 / SPAN.as_secs_f64();
+    eprintln!("{} attempts in {SPAN:?} ({rate:.2}/s), first gaps {:?}", got.len(), &gaps[..gaps.len().min(8)]);
+    assert!(got.len() <= 4, "{} attempts in {SPAN:?}: the backoff was skipped", got.len());
+    let mut backoff = Duration::from_secs(1);
+    for (k, gap) in gaps.iter().enumerate() {
+        assert!(*gap >= backoff, "attempt {} came {gap:?} after the one before, the backoff was {backoff:?}", k + 2);
+        backoff *= 2;
+    }
+    assert!(got.iter().all(|r| r.body == got[0].body), "the same batch, retried");
+    assert!(got.len() >= 3, "retried at all: {} attempts", got.len());
+    still_serving(&daemon);
 }
 
 #[test]

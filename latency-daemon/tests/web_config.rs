@@ -1,6 +1,6 @@
 //! `--web.config.file` in exporter-toolkit's format, with real components: promtool accepts the
 //! file; a real Prometheus scrapes over TLS with basic auth; a wrong or missing password gets 401
-//! with `WWW-Authenticate`; plain HTTP to the TLS port gets a clean 400 and the daemon keeps
+//! with `WWW-Authenticate`, counted as `unauthorized`; plain HTTP to the TLS port gets a clean 400 and the daemon keeps
 //! serving; the configured headers are sent; a bad file on SIGHUP is refused and the old one keeps
 //! serving; an expired or mismatched certificate is a one-line startup error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -78,6 +78,20 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_strangers_are_turned_away() {
             assert_eq!(status, 401, "{path} as {user:?}: {text}");
             assert!(text.to_ascii_lowercase().contains("www-authenticate: basic"), "{text}");
         }
+    }
+    // Each of those 14 is counted as unauthorized, none as a page's error (a scrape's counters
+    // are up to a drain old).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = curl(&certs, &addr, "/metrics", Some(&good));
+        let count =
+            |outcome: &str| web::sample(&text, &format!("runqlat_http_requests_total{{outcome=\"{outcome}\"}}"));
+        if count("unauthorized") == Some(14.0) {
+            assert_eq!(count("handler_error"), Some(0.0), "a 401 counted as a handler error");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the 401s counted as {:?}, not 14 unauthorized", count("unauthorized"));
+        std::thread::sleep(Duration::from_millis(200));
     }
     // A probe without credentials (a kubelet's) learns the status and nothing else; with them, why.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -259,7 +259,7 @@ local p = import '../lib/panels.libsonnet';
         ),
         p.timeseries(
           'HTTP requests by outcome',
-          "Requests per second to the daemon's HTTP server by outcome: ok, not_found, busy (connection limit), timeout, too_large, malformed, …",
+          "Requests per second to the daemon's HTTP server by outcome: ok, not_found, unauthorized (wrong or missing password), throttled, busy (connection limit), timeout, too_large, malformed, …",
           'reqps',
           [p.target('sum by (instance, outcome) (%s)' % rate('runqlat_http_requests_total' + on()), legend='{{instance}} {{outcome}}')],
         ),

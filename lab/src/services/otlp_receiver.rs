@@ -1,6 +1,7 @@
 //! A scripted OTLP/HTTP receiver on loopback, to see what the daemon does when a real one
 //! misbehaves: each request is answered by the next [`Answer`] of its script (200 once the script
-//! is used up): a status, a status with `Retry-After`, a stall longer than the client waits, or a
+//! is used up): a status, a status with `Retry-After` (seconds, or any text: a date, garbage), a
+//! stall longer than the client waits, or a
 //! closed connection; over TCP or TLS (the lab's test certificates, optionally requiring a client
 //! certificate). Every request is recorded: when, its path, headers and body. Stopped when dropped.
 use std::collections::VecDeque;
@@ -24,6 +25,8 @@ pub enum Answer {
     Status(u16),
     /// The status with `Retry-After: <seconds>`.
     RetryAfter(u16, u64),
+    /// The status with `Retry-After: <text>` (an HTTP date, or what no client can read).
+    RetryAfterText(u16, &'static str),
     /// Nothing for this long, then 200.
     Stall(Duration),
     /// The connection closed without a response.
@@ -183,7 +186,7 @@ fn serve(mut stream: impl Read + Write, state: &State) {
     let Some(mut received) = read_request(&mut stream) else { return };
     let answer = state.script.lock().unwrap_or_else(PoisonError::into_inner).pop_front().unwrap_or(Answer::Status(200));
     received.status = match answer {
-        Answer::Status(code) | Answer::RetryAfter(code, _) => Some(code),
+        Answer::Status(code) | Answer::RetryAfter(code, _) | Answer::RetryAfterText(code, _) => Some(code),
         Answer::Stall(_) | Answer::Close => None,
     };
     state.received.lock().unwrap_or_else(PoisonError::into_inner).push(received);
@@ -196,6 +199,9 @@ fn serve(mut stream: impl Read + Write, state: &State) {
         Answer::Status(code) => format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
         Answer::RetryAfter(code, s) => {
             format!("HTTP/1.1 {code} X\r\nRetry-After: {s}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        }
+        Answer::RetryAfterText(code, text) => {
+            format!("HTTP/1.1 {code} X\r\nRetry-After: {text}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         }
     };
     let _ = stream.write_all(reply.as_bytes());
@@ -254,13 +260,22 @@ mod tests {
     #[test]
     fn answers_as_scripted_and_records_each_request() {
         let r = OtlpReceiver::start(None).unwrap();
-        r.answer(&[Answer::RetryAfter(429, 2), Answer::Status(400), Answer::Close]);
+        r.answer(&[
+            Answer::RetryAfter(429, 2),
+            Answer::RetryAfterText(503, "soon"),
+            Answer::Status(400),
+            Answer::Close,
+        ]);
         assert!(post(r.port, b"one").starts_with("HTTP/1.1 429 X\r\nRetry-After: 2\r\n"));
+        assert!(post(r.port, b"one again").starts_with("HTTP/1.1 503 X\r\nRetry-After: soon\r\n"));
         assert!(post(r.port, b"two").starts_with("HTTP/1.1 400 "));
         assert_eq!(post(r.port, b"three"), "");
         assert!(post(r.port, b"four").starts_with("HTTP/1.1 200 "));
         let got = r.received();
-        assert_eq!(got.iter().map(|g| g.body.as_slice()).collect::<Vec<_>>(), [&b"one"[..], b"two", b"three", b"four"]);
+        assert_eq!(
+            got.iter().map(|g| g.body.as_slice()).collect::<Vec<_>>(),
+            [&b"one"[..], b"one again", b"two", b"three", b"four"]
+        );
         assert_eq!((got[0].path.as_str(), got[0].header("x-key")), ("/v1/metrics", Some("k")));
     }
 }

@@ -264,9 +264,15 @@ fn resource(env: Env<'_>, problems: &mut Vec<Problem>) -> Vec<(String, String)> 
     out
 }
 
-/// Ranges and relations (`interval`: the drain period), when an endpoint is set.
+/// `otlp_queue`'s range always, as every other setting's: only we read it, so a value out of range
+/// is a mistake whether or not an endpoint is set yet. The rest only when an endpoint is set: the
+/// timeout may come from an `OTEL_*` variable meant for another program in the same environment,
+/// and the default `otlp_interval` need not fit a non-default `interval` when nothing is pushed.
 pub(super) fn check(o: &OtlpConfig, interval: Duration) -> Vec<Problem> {
     let mut problems = Vec::new();
+    if !QUEUE.contains(&o.queue) {
+        problems.push(Problem::new("otlp_queue", format!("{} is not in 1..=1000", o.queue)));
+    }
     if o.endpoint.is_none() {
         return problems;
     }
@@ -275,9 +281,6 @@ pub(super) fn check(o: &OtlpConfig, interval: Duration) -> Vec<Problem> {
             "otlp_timeout",
             format!("{} is not in 100ms..=1m", humantime::format_duration(o.timeout)),
         ));
-    }
-    if !QUEUE.contains(&o.queue) {
-        problems.push(Problem::new("otlp_queue", format!("{} is not in 1..=1000", o.queue)));
     }
     {
         let every = o.interval;
@@ -370,5 +373,15 @@ mod tests {
         o.interval = Duration::from_millis(1500);
         o.queue = 0;
         assert_eq!(check(&o, Duration::from_secs(1)).len(), 2);
+    }
+
+    #[test]
+    fn the_queue_is_checked_without_an_endpoint_the_rest_only_with_one() {
+        let o = OtlpConfig { queue: 0, timeout: Duration::from_secs(120), ..OtlpConfig::defaults() };
+        let text: Vec<String> = check(&o, Duration::from_secs(4)).iter().map(Problem::to_string).collect();
+        assert_eq!(text, ["otlp_queue: 0 is not in 1..=1000"]);
+        // With an endpoint: the timeout's range and the interval (15s does not fit 4s) as well.
+        let o = OtlpConfig { endpoint: Some("http://h/v1/metrics".into()), ..o };
+        assert_eq!(check(&o, Duration::from_secs(4)).len(), 3);
     }
 }

@@ -342,6 +342,12 @@ fn every_problem_on_one_line() {
 }
 
 #[test]
+fn an_otlp_queue_out_of_range_is_an_error_without_an_endpoint_too() {
+    let e = error(&flags(&["--otlp.queue", "0"]), &no_env);
+    assert_eq!(e, "invalid configuration: otlp_queue: 0 is not in 1..=1000");
+}
+
+#[test]
 fn bad_bucket_names_the_nearest_boundaries() {
     let e = error(&flags(&["--classic-buckets", "0.001,0.5"]), &no_env);
     assert_eq!(

@@ -60,11 +60,12 @@ pub fn protobuf(families: &mut [MetricFamily], e: &Exposition) {
 }
 
 /// The exemplar's labels: tid, comm, pod, each only when not empty and when it still fits in
-/// [`MAX_LABEL_CHARS`] (a long pod name is left out whole rather than cut into another name).
+/// [`MAX_LABEL_CHARS`] (a long pod name is left out whole rather than cut into another name); the
+/// values [`plain`].
 pub fn labels(x: &DelayExemplar) -> Vec<(&'static str, String)> {
     let mut out = Vec::with_capacity(3);
     let mut used = 0;
-    for (name, value) in [("tid", x.tid.to_string()), ("comm", x.comm.clone()), ("pod", x.pod.clone())] {
+    for (name, value) in [("tid", x.tid.to_string()), ("comm", plain(&x.comm)), ("pod", plain(&x.pod))] {
         let chars = name.len() + value.chars().count();
         if value.is_empty() || used + chars > MAX_LABEL_CHARS {
             continue;
@@ -73,6 +74,15 @@ pub fn labels(x: &DelayExemplar) -> Vec<(&'static str, String)> {
         out.push((name, value));
     }
     out
+}
+
+/// `value` with `"`, `\` and control characters each replaced by `_` (as many characters as
+/// before). Any task can name itself, and the worst waiter's name goes into every scrape: escaped
+/// correctly, a `"` still makes prometheus_client's OpenMetrics parser (0.26) refuse the whole
+/// scrape, since it pairs quotes without regard to escapes. The exact name stays in the JSON
+/// APIs (`/api/v1/snapshot`, `record --json`).
+fn plain(value: &str) -> String {
+    value.chars().map(|c| if c == '"' || c == '\\' || c.is_control() { '_' } else { c }).collect()
 }
 
 /// The wait in seconds: the exemplar's value, and what picks its bucket.
@@ -87,7 +97,8 @@ fn suffix(x: &DelayExemplar) -> String {
     format!(" # {{{}}} {} {s}.{ns:09}", labels.join(","), seconds(x))
 }
 
-/// An OpenMetrics label value: backslash, double quote and line feed escaped.
+/// An OpenMetrics label value: backslash, double quote and line feed escaped (none is left in a
+/// [`plain`] value; escaped all the same, so that the text is valid whatever `labels` gives).
 fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
@@ -223,10 +234,13 @@ mod tests {
     }
 
     #[test]
-    fn label_values_are_escaped() {
-        let out = openmetrics(TEXT.into(), &with(Some(worst(S, "a\"b\\c\nd\u{fffd}", "")), None));
-        assert!(out.contains(" # {tid=\"43\",comm=\"a\\\"b\\\\c\\nd\u{fffd}\"} 1 "), "{out}");
+    fn label_values_hold_no_quote_backslash_or_control_character() {
+        let out = openmetrics(TEXT.into(), &with(Some(worst(S, "a\"b\\c\nd\u{7f}\t\u{fffd}é", "p\"od")), None));
+        assert!(out.contains(" # {tid=\"43\",comm=\"a_b_c_d__\u{fffd}é\",pod=\"p_od\"} 1 "), "{out}");
         assert_eq!(out.lines().count(), TEXT.lines().count());
+        // Character for character: the 128-character budget counts the same.
+        assert_eq!(plain("a\"b\\c").chars().count(), 5);
+        assert_eq!(plain("kworker/1:0-events"), "kworker/1:0-events");
     }
 
     #[test]
@@ -281,7 +295,7 @@ mod tests {
     fn protobuf_exemplars_go_on_the_classic_bucket_and_the_native_histogram() {
         for (delay_ns, want) in [(976_562, 0), (S, 1), (S + 1, 2)] {
             let mut f = families();
-            protobuf(&mut f, &with(None, Some(worst(delay_ns, "a\"b", "web-0"))));
+            protobuf(&mut f, &with(None, Some(worst(delay_ns, "a\"b\\c", "web-0"))));
             let got = placed(&f[1]);
             assert_eq!(got[0], (None, vec![]), "no wakeup exemplar");
             let (bucket, native) = &got[1];
@@ -291,7 +305,7 @@ mod tests {
             assert_eq!(f[1].metric[1].histogram.as_ref().unwrap().bucket[want].exemplar.as_ref(), Some(&x[0]));
             assert_eq!(x[0].value, delay_ns as f64 / 1e9);
             let labels: Vec<(&str, &str)> = x[0].label.iter().map(|l| (l.name.as_str(), l.value.as_str())).collect();
-            assert_eq!(labels, [("tid", "43"), ("comm", "a\"b"), ("pod", "web-0")]);
+            assert_eq!(labels, [("tid", "43"), ("comm", "a_b_c"), ("pod", "web-0")]);
             let t = x[0].timestamp.as_ref().expect("native exemplars need a timestamp");
             assert_eq!((t.seconds, t.nanos), (1_700_000_000, 5_000_000));
             assert_eq!(placed(&f[0]), [(None, vec![])], "another family is left alone");

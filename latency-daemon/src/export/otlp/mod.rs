@@ -3,15 +3,18 @@
 //! One task makes batches (encode, translate, compress on a blocking worker) into a bounded queue
 //! (full: the oldest is dropped and counted); another sends them in order, retrying what may
 //! succeed later (connection failures, timeouts, 429, 502, 503, 504) with exponential backoff
-//! from 1 s to 30 s, or as long as `Retry-After` asks (at most 5 min), and refusing for good what
-//! cannot (other statuses). The transport, its time limits and its redaction are `alert::notify`'s.
+//! from 1 s to 30 s, longer if `Retry-After` asks (at most 5 min), never shorter (`retry`), and
+//! refusing for good what cannot (other statuses; logged at most every 10 min, `refusals`). The
+//! transport, its time limits and its redaction are `alert::notify`'s.
 pub mod proto;
+mod refusals;
+mod retry;
 pub mod translate;
 
 use std::collections::VecDeque;
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use tokio::sync::{Notify, watch};
@@ -19,6 +22,7 @@ use tokio::sync::{Notify, watch};
 use self::proto::{
     ExportMetricsServiceRequest, InstrumentationScope, KeyValue, Resource, ResourceMetrics, ScopeMetrics,
 };
+use self::refusals::Refusals;
 use self::translate::{Deltas, Times};
 use crate::config::{
     OtlpConfig,
@@ -28,8 +32,6 @@ use crate::metrics::{Metrics, instruments::push::PushStats};
 use crate::model::{exposition::Exposition, sink_url::HttpUrl, wall::now_unix_ns};
 use crate::net::{Client, PostError, Request, send};
 
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const CONTENT_TYPE: &str = "application/x-protobuf";
 /// The instrumentation scope every metric is reported under.
 const SCOPE: &str = "runqlat";
@@ -224,6 +226,7 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
         headers.push(("Content-Encoding".to_owned(), "gzip".to_owned()));
     }
     let mut failing = false;
+    let mut refusals = Refusals::default();
     loop {
         let batch = loop {
             let next = queue.batches.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
@@ -235,7 +238,7 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
         stats.set_queued(queue.batches.lock().unwrap_or_else(PoisonError::into_inner).len());
         let request =
             Request { path: &settings.url.path, content_type: CONTENT_TYPE, headers: &headers, body: &batch.body };
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = retry::FIRST_BACKOFF;
         loop {
             let wait = match send(&settings.url, &request, settings.timeout, &settings.client).await {
                 Ok(r) if (200..300).contains(&r.status) => {
@@ -243,6 +246,9 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
                     if failing {
                         log::info!("OTLP: {} takes pushes again", settings.url);
                         failing = false;
+                    }
+                    if let Some(n) = refusals.taken(Instant::now()) {
+                        log::warn!("OTLP: {} refused batches since the last report: {n}; dropped", settings.url);
                     }
                     break;
                 }
@@ -252,11 +258,24 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
                         log::warn!("OTLP: {} answered {}; retrying with backoff", settings.url, r.status);
                         failing = true;
                     }
-                    r.retry_after.unwrap_or(backoff)
+                    retry::wait(r.retry_after, backoff)
                 }
                 Ok(r) => {
                     stats.rejected();
-                    log::warn!("OTLP: {} refused a batch with status {}; dropped", settings.url, r.status);
+                    match refusals.refused(Instant::now()) {
+                        Some(1) => log::warn!(
+                            "OTLP: {} refused a batch with status {}; dropped (further refusals: one line per {})",
+                            settings.url,
+                            r.status,
+                            humantime::format_duration(refusals::EVERY)
+                        ),
+                        Some(n) => log::warn!(
+                            "OTLP: {} refused batches since the last report: {n}, the last with status {}; dropped",
+                            settings.url,
+                            r.status
+                        ),
+                        None => {}
+                    }
                     break;
                 }
                 Err(e) => {
@@ -268,8 +287,8 @@ async fn sender(settings: Settings, queue: Arc<Queue>, stats: Arc<PushStats>) {
                     backoff
                 }
             };
-            tokio::time::sleep(jitter(wait)).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            tokio::time::sleep(retry::jitter(wait)).await;
+            backoff = retry::next(backoff);
         }
     }
 }
@@ -286,10 +305,4 @@ fn failure(e: &PostError) -> usize {
         PostError::Io { source, .. } if source.get_ref().is_some_and(|e| e.is::<rustls::Error>()) => 1,
         PostError::Io { .. } | PostError::NoResponse | PostError::BadStatusLine { .. } => 4,
     }
-}
-
-/// `wait` plus up to a tenth more, so that a fleet's daemons do not retry in step.
-fn jitter(wait: Duration) -> Duration {
-    let nanos = (now_unix_ns() % 1_000_000_000) as u32;
-    wait + wait.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }

@@ -44,7 +44,7 @@ impl Collector for HttpCollector {
         let s = self.0.snapshot();
         let mut family = encoder.encode_descriptor(
             "runqlat_http_requests",
-            "HTTP requests by outcome, including those turned away (busy, throttled, too large, timeout, malformed, evicted).",
+            "HTTP requests by outcome, including those turned away (unauthorized, busy, throttled, too large, timeout, malformed, evicted).",
             None,
             MetricType::Counter,
         )?;
@@ -52,6 +52,7 @@ impl Collector for HttpCollector {
             ("ok", s.ok),
             ("not_found", s.not_found),
             ("handler_error", s.handler_error),
+            ("unauthorized", s.unauthorized),
             ("panicked", s.panicked),
             ("bad_method", s.bad_method),
             ("too_large", s.rejected_too_large),

@@ -13,6 +13,8 @@ pub enum Outcome {
     NotFound,
     /// The handler answered another 4xx/5xx, or a reply we could not encode (500).
     HandlerError,
+    /// A wrong or missing password: 401 without calling the handler.
+    Unauthorized,
     /// The handler panicked; the client got a 500.
     Panicked,
     /// Not GET or HEAD: 405 without calling the handler.
@@ -39,6 +41,7 @@ pub struct HttpStats {
     ok: AtomicU64,
     not_found: AtomicU64,
     handler_error: AtomicU64,
+    unauthorized: AtomicU64,
     panicked: AtomicU64,
     bad_method: AtomicU64,
     rejected_too_large: AtomicU64,
@@ -57,6 +60,7 @@ pub struct HttpStatsSnapshot {
     pub ok: u64,
     pub not_found: u64,
     pub handler_error: u64,
+    pub unauthorized: u64,
     pub panicked: u64,
     pub bad_method: u64,
     pub rejected_too_large: u64,
@@ -77,6 +81,7 @@ impl HttpStats {
             ok: read(&self.ok),
             not_found: read(&self.not_found),
             handler_error: read(&self.handler_error),
+            unauthorized: read(&self.unauthorized),
             panicked: read(&self.panicked),
             bad_method: read(&self.bad_method),
             rejected_too_large: read(&self.rejected_too_large),
@@ -95,6 +100,7 @@ impl HttpStats {
             Outcome::Ok => &self.ok,
             Outcome::NotFound => &self.not_found,
             Outcome::HandlerError => &self.handler_error,
+            Outcome::Unauthorized => &self.unauthorized,
             Outcome::Panicked => &self.panicked,
             Outcome::BadMethod => &self.bad_method,
             Outcome::TooLarge => &self.rejected_too_large,
@@ -138,6 +144,7 @@ mod tests {
             Outcome::Ok,
             Outcome::NotFound,
             Outcome::HandlerError,
+            Outcome::Unauthorized,
             Outcome::Panicked,
             Outcome::BadMethod,
             Outcome::TooLarge,
@@ -157,6 +164,7 @@ mod tests {
             s.ok,
             s.not_found,
             s.handler_error,
+            s.unauthorized,
             s.panicked,
             s.bad_method,
             s.rejected_too_large,
@@ -166,7 +174,7 @@ mod tests {
             s.rejected_throttled,
             s.evicted,
         ];
-        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     }
 
     #[test]

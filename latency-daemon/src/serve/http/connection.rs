@@ -205,7 +205,7 @@ async fn answer(
                 Verdict::Refused => {
                     let reply = Reply::new(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n")
                         .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
-                    return (frame(reply, head), Outcome::HandlerError);
+                    return (frame(reply, head), Outcome::Unauthorized);
                 }
                 Verdict::NotNow(Refusal::Throttled { retry_after }) => {
                     // Held a moment before it is sent: a client retrying at once would otherwise cost
