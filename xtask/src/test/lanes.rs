@@ -31,9 +31,10 @@ const LANES: &[Lane] = &[
     // losses and retirements. It opens, alone among the heavy ones but for the package builds.
     Lane { name: "churn", binaries: &["cgroup_churn"] },
     // Packages built, installed and linted; a Prometheus's view of two daemons beside a hog pod;
-    // then the dashboards and the live view in Chromium, the record CLI's outputs, the official
-    // exposition parsers and xtask's unit tests (a core for 20 s: jsonnet, kubectl): what they
-    // check is what was produced, not how fast.
+    // then the dashboards and the live view in Chromium, the record CLI's outputs and xtask's
+    // unit tests (a core for 20 s: jsonnet, kubectl): what they check is what was produced, not
+    // how fast. (The official parsers' test needs its victim to be the machine's worst waiter:
+    // it runs alone.)
     Lane {
         name: "robust",
         binaries: &[
