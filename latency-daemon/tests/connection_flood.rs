@@ -36,8 +36,10 @@ const MAX_RSS_GROWTH: f64 = 1.2;
 /// On top of the 20 %: thread stacks and malloc arenas of the runtime's blocking threads, which
 /// glibc keeps for reuse after those threads exit (a page or two of each per thread touched).
 const RSS_SLACK_KIB: f64 = 2048.0;
-/// After the flood, before the RSS that must have come back is read.
-const SETTLE: Duration = Duration::from_secs(4);
+/// How long after the flood the RSS may take to come back: the daemon trims a second after the
+/// connections have subsided and at most every 10 s, and on a busy machine the flood's last
+/// connections close in waves over several seconds.
+const SETTLE: Duration = Duration::from_secs(15);
 
 /// Never ends: a request line, then header bytes.
 fn trickle_byte(i: usize) -> u8 {
@@ -226,8 +228,15 @@ fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
         (fresh.join().unwrap(), kept.join().unwrap())
     });
     let flood_ended = Instant::now();
-    thread::sleep(SETTLE);
-    let after = rss_mib(pid);
+    let bound = before * MAX_RSS_GROWTH + RSS_SLACK_KIB / 1024.0;
+    let after = loop {
+        let after = rss_mib(pid);
+        if after <= bound || flood_ended.elapsed() >= SETTLE {
+            break after;
+        }
+        thread::sleep(Duration::from_millis(250));
+    };
+    let settled = flood_ended.elapsed();
     let peak = peak.into_inner().unwrap().max(status_kib(pid, "VmHWM:").unwrap_or(0.0) / 1024.0);
     let metrics = daemon.metrics().unwrap_or_else(|e| panic!("the last scrape: {e:#}"));
     daemon.stop().unwrap_or_else(|e| panic!("stopping the daemon: {e:#}"));
@@ -255,11 +264,10 @@ fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
         outcome(&metrics, "timeout"),
         reconnects.load(Ordering::Relaxed),
         burst_opened.load(Ordering::Relaxed),
-        flood_ended.elapsed().as_secs_f64(),
+        settled.as_secs_f64(),
     );
     for (name, share, ok, all) in shares {
         assert!(share >= MIN_SCRAPES_OK, "{name} scrapes: {ok}/{all} succeeded during the flood");
     }
-    let bound = before * MAX_RSS_GROWTH + RSS_SLACK_KIB / 1024.0;
-    assert!(after <= bound, "RSS {after:.1} MiB after the flood; before {before:.1} MiB, bound {bound:.1} MiB");
+    assert!(after <= bound, "RSS {after:.1} MiB {:.1} s after the flood; before {before:.1} MiB, bound {bound:.1} MiB", settled.as_secs_f64());
 }
