@@ -77,6 +77,17 @@ pub struct Knobs {
     /// 1 to add the IRQ time the irq tracepoints timed (`IRQ_CLOCKS`) to each wait's irq+steal
     /// part, on kernels that do not account IRQ time; needs `task_cpu`.
     pub split_irq: u32,
+    /// 1 to read the throttled part from the throttle hooks' `THROTTLE_CLOCKS` (kernels before
+    /// 6.8) instead of `cfs_rq.throttled_clock_self`: the offsets of `cfs_rq.throttle_count`
+    /// (whether the clock's `since` is current) and `.h_nr_running`, of `task_group.cfs_rq` (the
+    /// group's per-CPU `cfs_rq` array) and `rq.cpu`, and of `task_struct.se.on_rq` (a task in
+    /// the fair class), with `split_throttle` and its chain.
+    pub throttle_hooks: u32,
+    pub cfs_rq_throttle_count: u32,
+    pub cfs_rq_h_nr_running: u32,
+    pub task_group_cfs_rq: u32,
+    pub rq_cpu: u32,
+    pub task_se_on_rq: u32,
 }
 
 impl Knobs {
@@ -118,6 +129,12 @@ impl Knobs {
         rq_clock_task: 0,
         wakeup_running_known: 0,
         split_irq: 0,
+        throttle_hooks: 0,
+        cfs_rq_throttle_count: 0,
+        cfs_rq_h_nr_running: 0,
+        task_group_cfs_rq: 0,
+        rq_cpu: 0,
+        task_se_on_rq: 0,
     };
 }
 
@@ -139,7 +156,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 152);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 176);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

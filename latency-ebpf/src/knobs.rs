@@ -162,3 +162,27 @@ pub fn rq_clock_task() -> u32 {
 pub fn wakeup_running_known() -> bool {
     knob!(wakeup_running_known) != 0
 }
+#[inline(always)]
+pub fn throttle_hooks() -> bool {
+    knob!(throttle_hooks) != 0
+}
+#[inline(always)]
+pub fn cfs_rq_throttle_count() -> u32 {
+    knob!(cfs_rq_throttle_count)
+}
+#[inline(always)]
+pub fn cfs_rq_h_nr_running() -> u32 {
+    knob!(cfs_rq_h_nr_running)
+}
+#[inline(always)]
+pub fn task_group_cfs_rq() -> u32 {
+    knob!(task_group_cfs_rq)
+}
+#[inline(always)]
+pub fn rq_cpu() -> u32 {
+    knob!(rq_cpu)
+}
+#[inline(always)]
+pub fn task_se_on_rq() -> u32 {
+    knob!(task_se_on_rq)
+}

@@ -14,5 +14,6 @@ mod object;
 mod observe;
 mod switch;
 mod task;
+mod throttle_hooks;
 mod wait_scan;
 mod wakeup;

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use latency_common::maps::{
     CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason, RunRing,
-    StampPair, TaskStats, WINDOW_SLOTS,
+    StampPair, TaskStats, ThrottleClock, WINDOW_SLOTS,
 };
 
 /// Enqueue stamp per tid, with the cause split's throttle snapshot and migration count (see
@@ -95,3 +95,12 @@ pub static DEPTHS: Array<u32> = Array::with_max_entries(1, 0);
 /// the daemon sizes it to the possible CPUs with `--irq-tracepoints` and to 1 entry otherwise.
 #[map]
 pub static IRQ_CLOCKS: Array<IrqClock> = Array::with_max_entries(1, 0);
+
+/// Per group and CPU, keyed by the `struct cfs_rq *`: its throttle clock (throttle_hooks.rs), on
+/// kernels before 6.8, whose `cfs_rq` has none of its own. Preallocated (the hooks run under the
+/// run queue's lock); the daemon sizes it to the per-cgroup capacity times the possible CPUs with
+/// the hooks on and to 1 entry otherwise. An entry is made when a group is throttled and dropped
+/// once no wait holds a snapshot of it: when the group is unthrottled with no task queued in it,
+/// or its only queued task gets the CPU. A full map is counted in `Lost::ThrottleClocks`.
+#[map]
+pub static THROTTLE_CLOCKS: HashMap<u64, ThrottleClock> = HashMap::with_max_entries(1, 0);

@@ -17,6 +17,7 @@ use crate::{
     knobs,
     maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CPU_STATS, FILTER, STAMPS, TASKS},
     task::Task,
+    throttle_hooks,
 };
 
 /// `i` as a value the compiler cannot see through, so the mask that follows stays in the program:
@@ -124,6 +125,9 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
     if knobs::split() {
         let then = pair.split[i & 1];
         let c = next.split_clocks(now);
+        if knobs::throttle_hooks() && c.forget != 0 {
+            throttle_hooks::forget(c.forget);
+        }
         if (c.migrations as u32 & MIGRATION_MASK) != then >> SPLIT_THROTTLE_BITS {
             // The wait began on another CPU, whose clocks these are not: not split (counted).
             cpu.unsplit += 1;

@@ -1,11 +1,16 @@
 //! The only code that reads kernel structs. Offsets come from the running kernel's BTF through
 //! KNOBS; in a tp_btf program the arguments are typed `task_struct` pointers, so the verifier
 //! accepts direct loads at constant offsets and checks each one against BTF (no helper call).
-use aya_ebpf::programs::BtfTracePointContext;
+//! The throttle hooks' `void *` argument and the pointers in a group's `cfs_rq` array are not
+//! typed: those reads go through `bpf_probe_read_kernel` (`Group`).
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel,
+    programs::{BtfTracePointContext, FExitContext},
+};
 
 use latency_common::maps::SPLIT_UNIT_SHIFT;
 
-use crate::{irq, knobs};
+use crate::{irq, knobs, throttle_hooks};
 
 /// See [`Task::split_clocks`].
 #[derive(Clone, Copy)]
@@ -13,6 +18,12 @@ pub struct SplitClocks {
     pub throttled: u64,
     pub stolen: u64,
     pub migrations: u64,
+    /// With the throttle hooks: the task's group (`struct cfs_rq *`) if it has a throttle clock
+    /// entry, is not throttled, and this task, in the fair class, is the only one queued in it or
+    /// below; else 0. At a switch-in no other wait then holds a snapshot of that clock, so the
+    /// entry can go (`throttle_hooks::forget`): what keeps entries of groups since removed from
+    /// piling up.
+    pub forget: u64,
 }
 
 /// A `struct task_struct *` passed to a BTF tracepoint (or another BTF-typed kernel pointer:
@@ -110,37 +121,61 @@ impl Task {
     pub fn split_clocks(self, now: u64) -> SplitClocks {
         let migrations = self.load::<u64>(knobs::task_se_nr_migrations());
         let irq = if knobs::split_irq() { irq::clock(self.cpu(), now) } else { 0 };
-        let (throttled, stolen) = self.rq_split_clocks();
-        SplitClocks { throttled: throttled >> SPLIT_UNIT_SHIFT, stolen: (stolen + irq) >> SPLIT_UNIT_SHIFT, migrations }
+        let (throttled, stolen, forget) = self.rq_split_clocks();
+        SplitClocks {
+            throttled: throttled >> SPLIT_UNIT_SHIFT,
+            stolen: (stolen + irq) >> SPLIT_UNIT_SHIFT,
+            migrations,
+            forget,
+        }
     }
 
-    /// The run queue's part of `split_clocks`, in ns: (throttle clock, irq+steal clock). The run
+    /// The run queue's part of `split_clocks`, in ns: (throttle clock, irq+steal clock, and the
+    /// group whose clock entry may go: see `SplitClocks::forget`). The run
     /// queue is reached only when its clocks are needed: for the irq+steal part, or for a throttle
     /// in progress (where the kernel accounts neither IRQ time nor steal, that saves two of the
-    /// BTF-checked loads in most waits).
+    /// BTF-checked loads in most waits). The group's throttle clock is its own (6.8+) or, with the
+    /// throttle hooks, theirs: one hash lookup by the `cfs_rq`'s address.
     #[inline(always)]
-    fn rq_split_clocks(self) -> (u64, u64) {
+    fn rq_split_clocks(self) -> (u64, u64, u64) {
         let (throttle, stolen) = (knobs::split_throttle(), knobs::split_stolen());
         // With only the irq tracepoints on, the chain's offsets are not set.
         if !throttle && !stolen {
-            return (0, 0);
+            return (0, 0, 0);
         }
-        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return (0, 0) };
-        let (mut throttled, mut since) = (0, 0);
-        if throttle {
+        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return (0, 0, 0) };
+        let (mut throttled, mut since, mut forget) = (0, 0, 0);
+        if throttle && knobs::throttle_hooks() {
+            let group = cfs_rq.0 as u64;
+            if let Some((total, began)) = throttle_hooks::clock(group) {
+                throttled = total;
+                since = began;
+                // A `since` outlives its throttle only in an entry of a group freed while
+                // throttled whose address a new group took: that one is not throttled.
+                if since != 0 && cfs_rq.load::<i32>(knobs::cfs_rq_throttle_count()) == 0 {
+                    since = 0;
+                }
+                if since == 0
+                    && self.load::<u32>(knobs::task_se_on_rq()) != 0
+                    && cfs_rq.load::<u32>(knobs::cfs_rq_h_nr_running()) == 1
+                {
+                    forget = group;
+                }
+            }
+        } else if throttle {
             throttled = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time());
             since = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self());
         }
         if !stolen && since == 0 {
-            return (throttled, 0);
+            return (throttled, 0, forget);
         }
-        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return (throttled, 0) };
+        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return (throttled, 0, forget) };
         let clock = rq.load::<u64>(knobs::rq_clock());
         if since != 0 && clock > since {
             throttled += clock - since;
         }
         let stolen = if stolen { clock.wrapping_sub(rq.load::<u64>(knobs::rq_clock_task())) } else { 0 };
-        (throttled, stolen)
+        (throttled, stolen, forget)
     }
 
     /// `task->se.cfs_rq->rq->nr_running`: tasks runnable on this task's CPU (including itself
@@ -191,5 +226,45 @@ impl Task {
         comm[..8].copy_from_slice(&lo);
         comm[8..].copy_from_slice(&hi);
         comm
+    }
+}
+
+/// One group's `struct cfs_rq` on one CPU as a throttle hook sees it once the kernel function
+/// returned: its address (the key of its throttle clock), `throttle_count` (0 → 1 on entering the
+/// throttled state, back to 0 on leaving it), `h_nr_running` (tasks queued in it and below) and
+/// its run queue's `clock`, the clock 6.8+ times `throttled_clock_self` by.
+#[derive(Clone, Copy)]
+pub struct Group {
+    pub cfs_rq: u64,
+    pub throttle_count: i32,
+    pub h_nr_running: u32,
+    pub clock: u64,
+}
+
+/// A `T` at the untyped kernel address `at` (fault-safe), or `None` where it cannot be read.
+#[inline(always)]
+fn read<T>(at: u64) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel copies into a local and fails instead of faulting; the
+    // addresses are a kernel function's argument or read from one, at offsets from its BTF.
+    unsafe { bpf_probe_read_kernel(at as *const T).ok() }
+}
+
+impl Group {
+    /// From the arguments of `tg_throttle_down` / `tg_unthrottle_up`, `(struct task_group *tg,
+    /// void *data)` with `data` the `struct rq *` (both since 2.6.39): `tg->cfs_rq[cpu_of(rq)]`.
+    /// `tg` is typed (its array is read directly); `rq` and the array's pointers are not.
+    #[inline(always)]
+    pub fn of(ctx: &FExitContext) -> Option<Group> {
+        let tg = Task(ctx.arg::<*const u8>(0));
+        let rq = ctx.arg::<u64>(1);
+        let cpu = read::<u32>(rq + u64::from(knobs::rq_cpu()))?;
+        let cfs_rqs = tg.load::<u64>(knobs::task_group_cfs_rq());
+        let cfs_rq = read::<u64>(cfs_rqs + 8 * u64::from(cpu))?;
+        Some(Group {
+            cfs_rq,
+            throttle_count: read::<i32>(cfs_rq + u64::from(knobs::cfs_rq_throttle_count()))?,
+            h_nr_running: read::<u32>(cfs_rq + u64::from(knobs::cfs_rq_h_nr_running()))?,
+            clock: read::<u64>(rq + u64::from(knobs::rq_clock()))?,
+        })
     }
 }

@@ -99,6 +99,10 @@ pub struct GuestResult {
     /// The cause split's two parts as `run` reported them, like `wait_scan`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle_split: Option<String>,
+    /// The throttle hooks, in the throttle split's place before 6.8: `on`, `not needed`, or
+    /// `unavailable: <the log's reason>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_hooks: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irq_steal_split: Option<String>,
     /// `--irq-tracepoints` as the configuration that asks for it reported it, like `wait_scan`.
@@ -192,6 +196,7 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         daemon: String::new(),
         wait_scan: None,
         throttle_split: None,
+        throttle_hooks: None,
         irq_steal_split: None,
         irq_tracepoints: None,
         stall: None,
@@ -292,13 +297,17 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     let configs: Vec<ConfigResult> = CONFIGS.iter().map(|c| configuration(c, &cx)).collect();
 
     let prev_state = field("prev_state:");
-    // Every optional path, or all but those a kernel may lack (judged in `run`'s columns).
+    // Every optional path, or all but those a kernel may lack (judged in `run`'s columns); a
+    // stand-in says whether it is on in its feature's place or not needed.
     let optional: Vec<&str> = check_out.lines().filter_map(|l| l.strip_prefix("optional:")).map(str::trim).collect();
+    let apart = |o: &str| {
+        checks::JUDGED_APART.iter().any(|f| {
+            ["unavailable", "on in place of", "not needed"].iter().any(|said| o.starts_with(&format!("{f} {said}")))
+        })
+    };
     let given = optional.first().is_some_and(|o| o.starts_with("all available"))
-        || (!optional.is_empty()
-            && optional
-                .iter()
-                .all(|o| checks::JUDGED_APART.iter().any(|f| o.starts_with(&format!("{f} unavailable")))));
+        && optional.iter().skip(1).all(|o| apart(o))
+        || (!optional.is_empty() && optional.iter().all(|o| apart(o)));
     let mut list = vec![Check::new(
         "check",
         rc("check") == Some(0) && prev_state.is_some() && given,
@@ -340,8 +349,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
             .and_then(|c| c.checks.iter().find(|k| k.what == what))
             .map(|k| k.detail.clone())
     };
-    let (wait_scan, throttle_split, irq_steal_split) =
-        (state("wait scan"), state("throttle split"), state("irq steal split"));
+    let (wait_scan, throttle_split, throttle_hooks, irq_steal_split) =
+        (state("wait scan"), state("throttle split"), state("throttle hooks"), state("irq steal split"));
     let irq_tracepoints = configs
         .iter()
         .flat_map(|c| &c.checks)
@@ -376,6 +385,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         daemon: String::new(),
         wait_scan,
         throttle_split,
+        throttle_hooks,
         irq_steal_split,
         irq_tracepoints,
         stall: stall.flatten(),

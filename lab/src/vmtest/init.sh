@@ -145,9 +145,11 @@ fi
 # 100 ms (throttle.rs's CPU_MAX), its cgroup's cpu.stat around it and `run`'s /metrics two drains
 # after it (the cgroup is new: nothing of it before). The process starts outside the cgroup and
 # moves in once ready: loading it under the limit would have its threads wait through the same
-# throttles side by side.
+# throttles side by side. With the kernel's BPF run-time accounting on meanwhile, `run`'s programs
+# by name (from their tags in kallsyms): runs and ns in them during the throttle.
 if [ "$THROTTLE" = 1 ]; then
   mark throttle
+  echo 1 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
   T=/sys/fs/cgroup/vmt-throttled
   mkfifo /tmp/throttle.go
   {
@@ -173,6 +175,13 @@ if [ "$THROTTLE" = 1 ]; then
   cat $T/cpu.stat > /tmp/throttle.stat1
   cat $T/cpu.stat.local > /tmp/throttle.local 2>/dev/null
   wget -q -O /tmp/throttle.prom http://127.0.0.1:9101/metrics 2>> /tmp/throttle.err
+  for info in /proc/"$(cat /tmp/run.pid)"/fdinfo/*; do
+    tag=$(awk '/^prog_tag:/ { print $2 }' "$info" 2>/dev/null)
+    [ -n "$tag" ] || continue
+    name=$(grep -m 1 " bpf_prog_${tag}_" /proc/kallsyms | sed 's/.* bpf_prog_[0-9a-f]*_//')
+    echo "${name:-?} $(awk '/^run_time_ns:/ { t = $2 } /^run_cnt:/ { c = $2 } END { print t + 0, c + 0 }' "$info")"
+  done > /tmp/throttle.bpf
+  echo 0 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
   mark throttled
 fi
 # Stop while the crews are still parked: records report, services detach.
@@ -224,7 +233,7 @@ if [ "$STALL" = 1 ]; then
   put stall.err /tmp/stall.err
 fi
 if [ "$THROTTLE" = 1 ]; then
-  for part in max stat0 stat1 local prom err; do put "throttle.$part" /tmp/throttle.$part; done
+  for part in max stat0 stat1 local prom bpf err; do put "throttle.$part" /tmp/throttle.$part; done
   put throttle.json /tmp/throttle.json "$(cat /tmp/throttle.rc)"
 fi
 put workload-io /tmp/io.json

@@ -69,6 +69,7 @@ fn waits(g: &GuestResult) -> String {
     let features = [
         ("wait scan", &g.wait_scan),
         ("throttle split", &g.throttle_split),
+        ("throttle hooks", &g.throttle_hooks),
         ("irq+steal split", &g.irq_steal_split),
         ("irq tracepoints", &g.irq_tracepoints),
     ];
@@ -96,25 +97,29 @@ fn waits(g: &GuestResult) -> String {
             t.local_throttled_us.map_or_else(String::new, |us| format!(" (cpu.stat.local {:.3} s)", us as f64 / 1e6));
         let _ = write!(
             out,
-            "; throttle (cpu.max `{}`, throttle split {}): throttled {} times, cpu.stat's throttled_usec {:.3} s{local}; \
-             the cgroup waited {:.3} s, throttled {throttled:.3} s ({share:.1} %); by cause: {}",
+            "; throttle (cpu.max `{}`, throttle split {}, throttle hooks {}): throttled {} times, cpu.stat's throttled_usec {:.3} s{local}; \
+             the cgroup waited {:.3} s, throttled {throttled:.3} s ({share:.1} %); by cause: {}; BPF meanwhile: {}",
             t.cpu_max,
             t.split.as_deref().unwrap_or("—"),
+            t.hooks.as_deref().unwrap_or("—"),
             t.nr_throttled,
             t.throttled_us as f64 / 1e6,
             t.waited_s,
-            t.by_cause()
+            t.by_cause(),
+            t.program_runs()
         );
     }
     out
 }
 
-/// A feature's state for the table: `on`, `unavailable` (the reason is in report.md), `✘` (neither,
+/// A feature's state for the table: `on`, `unavailable` (the reason is in report.md), `not needed`
+/// (a stand-in where its feature is on), `✘` (none of these,
 /// or no reason given), or `—` (not reported).
 fn state(s: Option<&String>) -> &'static str {
     match s.map(|s| s.split(':').next().unwrap_or(s)) {
         Some("on") => "on",
         Some("unavailable") => "unavailable",
+        Some("not needed") => "not needed",
         Some(_) => "✘",
         None => "—",
     }
@@ -130,10 +135,10 @@ pub fn table(report: &Report) -> String {
     }
     out.push_str(" run_delay |");
     if split {
-        out.push_str(" throttle split | irq+steal split | irq tracepoints |");
+        out.push_str(" throttle split | throttle hooks | irq+steal split | irq tracepoints |");
     }
     out.push_str(" load+attach | verifier | boot | guest | accel |\n|");
-    out.push_str(&"---|".repeat(3 + CONFIGS.len() + 6 + if split { 3 } else { 0 }));
+    out.push_str(&"---|".repeat(3 + CONFIGS.len() + 6 + if split { 4 } else { 0 }));
     out.push('\n');
     for g in &report.guests {
         let rt = if g.kernel.preempt_rt { "PREEMPT_RT" } else { g.kernel.flavour.as_str() };
@@ -151,8 +156,9 @@ pub fn table(report: &Report) -> String {
         if split {
             let _ = write!(
                 out,
-                " {} | {} | {} |",
+                " {} | {} | {} | {} |",
                 state(g.throttle_split.as_ref()),
+                state(g.throttle_hooks.as_ref()),
                 state(g.irq_steal_split.as_ref()),
                 state(g.irq_tracepoints.as_ref())
             );

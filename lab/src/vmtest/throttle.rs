@@ -1,4 +1,4 @@
-//! A CPU limit seen in the wait causes: in, what the init of a `THROTTLE_KERNELS` guest
+//! A CPU limit seen in the wait causes: in, what the init of a paired guest
 //! (`vmt.throttle=1`) wrote around a busy loop pinned to CPU 1 in a cgroup limited by `cpu.max`
 //! (`CPU_MAX`) — the cgroup's `cpu.stat` before and after, `cpu.stat.local` (6.8+), the loop's own
 //! account and `run`'s /metrics two drains after it ended; out, `Throttled`: the cgroup's wait by
@@ -40,10 +40,18 @@ pub struct Throttled {
     pub run_delay_ns: u64,
     /// `runqlat_feature_info{feature="throttle_split"}`'s state in the scrape.
     pub split: Option<String>,
+    /// `runqlat_feature_info{feature="throttle_hooks"}`'s: the throttled part where the kernel
+    /// keeps no group throttle clock (before 6.8).
+    #[serde(default)]
+    pub hooks: Option<String>,
     /// The cgroup's `runqlat_cgroup_wait_cause_seconds_total` by cause (`CAUSES` order) and its
     /// `runqlat_cgroup_delay_seconds_sum`, seconds (the cgroup is new: no before).
     pub causes_s: Vec<(String, f64)>,
     pub waited_s: f64,
+    /// `run`'s programs during the throttle, with the kernel's BPF run-time accounting on: name,
+    /// ns in them and runs (the throttle hooks' cost beside the scheduler tracepoints').
+    #[serde(default)]
+    pub programs: Vec<(String, u64, u64)>,
     /// The loop's exit code, and what went wrong on the way.
     pub rc: Option<i32>,
     pub error: Option<String>,
@@ -76,16 +84,48 @@ impl Throttled {
             spun_ns: done.as_ref().map_or(0, |d| d.cpu_ns),
             run_delay_ns: done.as_ref().map_or(0, |d| d.run_delay_ns),
             split: feature_state(prom, "throttle_split"),
+            hooks: feature_state(prom, "throttle_hooks"),
             causes_s: CAUSES.iter().map(|c| ((*c).to_owned(), cause(c))).collect(),
             waited_s: sample(prom, &format!("runqlat_cgroup_delay_seconds_sum{{cgroup=\"{CGROUP}\"}}")).unwrap_or(0.0),
+            programs: data
+                .text("throttle.bpf")
+                .lines()
+                .filter_map(|l| {
+                    let mut words = l.split_whitespace();
+                    let name = words.next()?.to_owned();
+                    Some((name, words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+                })
+                .collect(),
             rc: data.rc("throttle.json"),
             error: (!errors.is_empty()).then(|| errors.join("; ")),
+        }
+    }
+
+    /// Which feature gave the throttled part (`throttle_split`, `throttle_hooks`), or `None`.
+    pub fn source(&self) -> Option<&'static str> {
+        if self.split.as_deref() == Some("on") {
+            Some("throttle_split")
+        } else if self.hooks.as_deref() == Some("on") {
+            Some("throttle_hooks")
+        } else {
+            None
         }
     }
 
     /// The cgroup's wait of one cause, seconds.
     pub fn cause_s(&self, cause: &str) -> f64 {
         self.causes_s.iter().find(|(c, _)| c == cause).map_or(0.0, |(_, s)| *s)
+    }
+
+    /// The programs that ran, for a report line: `sched_switch 41,230 runs × 310 ns`.
+    pub fn program_runs(&self) -> String {
+        let parts: Vec<String> = self
+            .programs
+            .iter()
+            .filter(|(_, _, runs)| *runs > 0)
+            .map(|(name, ns, runs)| format!("{name} {runs} runs × {} ns", ns / runs))
+            .collect();
+        if parts.is_empty() { "not counted".to_owned() } else { parts.join(", ") }
     }
 
     /// The causes that are not 0, for a report line: `idle 2.10 s, same 0.01 s`.
@@ -146,13 +186,16 @@ mod tests {
              @@begin throttle.stat0\nusage_usec 0\nnr_throttled 0\nthrottled_usec 0\n@@end throttle.stat0\n\
              @@begin throttle.stat1\nusage_usec 250000\nnr_throttled 24\nthrottled_usec 2180000\n@@end throttle.stat1\n\
              @@begin throttle.json\n{done}\n@@end throttle.json 0\n\
-             @@begin throttle.prom\n{prom}@@end throttle.prom 0\n@@begin throttle.err\n@@end throttle.err\n"
+             @@begin throttle.prom\n{prom}@@end throttle.prom 0\n@@begin throttle.err\n@@end throttle.err\n\
+             @@begin throttle.bpf\nsched_switch 3000 10\nthrottle_down 0 0\n@@end throttle.bpf\n"
         );
         let t = Throttled::parse(&Sections::parse(&data));
         assert_eq!((t.period_us, t.nr_throttled, t.throttled_us, t.local_throttled_us), (100_000, 24, 2_180_000, None));
         assert_eq!((t.split.as_deref(), t.rc, t.error.as_deref()), (Some("on"), Some(0), None));
+        assert_eq!((t.hooks.as_deref(), t.source()), (None, Some("throttle_split")));
         assert_eq!((t.cause_s("throttled"), t.cause_s("idle"), t.waited_s), (2.2, 0.05, 2.25));
         assert_eq!((t.spun_ns, t.run_delay_ns), (250_000_000, 2_250_000_000));
         assert_eq!(t.by_cause(), "throttled 2.200 s, idle 0.050 s");
+        assert_eq!(t.program_runs(), "sched_switch 10 runs × 300 ns");
     }
 }

@@ -43,11 +43,15 @@ pub enum Lost {
     /// Removed cgroups whose id found the removal ring buffer full: the daemon learns of them
     /// only from its next walk of the cgroup tree, so their slots are freed late.
     Removals = 4,
+    /// Groups the throttle hooks saw throttled while their clock map was full: a wait in such a
+    /// group is not split off as throttled (it is its holder's).
+    ThrottleClocks = 5,
 }
 
 impl Lost {
-    pub const COUNT: usize = 5;
-    pub const ALL: [Lost; Self::COUNT] = [Lost::Stamps, Lost::Tasks, Lost::Cgroups, Lost::Switches, Lost::Removals];
+    pub const COUNT: usize = 6;
+    pub const ALL: [Lost; Self::COUNT] =
+        [Lost::Stamps, Lost::Tasks, Lost::Cgroups, Lost::Switches, Lost::Removals, Lost::ThrottleClocks];
 
     /// What was lost, as a label value: the map that had no room, or `switches`.
     pub const fn map(self) -> &'static str {
@@ -57,6 +61,7 @@ impl Lost {
             Lost::Cgroups => "cgroups",
             Lost::Switches => "switches",
             Lost::Removals => "cgroup_removed",
+            Lost::ThrottleClocks => "throttle_clocks",
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod names;
 mod scan;
 mod stamp;
 mod task;
+mod throttle;
 mod window;
 
 pub use attribution::{DEPTH_UNKNOWN, Incident, RUNS_KEPT, Run, RunRing};
@@ -41,4 +42,5 @@ pub use stamp::{
     stamp_unpack,
 };
 pub use task::TaskStats;
+pub use throttle::ThrottleClock;
 pub use window::{Control, CpuState, WINDOW_SLOTS, WindowMax, window_index};

@@ -47,6 +47,10 @@ pub const FINALS: &str = "FINALS";
 /// tracepoints are on and to 1 entry otherwise): the time that CPU spent in device IRQ
 /// handlers and softirqs, timed by the irq tracepoints.
 pub const IRQ_CLOCKS: &str = "IRQ_CLOCKS";
+/// Per group and CPU (`HashMap<u64, ThrottleClock>`, keyed by the `struct cfs_rq *`, sized to
+/// the per-cgroup capacity times the possible CPUs when the throttle hooks are on and to 1 entry
+/// otherwise): the throttle clock of each group the throttle hooks saw throttled.
+pub const THROTTLE_CLOCKS: &str = "THROTTLE_CLOCKS";
 
 /// Programs, one per tracepoint; the program name is the tracepoint name.
 pub const PROGRAMS: [&str; 3] = ["sched_wakeup", "sched_wakeup_new", "sched_switch"];
@@ -58,3 +62,8 @@ pub const WAIT_SCAN: &str = "wait_scan";
 /// The programs attached with `--irq-tracepoints` only (not part of the bench's floor): they
 /// time device IRQ handlers and softirqs on kernels that do not account IRQ time.
 pub const IRQ_PROGRAMS: [&str; 4] = ["irq_handler_entry", "irq_handler_exit", "softirq_entry", "softirq_exit"];
+/// The throttle hooks (fexit programs, attached with the throttled part on kernels before 6.8
+/// only, not part of the bench's floor): the program and the kernel function it follows. They run
+/// only when a group is throttled or unthrottled, never on the scheduler's per-switch path.
+pub const THROTTLE_HOOKS: [(&str, &str); 2] =
+    [("throttle_down", "tg_throttle_down"), ("unthrottle_up", "tg_unthrottle_up")];

@@ -89,6 +89,7 @@ fn check() -> bool {
             attribute_ns: 1,
             wait_scan: true,
             split_throttle: true,
+            throttle_hooks: true,
             split_stolen: true,
             split_irq: true,
             ..ProbeOptions::default()
@@ -106,12 +107,22 @@ fn check() -> bool {
                 let each: Vec<String> =
                     loads.iter().map(|(p, d)| format!("{p} {:.0} ms", d.as_secs_f64() * 1e3)).collect();
                 say!("verifier:     {total:.0} ms in BPF_PROG_LOAD; {}", each.join(", "));
+                let on: Vec<&str> = Feature::ALL.into_iter().filter(|&f| probe.is_on(f)).map(Feature::name).collect();
                 drop(probe);
                 if degraded.is_empty() {
-                    say!("optional:     all available ({})", Feature::ALL.map(Feature::name).join(", "));
+                    say!("optional:     all available ({})", on.join(", "));
                 }
                 for d in &degraded {
                     say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
+                }
+                // A stand-in says whether this kernel needs it (`Room::stands_in_for`).
+                for (f, state) in load::states(&options, &degraded) {
+                    let Some(other) = f.room().stands_in_for() else { continue };
+                    match state {
+                        "on" => say!("optional:     {} on in place of {}", f.name(), other.name()),
+                        "off" => say!("optional:     {} not needed: {} is on", f.name(), other.name()),
+                        _ => {}
+                    }
                 }
             }
             Err(e) => {

@@ -150,6 +150,18 @@ settings! {
 
         #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
               value_parser = BoolishValueParser::new())]
+        throttle_hooks: bool {
+            help: "With --wait-causes, on kernels before 6.8 (whose run queues keep no per-group throttle \
+                   clock), time CPU-limit throttling with two fexit programs on tg_throttle_down and \
+                   tg_unthrottle_up (they run when a group is throttled or unthrottled; a hash lookup per \
+                   enqueue and switch-in), so a throttled wait is counted as throttled; not needed on 6.8+, \
+                   unavailable where the kernel cannot attach fexit programs",
+            default: "true",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              value_parser = BoolishValueParser::new())]
         wait_scan: bool {
             help: "At each drain, list the tasks still waiting for a CPU (a kernel task iterator, off the \
                    scheduler's path; about 0.6 µs per task on the host): stalls are seen and alerted on while \

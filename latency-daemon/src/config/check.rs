@@ -98,6 +98,7 @@ pub(super) fn resolve(
         wait_scan: merged.wait_scan.unwrap_or(d.wait_scan),
         wait_causes: merged.wait_causes.unwrap_or(d.wait_causes),
         irq_tracepoints: merged.irq_tracepoints.unwrap_or(d.irq_tracepoints),
+        throttle_hooks: merged.throttle_hooks.unwrap_or(d.throttle_hooks),
         per_task: merged.per_task.unwrap_or(d.per_task),
         max_tasks: merged.max_tasks.unwrap_or(d.max_tasks),
         ceiling: merged.ceiling.unwrap_or(d.ceiling),

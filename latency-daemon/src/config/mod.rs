@@ -69,6 +69,9 @@ pub struct Config {
     pub wait_causes: bool,
     /// Time IRQs with the irq tracepoints for the irq+steal part.
     pub irq_tracepoints: bool,
+    /// Time CFS bandwidth throttling with the throttle hooks where the kernel keeps no group
+    /// throttle clock (before 6.8), for the throttled part.
+    pub throttle_hooks: bool,
     pub per_task: bool,
     pub max_tasks: u32,
     /// Delays above this are discarded (and counted).
@@ -161,6 +164,7 @@ impl Default for Config {
             wait_scan: true,
             wait_causes: true,
             irq_tracepoints: false,
+            throttle_hooks: true,
             per_task: false,
             // The kernel's default pid_max.
             max_tasks: 32768,
@@ -234,6 +238,7 @@ impl Config {
                 "wait_scan" => keep(key, &mut config.wait_scan, self.wait_scan, r),
                 "wait_causes" => keep(key, &mut config.wait_causes, self.wait_causes, r),
                 "irq_tracepoints" => keep(key, &mut config.irq_tracepoints, self.irq_tracepoints, r),
+                "throttle_hooks" => keep(key, &mut config.throttle_hooks, self.throttle_hooks, r),
                 "per_task" => keep(key, &mut config.per_task, self.per_task, r),
                 "max_tasks" => keep(key, &mut config.max_tasks, self.max_tasks, r),
                 "ceiling" => keep(key, &mut config.ceiling, self.ceiling, r),

@@ -614,6 +614,7 @@ fn every_setting_reloads_as_the_table_says() {
             "wait_scan" => "false".into(),
             "wait_causes" => "false".into(),
             "irq_tracepoints" => "true".into(),
+            "throttle_hooks" => "false".into(),
             "per_task" => "true".into(),
             "max_tasks" => "100".into(),
             "ceiling" => "\"1m\"".into(),

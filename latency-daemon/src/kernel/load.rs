@@ -16,14 +16,17 @@ pub struct Degraded {
     pub why: String,
 }
 
-/// Each feature: on, off (not asked for), or unavailable (asked for, degraded).
+/// Each feature: on, off (not asked for, or a stand-in whose feature this kernel gave), or
+/// unavailable (asked for, degraded).
 pub fn states(asked: &ProbeOptions, degraded: &[Degraded]) -> Vec<(Feature, &'static str)> {
+    let is_degraded = |f: Feature| degraded.iter().any(|d| d.feature == f);
     Feature::ALL
         .iter()
         .map(|&f| {
-            let state = if degraded.iter().any(|d| d.feature == f) {
+            let not_needed = f.room().stands_in_for().is_some_and(|other| !is_degraded(other));
+            let state = if is_degraded(f) {
                 "unavailable"
-            } else if f.room().wanted(asked) {
+            } else if f.room().wanted(asked) && !not_needed {
                 "on"
             } else {
                 "off"
@@ -42,7 +45,31 @@ pub fn load(asked: &ProbeOptions) -> Result<(Probe, Vec<Degraded>), ProbeError> 
         .filter_map(|feature| feature.room().available(&btf).err().map(|e| Degraded { feature, why: e.to_string() }))
         .collect();
     drop(btf);
-    degrade(asked, missing, Probe::load)
+    let (options, missing, not_needed) = stand_ins(asked, missing);
+    let (probe, mut degraded) = degrade(&options, missing, Probe::load)?;
+    // A stand-in left out because its feature's BTF is here, where the verifier then refused
+    // that feature: neither is in, and the stand-in says why it could not help.
+    let refused: Vec<Feature> = degraded.iter().map(|d| d.feature).collect();
+    degraded.extend(
+        not_needed
+            .into_iter()
+            .filter(|d| d.feature.room().stands_in_for().is_some_and(|other| refused.contains(&other))),
+    );
+    Ok((probe, degraded))
+}
+
+/// `asked` without the stand-ins this kernel does not need (their feature's BTF is here), the
+/// BTF `missing` without them, and them (see `Room::stands_in_for`).
+fn stand_ins(asked: &ProbeOptions, missing: Vec<Degraded>) -> (ProbeOptions, Vec<Degraded>, Vec<Degraded>) {
+    let lacking: Vec<Feature> = missing.iter().map(|d| d.feature).collect();
+    let (not_needed, missing): (Vec<Degraded>, Vec<Degraded>) = missing
+        .into_iter()
+        .partition(|d| d.feature.room().stands_in_for().is_some_and(|other| !lacking.contains(&other)));
+    let mut options = asked.clone();
+    for d in &not_needed {
+        d.feature.room().set(&mut options, asked, false);
+    }
+    (options, missing, not_needed)
 }
 
 /// First drops the features whose BTF is `missing`; then, if the verifier rejects the program,
@@ -60,7 +87,12 @@ pub fn degrade<T>(
     }
     let first = match load(&options) {
         Ok(probe) => return Ok((probe, off)),
-        Err(e @ (ProbeError::Verify { .. } | ProbeError::ProgramLoad { .. } | ProbeError::WaitScan(_))) => e,
+        Err(
+            e @ (ProbeError::Verify { .. }
+            | ProbeError::ProgramLoad { .. }
+            | ProbeError::Trampoline { .. }
+            | ProbeError::WaitScan(_)),
+        ) => e,
         Err(e) => return Err(e),
     };
     let optional: Vec<Feature> =
@@ -104,6 +136,7 @@ mod tests {
             attribute_ns: 5,
             wait_scan: true,
             split_throttle: true,
+            throttle_hooks: true,
             split_stolen: true,
             split_irq: true,
             ..ProbeOptions::default()
@@ -160,6 +193,42 @@ mod tests {
             assert_eq!(f.room().wanted(&off), f.room().best_effort(), "{}", f.name());
             assert!(f.room().wanted(&on), "{}", f.name());
         }
+    }
+
+    #[test]
+    fn a_stand_in_is_off_where_its_feature_is_there_and_on_where_it_is_missing() {
+        let state =
+            |states: &[(Feature, &'static str)], f: Feature| states.iter().find(|(g, _)| *g == f).map(|(_, s)| *s);
+        // 6.8+: the self clock is there, the hooks are not needed (not loaded, not unavailable).
+        let not_needed = vec![Degraded { feature: Feature::ThrottleHooks, why: "not needed".into() }];
+        let (options, missing, left_out) = stand_ins(&all_on(), not_needed);
+        assert!(options.split_throttle && !options.throttle_hooks && missing.is_empty() && left_out.len() == 1);
+        let now = states(&all_on(), &missing);
+        assert_eq!(state(&now, Feature::ThrottleSplit), Some("on"));
+        assert_eq!(state(&now, Feature::ThrottleHooks), Some("off"));
+        // Before 6.8: the self clock is missing, the hooks load in its place.
+        let lacking = vec![Degraded { feature: Feature::ThrottleSplit, why: "no throttled_clock_self".into() }];
+        let (options, missing, left_out) = stand_ins(&all_on(), lacking);
+        assert!(options.throttle_hooks && missing.len() == 1 && left_out.is_empty());
+        let (got, off) = degrade(&options, missing, |o| Ok(o.clone())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!got.split_throttle && got.throttle_hooks);
+        let now = states(&all_on(), &off);
+        assert_eq!(state(&now, Feature::ThrottleSplit), Some("unavailable"));
+        assert_eq!(state(&now, Feature::ThrottleHooks), Some("on"));
+    }
+
+    #[test]
+    fn a_trampoline_the_kernel_will_not_attach_drops_its_feature() {
+        let refused = || ProbeError::Trampoline {
+            program: "throttle_down",
+            function: "tg_throttle_down",
+            source: aya::programs::ProgramError::AlreadyAttached,
+        };
+        let (got, off) =
+            degrade(&all_on(), Vec::new(), |o| if o.throttle_hooks { Err(refused()) } else { Ok(o.clone()) })
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!got.throttle_hooks && got.split_throttle);
+        assert_eq!(off.iter().map(|d| d.feature).collect::<Vec<_>>(), [Feature::ThrottleHooks]);
     }
 
     #[test]

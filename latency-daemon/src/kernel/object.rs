@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf, EbpfError,
-    programs::{BtfTracePoint, Iter, ProgramError, tp_btf::BtfTracePointLinkId},
+    programs::{BtfTracePoint, FExit, Iter, ProgramError, fexit::FExitLinkId, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::maps::names;
 
@@ -19,6 +19,9 @@ pub enum Program {
     /// A task or map iterator (`iter/<target>`), verified at load but not attached: its feature
     /// attaches it for each run.
     Iter { name: &'static str, target: &'static str },
+    /// An fexit program `name` on the kernel function `function` (a BPF trampoline), verified
+    /// and attached with the core's; a kernel that cannot attach it degrades its feature.
+    Fexit { name: &'static str, function: &'static str },
 }
 
 /// An attached program, and how long the kernel took to load it (BPF_PROG_LOAD: verification
@@ -62,6 +65,24 @@ pub fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Re
     let load = started.elapsed();
     let link = prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
     Ok(Attached { program, link, load })
+}
+
+/// Verify the fexit program `program` on the kernel function `function` and attach it; how long
+/// the load took, and its link. An attach the kernel refuses (no trampolines on this
+/// architecture or kernel) is `ProbeError::Trampoline`, which the degrade policy drops the
+/// feature for.
+pub fn attach_fexit(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    function: &'static str,
+    btf: &aya::Btf,
+) -> Result<(Duration, FExitLinkId), ProbeError> {
+    let prog: &mut FExit = program_mut(ebpf, program)?;
+    let started = Instant::now();
+    prog.load(function, btf).map_err(|source| rejected(program, source))?;
+    let load = started.elapsed();
+    let link = prog.attach().map_err(|source| ProbeError::Trampoline { program, function, source })?;
+    Ok((load, link))
 }
 
 /// Verify the iterator `program` over `target`, loaded but not attached; how long that took.

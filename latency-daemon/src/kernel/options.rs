@@ -33,6 +33,9 @@ pub struct ProbeOptions {
     pub wait_scan: bool,
     /// Split each wait's throttled part off (the task's group throttle clock, 6.8+).
     pub split_throttle: bool,
+    /// Where the kernel keeps no group throttle clock (before 6.8), keep one with the throttle
+    /// hooks (fexit on `tg_throttle_down` / `tg_unthrottle_up`) for the throttled part.
+    pub throttle_hooks: bool,
     /// Split each wait's irq+steal part off (`rq->clock - rq->clock_task`).
     pub split_stolen: bool,
     /// Time device IRQ handlers and softirqs with the irq tracepoints and add that to each wait's
@@ -58,6 +61,7 @@ impl Default for ProbeOptions {
             attribute_ns: 0,
             wait_scan: false,
             split_throttle: false,
+            throttle_hooks: false,
             split_stolen: false,
             split_irq: false,
         }
@@ -83,6 +87,10 @@ pub enum ProbeError {
     ProgramLoad { program: &'static str, source: ProgramError },
     #[error("attaching {program} failed: {source}")]
     Attach { program: &'static str, source: ProgramError },
+    /// A program on a BPF trampoline (fexit) the kernel would not attach: one a kernel may lack
+    /// (no ftrace direct calls on its architecture), so its feature degrades.
+    #[error("attaching {program} to {function} (fexit) failed: {source}")]
+    Trampoline { program: &'static str, function: &'static str, source: ProgramError },
     #[error("map {map} is missing from the kernel object")]
     MissingMap { map: &'static str },
     #[error("map {map}: {source}")]

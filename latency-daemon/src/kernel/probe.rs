@@ -7,7 +7,7 @@ use std::time::Duration;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, Map, MapData, RingBuf},
-    programs::{BtfTracePoint, tp_btf::BtfTracePointLinkId},
+    programs::{BtfTracePoint, FExit, fexit::FExitLinkId, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::{
     Knobs,
@@ -20,7 +20,7 @@ pub use super::options::{ProbeError, ProbeOptions};
 use super::{
     btf::{Btf, TaskLayout},
     feature::{Feature, Sizes},
-    object::{Program, attach_with, kernel_btf, load_iter, page_size, program_mut},
+    object::{Program, attach_fexit, attach_with, kernel_btf, load_iter, page_size, program_mut},
 };
 use crate::host::system;
 
@@ -33,6 +33,7 @@ pub struct Probe {
     ebpf: Ebpf,
     kernel_log: Option<KernelLog>,
     links: Vec<(&'static str, BtfTracePointLinkId)>,
+    fexit_links: Vec<(&'static str, FExitLinkId)>,
     stamps: u32,
     loads: Vec<(&'static str, Duration)>,
     /// The optional features in this load: asked for, and this kernel has what they read.
@@ -81,7 +82,8 @@ impl Probe {
             }
         }
         let ebpf = loader.load(object).map_err(ProbeError::Load)?;
-        let mut probe = Probe { ebpf, kernel_log: None, links: Vec::new(), stamps, loads: Vec::new(), on };
+        let mut probe =
+            Probe { ebpf, kernel_log: None, links: Vec::new(), fexit_links: Vec::new(), stamps, loads: Vec::new(), on };
         // Taken before the programs load: they refer to its map. Without it (an object built
         // without logging) the kernel's rare-condition lines are simply not forwarded.
         probe.kernel_log = aya_log::EbpfLogger::init(&mut probe.ebpf).ok().map(KernelLog);
@@ -95,6 +97,13 @@ impl Probe {
         }
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();
         probe.links = attached.into_iter().map(|a| (a.program, a.link)).collect();
+        for program in &programs {
+            if let Program::Fexit { name, function } = *program {
+                let (load, link) = attach_fexit(&mut probe.ebpf, name, function, &aya_btf)?;
+                probe.loads.push((name, load));
+                probe.fexit_links.push((name, link));
+            }
+        }
         for program in &programs {
             if let Program::Iter { name, target } = *program {
                 let load = load_iter(&mut probe.ebpf, name, target, &aya_btf)?;
@@ -129,6 +138,10 @@ impl Probe {
     pub fn detach(&mut self) -> Result<(), ProbeError> {
         for (program, link) in self.links.drain(..) {
             let prog: &mut BtfTracePoint = program_mut(&mut self.ebpf, program)?;
+            prog.detach(link).map_err(|source| ProbeError::Attach { program, source })?;
+        }
+        for (program, link) in self.fexit_links.drain(..) {
+            let prog: &mut FExit = program_mut(&mut self.ebpf, program)?;
             prog.detach(link).map_err(|source| ProbeError::Attach { program, source })?;
         }
         Ok(())

@@ -9,9 +9,14 @@ use crate::web::total;
 
 /// The optional paths a kernel may lack, each judged apart (`feature`) rather than as a column's
 /// missing path: the wait scan (a task iterator, 5.8+), the throttled part of the cause split
-/// (`cfs_rq.throttled_clock_self_time`, 6.8+) and its irq+steal part (IRQ time or steal
-/// accounting, which Debian's kernels build without).
-pub const JUDGED_APART: [&str; 3] = ["wait_scan", "throttle_split", "irq_steal_split"];
+/// (`cfs_rq.throttled_clock_self_time`, 6.8+, or before that the throttle hooks, fexit programs a
+/// kernel may not attach) and its irq+steal part (IRQ time or steal accounting, which Debian's
+/// kernels build without).
+pub const JUDGED_APART: [&str; 4] = ["wait_scan", "throttle_split", "throttle_hooks", "irq_steal_split"];
+
+/// Features that stand in for another where the kernel lacks it, and that one: off (not needed)
+/// where it is on.
+const STAND_INS: [(&str, &str); 1] = [("throttle_hooks", "throttle_split")];
 
 /// Judged like those, in the configuration that asks for it (`--irq-tracepoints`): on where the
 /// kernel does not account IRQ time (Debian's), unavailable with the reason where it does.
@@ -27,6 +32,13 @@ pub fn feature(prom: &str, log: &str, name: &str) -> Check {
     let (ok, detail) = match (state.as_deref(), said.as_slice()) {
         (Some("on"), []) => (true, "on".to_owned()),
         (Some("unavailable"), [line]) => (true, format!("unavailable: {}", reason(line))),
+        (Some("off"), [])
+            if STAND_INS
+                .iter()
+                .any(|(s, of)| *s == name && throttle::feature_state(prom, of).as_deref() == Some("on")) =>
+        {
+            (true, "not needed".to_owned())
+        }
         (state, lines) => (false, format!("state {state:?}; the log's reasons: {lines:?}")),
     };
     Check::new(&name.replace('_', " "), ok, detail)
@@ -82,10 +94,11 @@ pub fn causes(prom: &str) -> Option<Check> {
 }
 
 /// The throttle (`throttle::Throttled`): the loop was throttled (cpu.stat counts it) and the
-/// daemon split its cgroup's wait — where `throttle_split` is on, at least 90 % of it throttled and
-/// the throttled part the kernel's `throttled_usec` within 25 % or two periods (TCG; and two of
-/// the group's tasks waiting through one throttle each count it, cpu.stat once); where
-/// unavailable, none of it throttled, all by holder.
+/// daemon split its cgroup's wait — where the throttled part is on (`throttle_split`, or
+/// `throttle_hooks` in its place), at least 90 % of it throttled and the throttled part the
+/// kernel's `throttled_usec` within 25 % or two periods (TCG; and two of the group's tasks waiting
+/// through one throttle each count it, cpu.stat once); where neither is, none of it throttled,
+/// all by holder.
 pub fn throttle(t: &Throttled) -> Vec<Check> {
     let throttled = t.cause_s("throttled");
     let stat_s = t.throttled_us as f64 / 1e6;
@@ -112,27 +125,35 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
         ),
     );
     let share = if t.waited_s > 0.0 { throttled / t.waited_s } else { 0.0 };
-    let split = match t.split.as_deref() {
-        Some("on") => {
+    let split = match (t.source(), t.split.as_deref(), t.hooks.as_deref()) {
+        (Some(source), _, _) => {
             let slack = (0.25 * stat_s).max(2.0 * t.period_us as f64 / 1e6);
             Check::new(
                 "throttle: split",
                 share >= 0.9 && (throttled - stat_s).abs() <= slack,
                 format!(
-                    "throttled {throttled:.3} s = {:.1} % of the cgroup's wait (≥ 90 %); cpu.stat's throttled_usec \
-                     {stat_s:.3} s ({:+.3} s, within ±{slack:.3} s); by cause: {}",
+                    "{source}: throttled {throttled:.3} s = {:.1} % of the cgroup's wait (≥ 90 %); cpu.stat's \
+                     throttled_usec {stat_s:.3} s ({:+.3} s, within ±{slack:.3} s); by cause: {}",
                     100.0 * share,
                     throttled - stat_s,
                     t.by_cause()
                 ),
             )
         }
-        Some("unavailable") => Check::new(
+        (None, Some("unavailable"), hooks @ (Some("unavailable") | None)) => Check::new(
             "throttle: split",
             throttled == 0.0 && t.waited_s > 0.0,
-            format!("throttle_split unavailable: nothing throttled, the wait by holder: {}", t.by_cause()),
+            format!(
+                "throttle_split unavailable, throttle_hooks {}: nothing throttled, the wait by holder: {}",
+                hooks.unwrap_or("absent"),
+                t.by_cause()
+            ),
         ),
-        state => Check::new("throttle: split", false, format!("throttle_split state {state:?}")),
+        (None, split, hooks) => Check::new(
+            "throttle: split",
+            false,
+            format!("throttle_split state {split:?}, throttle_hooks state {hooks:?}"),
+        ),
     };
     vec![limited, split]
 }
@@ -161,6 +182,13 @@ mod tests {
         assert!(scrape(&prom, 0, None).iter().any(|c| c.what == "every path given" && c.ok));
         let prom = format!("{prom}runqlat_feature_info{{feature=\"per_cgroup\",state=\"unavailable\"}} 1\n");
         assert!(scrape(&prom, 0, None).iter().any(|c| c.what == "every path given" && !c.ok));
+        // A stand-in is off where the feature it stands in for is on, and only there.
+        let hooks_off = "runqlat_feature_info{feature=\"throttle_hooks\",state=\"off\"} 1\n";
+        let split_on = "runqlat_feature_info{feature=\"throttle_split\",state=\"on\"} 1\n";
+        let c = feature(&format!("{split_on}{hooks_off}"), "", "throttle_hooks");
+        assert!(c.ok && c.detail == "not needed", "{c:?}");
+        assert!(!feature(&format!("{off}{hooks_off}"), said, "throttle_hooks").ok, "both missing passed");
+        assert!(!feature(&format!("{split_on}{hooks_off}"), "", "wait_scan").ok, "off passed for a feature");
     }
 
     #[test]
@@ -222,6 +250,13 @@ mod tests {
         assert!(throttle(&degraded).iter().all(|c| c.ok), "{:?}", throttle(&degraded));
         let leaked = Throttled { split: Some("unavailable".into()), ..t.clone() };
         assert!(throttle(&leaked).iter().any(|c| !c.ok), "a throttled part without the split passed");
+        // Before 6.8: the throttle hooks give the throttled part in the self clock's place.
+        let hooked = Throttled { split: Some("unavailable".into()), hooks: Some("on".into()), ..t.clone() };
+        assert!(throttle(&hooked).iter().all(|c| c.ok), "{:?}", throttle(&hooked));
+        let hooked_short = Throttled { causes_s: of(0.0, 2.25), ..hooked.clone() };
+        assert!(throttle(&hooked_short).iter().any(|c| !c.ok), "the hooks on and nothing throttled passed");
+        let both_off = Throttled { hooks: Some("unavailable".into()), ..degraded.clone() };
+        assert!(throttle(&both_off).iter().all(|c| c.ok), "{:?}", throttle(&both_off));
         let unlimited = Throttled { nr_throttled: 0, throttled_us: 0, ..degraded };
         assert!(throttle(&unlimited).iter().any(|c| c.what == "throttle: limited" && !c.ok));
         assert!(throttle(&Throttled::default()).iter().all(|c| !c.ok));

@@ -74,6 +74,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         // Attribute every delay: each CPU's worst per reason comes with who ran meanwhile.
         attribute_ns: 1,
         split_throttle: true,
+        throttle_hooks: true,
         split_stolen: true,
         ..ProbeOptions::default()
     };

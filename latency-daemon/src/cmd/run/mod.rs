@@ -181,6 +181,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         attribute_ns: config.alert.attribute_ns(),
         wait_scan: config.wait_scan,
         split_throttle: config.wait_causes,
+        throttle_hooks: config.wait_causes && config.throttle_hooks,
         split_stolen: config.wait_causes,
         split_irq: config.wait_causes && config.irq_tracepoints,
         ..ProbeOptions::default()

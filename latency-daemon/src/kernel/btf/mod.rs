@@ -43,6 +43,8 @@ pub struct Btf {
     /// STRUCT/UNION by name (first non-empty definition wins; dedup leaves duplicates rare).
     composites: HashMap<Box<str>, u32>,
     typedefs: HashMap<Box<str>, u32>,
+    /// FUNC by name: the kernel functions a BPF trampoline (fentry/fexit) can attach to.
+    functions: HashMap<Box<str>, u32>,
     /// BTF has no pointer size of its own; like libbpf we take the size of `long`.
     pointer_size: u32,
 }
@@ -108,6 +110,13 @@ pub enum BtfError {
     SizeOverflow { id: u32 },
     #[error("{struct_name}.{member} is {found} bytes, expected {expected}")]
     SizeMismatch { struct_name: String, member: String, expected: u32, found: u32 },
+    #[error("kernel BTF has no function {function} (FUNC) to attach to")]
+    FunctionNotFound { function: String },
+    #[error(
+        "not needed: this kernel keeps each group's throttle clock itself (cfs_rq.throttled_clock_self, \
+         6.8+), which throttle_split reads"
+    )]
+    SelfThrottleClock,
     #[error("kernel BTF has no typedef btf_trace_{tracepoint}: no such raw tracepoint")]
     TracepointNotFound { tracepoint: String },
     #[error("btf_trace_{tracepoint} is not a pointer to a prototype starting with `void *__data` ({found})")]
@@ -176,6 +185,7 @@ impl Btf {
             strings,
             composites: HashMap::new(),
             typedefs: HashMap::new(),
+            functions: HashMap::new(),
             pointer_size: DEFAULT_POINTER_SIZE,
         };
         btf.index()?;
@@ -186,6 +196,7 @@ impl Btf {
     fn index(&mut self) -> Result<(), BtfError> {
         let mut composites = HashMap::new();
         let mut typedefs = HashMap::new();
+        let mut functions = HashMap::new();
         for (id, t) in (1u32..).zip(&self.types) {
             if t.name_off == 0 {
                 continue;
@@ -205,6 +216,9 @@ impl Btf {
                 Kind::Typedef => {
                     typedefs.entry(Box::from(self.str_at(t.name_off)?)).or_insert(id);
                 }
+                Kind::Func => {
+                    functions.entry(Box::from(self.str_at(t.name_off)?)).or_insert(id);
+                }
                 Kind::Int => {
                     let name = self.str_at(t.name_off)?;
                     if matches!(name, "long int" | "long unsigned int") && t.size_or_type != 0 {
@@ -216,6 +230,7 @@ impl Btf {
         }
         self.composites = composites;
         self.typedefs = typedefs;
+        self.functions = functions;
         Ok(())
     }
 
@@ -306,6 +321,16 @@ impl Btf {
             return Err(not_proto(proto.kind.name()));
         }
         usize::from(proto.vlen).checked_sub(1).ok_or(not_proto("prototype with no arguments"))
+    }
+
+    /// Whether BTF describes the kernel function `name` (a FUNC), which a BPF trampoline (fentry,
+    /// fexit) can then attach to where the kernel traces it.
+    pub fn function(&self, name: &str) -> Result<(), BtfError> {
+        if self.functions.contains_key(name) {
+            Ok(())
+        } else {
+            Err(BtfError::FunctionNotFound { function: name.to_owned() })
+        }
     }
 
     /// Depth-first search for `name` in a struct/union, descending into anonymous members.

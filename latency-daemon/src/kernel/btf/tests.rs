@@ -81,6 +81,15 @@ fn tracepoint_arity_skips_data_pointer() {
 }
 
 #[test]
+fn functions_are_found_by_name() {
+    let btf = parse_sample();
+    assert!(btf.function("f").is_ok());
+    assert!(matches!(btf.function("tg_throttle_down"), Err(BtfError::FunctionNotFound { .. })));
+    // A struct or a typedef of that name is not a function.
+    assert!(btf.function("task_struct").is_err() && btf.function("btf_trace_sched_switch").is_err());
+}
+
+#[test]
 fn task_layout_on_sample() {
     let layout = parse_sample().task_layout().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(layout.pid.offset, 12);
@@ -239,6 +248,20 @@ fn kernel_task_layout() {
     assert!(layout.switch_has_prev_state, "kernel 5.18+ passes prev_state");
     assert_eq!(btf.tracepoint_arity("sched_wakeup").ok(), Some(1));
     assert_eq!(btf.tracepoint_arity("sched_switch").ok(), Some(4));
+}
+
+/// 6.8+ keeps the group throttle clock itself: the throttle hooks are not needed (and say so),
+/// though the functions they would follow are there.
+#[test]
+fn kernel_throttle_hooks_not_needed_with_the_self_clock() {
+    use crate::kernel::feature::{throttle_hooks, throttle_split};
+    let Some(btf) = kernel() else { return };
+    if throttle_split::layout(&btf).is_err() {
+        eprintln!("note: this kernel has no cfs_rq.throttled_clock_self, skipping");
+        return;
+    }
+    assert!(matches!(throttle_hooks::layout(&btf), Err(BtfError::SelfThrottleClock)));
+    assert!(btf.function("tg_throttle_down").is_ok() && btf.function("tg_unthrottle_up").is_ok());
 }
 
 #[test]

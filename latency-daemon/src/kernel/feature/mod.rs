@@ -23,6 +23,7 @@ pub mod irq_steal_split;
 pub mod irq_tracepoints;
 pub mod per_cgroup;
 pub mod run_queue_clock;
+pub mod throttle_hooks;
 pub mod throttle_split;
 pub mod wait_scan;
 
@@ -42,6 +43,9 @@ pub enum Feature {
     WaitScan,
     /// The throttled part of each wait: the group's throttle clock (`cfs_rq.throttled_clock_self_time`, 6.8+).
     ThrottleSplit,
+    /// The throttled part where the kernel keeps no group throttle clock (before 6.8): the
+    /// throttle hooks keep one (fexit on `tg_throttle_down` / `tg_unthrottle_up`).
+    ThrottleHooks,
     /// The irq+steal part of each wait: `rq->clock - rq->clock_task` (IRQ time or steal accounting).
     IrqStealSplit,
     /// The irq tracepoints' IRQ time in each wait's irq+steal part (`--irq-tracepoints`), where
@@ -50,13 +54,14 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 8] = [
+    pub const ALL: [Feature; 9] = [
         Feature::RunQueueClock,
         Feature::PerCgroup,
         Feature::Attribution,
         Feature::QueueDepth,
         Feature::WaitScan,
         Feature::ThrottleSplit,
+        Feature::ThrottleHooks,
         Feature::IrqStealSplit,
         Feature::IrqTracepoints,
     ];
@@ -70,6 +75,7 @@ impl Feature {
             Feature::QueueDepth => &attribution::QUEUE_DEPTH,
             Feature::WaitScan => &wait_scan::ROOM,
             Feature::ThrottleSplit => &throttle_split::ROOM,
+            Feature::ThrottleHooks => &throttle_hooks::ROOM,
             Feature::IrqStealSplit => &irq_steal_split::ROOM,
             Feature::IrqTracepoints => &irq_tracepoints::ROOM,
         }
@@ -126,6 +132,9 @@ pub struct Room {
     /// Once everything is loaded and attached: a check that needs the loaded object (an error
     /// fails the load, so the degrade policy drops the feature).
     after_load: fn(&mut Ebpf) -> Result<(), ProbeError>,
+    /// The feature it stands in for where this kernel lacks that one: it is needed only there
+    /// (elsewhere it stays off and is not reported unavailable), and its `available` says so.
+    stands_in_for: Option<Feature>,
 }
 
 impl Room {
@@ -144,6 +153,7 @@ impl Room {
             maps: |_, _, _| Vec::new(),
             programs: |_| Vec::new(),
             after_load: |_| Ok(()),
+            stands_in_for: None,
         }
     }
 
@@ -196,6 +206,11 @@ impl Room {
         (self.programs)(o)
     }
 
+    /// The feature it stands in for where this kernel lacks that one (see the field).
+    pub fn stands_in_for(&self) -> Option<Feature> {
+        self.stands_in_for
+    }
+
     /// Once everything is loaded and attached (see the field).
     pub fn after_load(&self, ebpf: &mut Ebpf) -> Result<(), ProbeError> {
         (self.after_load)(ebpf)
@@ -218,6 +233,7 @@ mod tests {
                 "queue_depth",
                 "wait_scan",
                 "throttle_split",
+                "throttle_hooks",
                 "irq_steal_split",
                 "irq_tracepoints"
             ]

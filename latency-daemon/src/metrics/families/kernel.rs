@@ -177,7 +177,9 @@ pub(super) fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEn
         "runqlat_lost",
         "Things the monitor could not keep, by map: stamps (tid beyond the stamp array), tasks and \
          cgroups (map full), window_max (a maximum written after its window was read), \
-         cgroup_removed (removals the kernel's ring had no room for; found later by a walk).",
+         cgroup_removed (removals the kernel's ring had no room for; found later by a walk), \
+         throttle_clocks (groups the throttle hooks saw throttled with their map full: those waits are \
+         not split off as throttled).",
         None,
         MetricType::Counter,
     )?;
@@ -191,6 +193,9 @@ pub(super) fn loss_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEn
     family
         .encode_family(&[("map", Lost::Removals.map())])?
         .encode_counter::<NoLabelSet, _, f64>(&kernel(Lost::Removals), None)?;
+    family
+        .encode_family(&[("map", Lost::ThrottleClocks.map())])?
+        .encode_counter::<NoLabelSet, _, f64>(&kernel(Lost::ThrottleClocks), None)?;
     let untraced = kernel(Lost::Switches);
     counter(
         enc,

@@ -1,0 +1,88 @@
+//! `tg_throttle_down` / `tg_unthrottle_up` (fexit, attached only with the throttle hooks: the
+//! throttled part on kernels before 6.8) → each group's throttle clock on each CPU in
+//! `THROTTLE_CLOCKS`, the two numbers 6.8+ keeps in the `cfs_rq` itself; and the clock as the
+//! cause split reads it. The kernel calls them for a throttled or unthrottled group and each of
+//! its descendants on that CPU, under that run queue's lock: never on the per-switch path.
+use aya_ebpf::{macros::fexit, programs::FExitContext};
+use latency_common::{Lost, maps::ThrottleClock};
+
+use crate::{knobs, maps::THROTTLE_CLOCKS, observe::count_lost, task::Group};
+
+// static int tg_throttle_down(struct task_group *tg, void *data)        since 2.6.39
+#[fexit(function = "tg_throttle_down")]
+pub fn throttle_down(ctx: FExitContext) -> i32 {
+    if knobs::throttle_hooks()
+        && let Some(group) = Group::of(&ctx)
+    {
+        began(group);
+    }
+    0
+}
+
+// static int tg_unthrottle_up(struct task_group *tg, void *data)        since 2.6.39
+#[fexit(function = "tg_unthrottle_up")]
+pub fn unthrottle_up(ctx: FExitContext) -> i32 {
+    if knobs::throttle_hooks()
+        && let Some(group) = Group::of(&ctx)
+    {
+        ended(group);
+    }
+    0
+}
+
+/// The group entered the throttled state (its `throttle_count` went 0 → 1; more is an ancestor's
+/// throttle on top of one in force): its clock starts.
+#[inline(always)]
+fn began(g: Group) {
+    if g.throttle_count != 1 {
+        return;
+    }
+    if let Some(c) = THROTTLE_CLOCKS.get_ptr_mut(g.cfs_rq) {
+        // SAFETY: an element of a preallocated hash map; this group's entry is written only
+        // under its run queue's lock (here and in `ended`).
+        unsafe { (*c).since_ns = g.clock };
+        return;
+    }
+    let clock = ThrottleClock { since_ns: g.clock, total_ns: 0 };
+    if THROTTLE_CLOCKS.insert(g.cfs_rq, clock, 0).is_err() {
+        count_lost(Lost::ThrottleClocks);
+    }
+}
+
+/// The group left the throttled state (`throttle_count` back to 0): its clock stops. With no
+/// task queued in it, no wait reads its clock before the next throttle starts a new one, so the
+/// entry goes (groups are freed with nothing queued: this is what keeps the map from filling).
+#[inline(always)]
+fn ended(g: Group) {
+    if g.throttle_count != 0 {
+        return;
+    }
+    let Some(c) = THROTTLE_CLOCKS.get_ptr_mut(g.cfs_rq) else { return };
+    if g.h_nr_running == 0 {
+        let _ = THROTTLE_CLOCKS.remove(g.cfs_rq);
+        return;
+    }
+    // SAFETY: as in `began`.
+    let c = unsafe { &mut *c };
+    if c.since_ns != 0 && g.clock > c.since_ns {
+        c.total_ns += g.clock - c.since_ns;
+    }
+    c.since_ns = 0;
+}
+
+/// The throttle clock of the group whose `struct cfs_rq` is at `cfs_rq`: (ns spent throttled
+/// before the throttle in progress, when that began or 0), or `None` where it has no entry (a
+/// clock of 0 so far: an entry starts at 0).
+#[inline(always)]
+pub fn clock(cfs_rq: u64) -> Option<(u64, u64)> {
+    // SAFETY: plain integers, read once each; their writers hold this group's run queue lock,
+    // as the scheduler tracepoints that read them do.
+    unsafe { THROTTLE_CLOCKS.get(cfs_rq) }.map(|c| (c.total_ns, c.since_ns))
+}
+
+/// Drop the group's clock entry (see `SplitClocks::forget`): the next throttle starts it at 0
+/// again, and the waits that begin before that read 0 at both ends, as without an entry.
+#[inline(always)]
+pub fn forget(cfs_rq: u64) {
+    let _ = THROTTLE_CLOCKS.remove(cfs_rq);
+}
