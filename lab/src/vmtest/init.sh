@@ -175,10 +175,11 @@ if [ "$THROTTLE" = 1 ]; then
   cat $T/cpu.stat > /tmp/throttle.stat1
   cat $T/cpu.stat.local > /tmp/throttle.local 2>/dev/null
   wget -q -O /tmp/throttle.prom http://127.0.0.1:9101/metrics 2>> /tmp/throttle.err
+  # A program's fd (not its link's, which names the program too) counts its runs.
   for info in /proc/"$(cat /tmp/run.pid)"/fdinfo/*; do
-    tag=$(awk '/^prog_tag:/ { print $2 }' "$info" 2>/dev/null)
-    [ -n "$tag" ] || continue
-    name=$(grep -m 1 " bpf_prog_${tag}_" /proc/kallsyms | sed 's/.* bpf_prog_[0-9a-f]*_//')
+    grep -q '^run_cnt:' "$info" 2>/dev/null || continue
+    tag=$(awk '/^prog_tag:/ { print $2 }' "$info")
+    name=$(grep -m 1 " bpf_prog_${tag}_" /proc/kallsyms | awk '{ sub(/^bpf_prog_[0-9a-f]*_/, "", $3); print $3 }')
     echo "${name:-?} $(awk '/^run_time_ns:/ { t = $2 } /^run_cnt:/ { c = $2 } END { print t + 0, c + 0 }' "$info")"
   done > /tmp/throttle.bpf
   echo 0 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
