@@ -5,6 +5,11 @@
 /// Name of the global in the object file.
 pub const KNOBS_SYMBOL: &str = "KNOBS";
 
+/// `Knobs::split_throttle`: the group's own throttle clock (`cfs_rq.throttled_clock_self`, 6.8+).
+pub const THROTTLE_SELF_CLOCK: u32 = 1;
+/// `Knobs::split_throttle`: the throttle hooks' clock of the group (before 6.8).
+pub const THROTTLE_HOOKS: u32 = 2;
+
 /// Everything the kernel program needs to know before it is verified.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,9 +65,11 @@ pub struct Knobs {
     pub task_on_rq: u32,
     pub task_on_cpu: u32,
     pub task_cpu: u32,
-    /// 1 to split each wait's throttled part off (see `Cause::Throttled`): the offsets of
-    /// `cfs_rq.throttled_clock_self` and `.throttled_clock_self_time` (6.8+) and of
-    /// `task_struct.se.nr_migrations`, with the `task_se_cfs_rq`/`cfs_rq_rq`/`rq_clock` chain.
+    /// Where each wait's throttled part (see `Cause::Throttled`) comes from, 0 where it is not
+    /// split off: `THROTTLE_SELF_CLOCK` the offsets of `cfs_rq.throttled_clock_self` and
+    /// `.throttled_clock_self_time` (6.8+), `THROTTLE_HOOKS` the hooks' clocks (below); with the
+    /// offset of `task_struct.se.nr_migrations` and the `task_se_cfs_rq`/`cfs_rq_rq`/`rq_clock`
+    /// chain.
     pub split_throttle: u32,
     pub cfs_rq_throttled_clock_self: u32,
     pub cfs_rq_throttled_clock_self_time: u32,
@@ -77,12 +84,10 @@ pub struct Knobs {
     /// 1 to add the IRQ time the irq tracepoints timed (`IRQ_CLOCKS`) to each wait's irq+steal
     /// part, on kernels that do not account IRQ time; needs `task_cpu`.
     pub split_irq: u32,
-    /// 1 to read the throttled part from the throttle hooks' `THROTTLE_CLOCKS` (kernels before
-    /// 6.8) instead of `cfs_rq.throttled_clock_self`: the offsets of `cfs_rq.throttle_count`
-    /// (whether the clock's `since` is current) and `.h_nr_running`, of `task_group.cfs_rq` (the
-    /// group's per-CPU `cfs_rq` array) and `rq.cpu`, and of `task_struct.se.on_rq` (a task in
-    /// the fair class), with `split_throttle` and its chain.
-    pub throttle_hooks: u32,
+    /// With `split_throttle` = `THROTTLE_HOOKS` (the throttle hooks' `THROTTLE_CLOCKS`, kernels
+    /// before 6.8): the offsets of `cfs_rq.throttle_count` (whether the clock's `since` is
+    /// current) and `.h_nr_running`, of `task_group.cfs_rq` (the group's per-CPU `cfs_rq` array)
+    /// and `rq.cpu`, and of `task_struct.se.on_rq` (a task in the fair class).
     pub cfs_rq_throttle_count: u32,
     pub cfs_rq_h_nr_running: u32,
     pub task_group_cfs_rq: u32,
@@ -129,7 +134,6 @@ impl Knobs {
         rq_clock_task: 0,
         wakeup_running_known: 0,
         split_irq: 0,
-        throttle_hooks: 0,
         cfs_rq_throttle_count: 0,
         cfs_rq_h_nr_running: 0,
         task_group_cfs_rq: 0,

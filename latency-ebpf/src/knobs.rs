@@ -162,9 +162,15 @@ pub fn rq_clock_task() -> u32 {
 pub fn wakeup_running_known() -> bool {
     knob!(wakeup_running_known) != 0
 }
+/// Where the throttled part comes from (`THROTTLE_SELF_CLOCK`, `THROTTLE_HOOKS`), 0 where it is
+/// not split off.
+#[inline(always)]
+pub fn throttle_source() -> u32 {
+    knob!(split_throttle)
+}
 #[inline(always)]
 pub fn throttle_hooks() -> bool {
-    knob!(throttle_hooks) != 0
+    throttle_source() == latency_common::THROTTLE_HOOKS
 }
 #[inline(always)]
 pub fn cfs_rq_throttle_count() -> u32 {

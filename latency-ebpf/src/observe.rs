@@ -17,7 +17,6 @@ use crate::{
     knobs,
     maps::{CGROUP_RETIRED, CGROUP_SLOTS, CGROUP_USED, CGROUPS, CPU_STATS, FILTER, STAMPS, TASKS},
     task::Task,
-    throttle_hooks,
 };
 
 /// `i` as a value the compiler cannot see through, so the mask that follows stays in the program:
@@ -81,7 +80,7 @@ pub fn stamp(ctx: &BtfTracePointContext, task: Task, tid: u32, now: u64, reason:
     let pair = unsafe { &mut *pair };
     let mut stolen = 0;
     if knobs::split() {
-        let c = task.split_clocks(now);
+        let c = task.split_clocks(now, false);
         stolen = c.stolen;
         pair.split[i & 1] =
             (c.throttled as u32 & THROTTLE_MASK) | ((c.migrations as u32 & MIGRATION_MASK) << SPLIT_THROTTLE_BITS);
@@ -124,10 +123,7 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
     let mut d = Delay { ns: delay, reason, throttled_ns: 0, stolen_ns: 0 };
     if knobs::split() {
         let then = pair.split[i & 1];
-        let c = next.split_clocks(now);
-        if knobs::throttle_hooks() && c.forget != 0 {
-            throttle_hooks::forget(c.forget);
-        }
+        let c = next.split_clocks(now, true);
         if (c.migrations as u32 & MIGRATION_MASK) != then >> SPLIT_THROTTLE_BITS {
             // The wait began on another CPU, whose clocks these are not: not split (counted).
             cpu.unsplit += 1;

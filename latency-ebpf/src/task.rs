@@ -8,7 +8,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FExitContext},
 };
 
-use latency_common::maps::SPLIT_UNIT_SHIFT;
+use latency_common::{THROTTLE_HOOKS, maps::SPLIT_UNIT_SHIFT};
 
 use crate::{irq, knobs, throttle_hooks};
 
@@ -18,12 +18,6 @@ pub struct SplitClocks {
     pub throttled: u64,
     pub stolen: u64,
     pub migrations: u64,
-    /// With the throttle hooks: the task's group (`struct cfs_rq *`) if it has a throttle clock
-    /// entry, is not throttled, and this task, in the fair class, is the only one queued in it or
-    /// below; else 0. At a switch-in no other wait then holds a snapshot of that clock, so the
-    /// entry can go (`throttle_hooks::forget`): what keeps entries of groups since removed from
-    /// piling up.
-    pub forget: u64,
 }
 
 /// A `struct task_struct *` passed to a BTF tracepoint (or another BTF-typed kernel pointer:
@@ -117,65 +111,75 @@ impl Task {
     /// plus the throttle in progress since `throttled_clock_self`), and the run queue's irq+steal
     /// clock (`clock - clock_task`) plus, with the irq tracepoints, the IRQ time they timed on its
     /// CPU; with `se.nr_migrations`. Parts switched off (or a NULL on the way) read 0.
+    /// `switch_in`: read at the switch-in that ends a wait (a constant at each call site).
     #[inline(always)]
-    pub fn split_clocks(self, now: u64) -> SplitClocks {
+    pub fn split_clocks(self, now: u64, switch_in: bool) -> SplitClocks {
         let migrations = self.load::<u64>(knobs::task_se_nr_migrations());
         let irq = if knobs::split_irq() { irq::clock(self.cpu(), now) } else { 0 };
-        let (throttled, stolen, forget) = self.rq_split_clocks();
-        SplitClocks {
-            throttled: throttled >> SPLIT_UNIT_SHIFT,
-            stolen: (stolen + irq) >> SPLIT_UNIT_SHIFT,
-            migrations,
-            forget,
-        }
+        let (throttled, stolen) = self.rq_split_clocks(switch_in);
+        SplitClocks { throttled: throttled >> SPLIT_UNIT_SHIFT, stolen: (stolen + irq) >> SPLIT_UNIT_SHIFT, migrations }
     }
 
-    /// The run queue's part of `split_clocks`, in ns: (throttle clock, irq+steal clock, and the
-    /// group whose clock entry may go: see `SplitClocks::forget`). The run
+    /// The run queue's part of `split_clocks`, in ns: (throttle clock, irq+steal clock). The run
     /// queue is reached only when its clocks are needed: for the irq+steal part, or for a throttle
     /// in progress (where the kernel accounts neither IRQ time nor steal, that saves two of the
     /// BTF-checked loads in most waits). The group's throttle clock is its own (6.8+) or, with the
-    /// throttle hooks, theirs: one hash lookup by the `cfs_rq`'s address.
+    /// throttle hooks, theirs (`hooked_throttle_clock`).
     #[inline(always)]
-    fn rq_split_clocks(self) -> (u64, u64, u64) {
-        let (throttle, stolen) = (knobs::split_throttle(), knobs::split_stolen());
+    fn rq_split_clocks(self, switch_in: bool) -> (u64, u64) {
+        // One load of the throttle's source: whether there is a part, and which clock.
+        let source = knobs::throttle_source();
+        let (throttle, stolen) = (source != 0, knobs::split_stolen());
         // With only the irq tracepoints on, the chain's offsets are not set.
         if !throttle && !stolen {
-            return (0, 0, 0);
+            return (0, 0);
         }
-        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return (0, 0, 0) };
-        let (mut throttled, mut since, mut forget) = (0, 0, 0);
-        if throttle && knobs::throttle_hooks() {
-            let group = cfs_rq.0 as u64;
-            if let Some((total, began)) = throttle_hooks::clock(group) {
-                throttled = total;
-                since = began;
-                // A `since` outlives its throttle only in an entry of a group freed while
-                // throttled whose address a new group took: that one is not throttled.
-                if since != 0 && cfs_rq.load::<i32>(knobs::cfs_rq_throttle_count()) == 0 {
-                    since = 0;
-                }
-                if since == 0
-                    && self.load::<u32>(knobs::task_se_on_rq()) != 0
-                    && cfs_rq.load::<u32>(knobs::cfs_rq_h_nr_running()) == 1
-                {
-                    forget = group;
-                }
-            }
-        } else if throttle {
-            throttled = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time());
-            since = cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self());
+        let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return (0, 0) };
+        let (mut throttled, mut since) = (0, 0);
+        if throttle {
+            (throttled, since) = if source == THROTTLE_HOOKS {
+                self.hooked_throttle_clock(cfs_rq, switch_in)
+            } else {
+                (
+                    cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time()),
+                    cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self()),
+                )
+            };
         }
         if !stolen && since == 0 {
-            return (throttled, 0, forget);
+            return (throttled, 0);
         }
-        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return (throttled, 0, forget) };
+        let Some(rq) = cfs_rq.follow(knobs::cfs_rq_rq()) else { return (throttled, 0) };
         let clock = rq.load::<u64>(knobs::rq_clock());
         if since != 0 && clock > since {
             throttled += clock - since;
         }
         let stolen = if stolen { clock.wrapping_sub(rq.load::<u64>(knobs::rq_clock_task())) } else { 0 };
-        (throttled, stolen, forget)
+        (throttled, stolen)
+    }
+
+    /// The throttle hooks' clock of this task's group (`cfs_rq`): (ns throttled before the
+    /// throttle in progress, when that began or 0), one hash lookup by the `cfs_rq`'s address.
+    /// At a switch-in, when the group is not throttled and this task is the only one queued in it
+    /// or below, no other wait holds a snapshot of that clock, so its entry goes
+    /// (`throttle_hooks::forget`): what keeps entries of groups since removed from piling up.
+    #[inline(always)]
+    fn hooked_throttle_clock(self, cfs_rq: Task, switch_in: bool) -> (u64, u64) {
+        let group = cfs_rq.0 as u64;
+        let Some((throttled, mut since)) = throttle_hooks::clock(group) else { return (0, 0) };
+        // A `since` outlives its throttle only in an entry of a group freed while throttled whose
+        // address a new group took: that one is not throttled.
+        if since != 0 && cfs_rq.load::<i32>(knobs::cfs_rq_throttle_count()) == 0 {
+            since = 0;
+        }
+        if switch_in
+            && since == 0
+            && self.load::<u32>(knobs::task_se_on_rq()) != 0
+            && cfs_rq.load::<u32>(knobs::cfs_rq_h_nr_running()) == 1
+        {
+            throttle_hooks::forget(group);
+        }
+        (throttled, since)
     }
 
     /// `task->se.cfs_rq->rq->nr_running`: tasks runnable on this task's CPU (including itself

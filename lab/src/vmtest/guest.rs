@@ -111,9 +111,9 @@ pub struct GuestResult {
     /// The stall (`vmt.stall=1` guests): what the daemon showed while the victim waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall: Option<crate::watch::Watched>,
-    /// The throttle (`vmt.throttle=1` guests): a limited cgroup's wait by cause.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throttle: Option<super::throttle::Throttled>,
+    /// The throttle scenes (`vmt.throttle=1` guests): each limited cgroup's wait by cause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttles: Vec<super::throttle::Throttled>,
 }
 
 /// Boots `guest` (twice at most) and judges what it produced.
@@ -200,7 +200,7 @@ fn judge_smoke(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<St
         irq_steal_split: None,
         irq_tracepoints: None,
         stall: None,
-        throttle: None,
+        throttles: Vec::new(),
     }
 }
 
@@ -337,11 +337,14 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
         watched
     });
-    let throttle = guest.append.contains("vmt.throttle=1").then(|| {
-        let throttled = super::throttle::Throttled::parse(&data);
-        list.extend(checks::throttle(&throttled));
-        throttled
-    });
+    let mut throttles = Vec::new();
+    if guest.append.contains("vmt.throttle=1") {
+        for scene in &super::throttle::SCENES {
+            let throttled = super::throttle::Throttled::parse(&data, scene);
+            list.extend(checks::throttle(&throttled));
+            throttles.push(throttled);
+        }
+    }
     let state = |what: &str| {
         configs
             .iter()
@@ -389,7 +392,7 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         irq_steal_split,
         irq_tracepoints,
         stall: stall.flatten(),
-        throttle,
+        throttles,
     }
 }
 

@@ -141,40 +141,54 @@ if [ "$STALL" = 1 ]; then
   echo $? > /tmp/stall.rc
   mark stalled
 fi
-# The throttle (vmt.throttle=1): a 2.5 s busy loop pinned to CPU 1 in a cgroup allowed 10 ms per
-# 100 ms (throttle.rs's CPU_MAX), its cgroup's cpu.stat around it and `run`'s /metrics two drains
-# after it (the cgroup is new: nothing of it before). The process starts outside the cgroup and
-# moves in once ready: loading it under the limit would have its threads wait through the same
-# throttles side by side. With the kernel's BPF run-time accounting on meanwhile, `run`'s programs
-# by name (from their tags in kallsyms): runs and ns in them during the throttle.
-if [ "$THROTTLE" = 1 ]; then
-  mark throttle
-  echo 1 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
-  T=/sys/fs/cgroup/vmt-throttled
-  mkfifo /tmp/throttle.go
+# The throttle scenes (vmt.throttle=1, throttle.rs's SCENES): `scene NAME LIMITED TASK SECS
+# [beside]` runs a busy loop pinned to CPU 1 for SECS in cgroup TASK, LIMITED (TASK itself, or its
+# parent, as a pod's limit is) allowed 10 ms per 100 ms (CPU_MAX); with `beside`, an unlimited busy
+# neighbour on CPU 1 meanwhile. Written down: LIMITED's cpu.max and cpu.stat before and after,
+# TASK's cpu.stat.local (6.8+), the loop's own account and `run`'s /metrics two drains after it (the
+# cgroups are new: nothing of them before). The process starts outside the cgroup and moves in once
+# ready: loading it under the limit would have its threads wait through the same throttles side by
+# side. With the kernel's BPF run-time accounting on during the first scene, `run`'s programs by
+# name (from their tags in kallsyms): runs and ns in them during it.
+scene() {
+  name=$1; L=/sys/fs/cgroup$2; T=/sys/fs/cgroup$3; secs=$4; beside=$5
+  mark "$name"
+  mkfifo /tmp/$name.go
   {
     grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
-    mkdir $T && echo "10000 100000" > $T/cpu.max
-    cat $T/cpu.max > /tmp/throttle.max
-    cat $T/cpu.stat > /tmp/throttle.stat0
-  } 2> /tmp/throttle.err
-  taskset 2 xtask workload cpu --threads 1 --secs 2.5 --json --wait-for-go \
-    < /tmp/throttle.go > /tmp/throttle.json 2>> /tmp/throttle.err &
+    mkdir $L && echo "10000 100000" > $L/cpu.max
+    if [ "$T" != "$L" ]; then echo +cpu > $L/cgroup.subtree_control && mkdir $T; fi
+    cat $L/cpu.max > /tmp/$name.max
+    cat $L/cpu.stat > /tmp/$name.stat0
+  } 2> /tmp/$name.err
+  if [ "$beside" = beside ]; then
+    taskset 2 sh -c 'while :; do :; done' &
+    NEIGHBOUR=$!
+  fi
+  taskset 2 xtask workload cpu --threads 1 --secs "$secs" --json --wait-for-go \
+    < /tmp/$name.go > /tmp/$name.json 2>> /tmp/$name.err &
   LOOP=$!
-  exec 6> /tmp/throttle.go
+  exec 6> /tmp/$name.go
   i=0
-  until grep -q '"ready"' /tmp/throttle.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
-  echo $LOOP > $T/cgroup.procs 2>> /tmp/throttle.err
+  until grep -q '"ready"' /tmp/$name.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
+  echo $LOOP > $T/cgroup.procs 2>> /tmp/$name.err
   echo go >&6
   i=0
-  until grep -q '"finished"' /tmp/throttle.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
+  until grep -q '"finished"' /tmp/$name.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
   exec 6>&-
   wait $LOOP
-  echo $? > /tmp/throttle.rc
+  echo $? > /tmp/$name.rc
+  [ -n "$NEIGHBOUR" ] && kill $NEIGHBOUR && wait $NEIGHBOUR 2>/dev/null
+  NEIGHBOUR=
   sleep 1.2
-  cat $T/cpu.stat > /tmp/throttle.stat1
-  cat $T/cpu.stat.local > /tmp/throttle.local 2>/dev/null
-  wget -q -O /tmp/throttle.prom http://127.0.0.1:9101/metrics 2>> /tmp/throttle.err
+  cat $L/cpu.stat > /tmp/$name.stat1
+  cat $T/cpu.stat.local > /tmp/$name.local 2>/dev/null
+  wget -q -O /tmp/$name.prom http://127.0.0.1:9101/metrics 2>> /tmp/$name.err
+  mark "$name-done"
+}
+if [ "$THROTTLE" = 1 ]; then
+  echo 1 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
+  scene throttle /vmt-throttled /vmt-throttled 2.5
   # A program's fd (not its link's, which names the program too) counts its runs.
   for info in /proc/"$(cat /tmp/run.pid)"/fdinfo/*; do
     grep -q '^run_cnt:' "$info" 2>/dev/null || continue
@@ -183,7 +197,8 @@ if [ "$THROTTLE" = 1 ]; then
     echo "${name:-?} $(awk '/^run_time_ns:/ { t = $2 } /^run_cnt:/ { c = $2 } END { print t + 0, c + 0 }' "$info")"
   done > /tmp/throttle.bpf
   echo 0 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
-  mark throttled
+  scene pod /vmt-pod /vmt-pod/task 2
+  scene beside /vmt-beside /vmt-beside 2 beside
 fi
 # Stop while the crews are still parked: records report, services detach.
 for name in $CONFIGS; do
@@ -234,8 +249,11 @@ if [ "$STALL" = 1 ]; then
   put stall.err /tmp/stall.err
 fi
 if [ "$THROTTLE" = 1 ]; then
-  for part in max stat0 stat1 local prom bpf err; do put "throttle.$part" /tmp/throttle.$part; done
-  put throttle.json /tmp/throttle.json "$(cat /tmp/throttle.rc)"
+  put throttle.bpf /tmp/throttle.bpf
+  for name in throttle pod beside; do
+    for part in max stat0 stat1 local prom err; do put "$name.$part" /tmp/$name.$part; done
+    put $name.json /tmp/$name.json "$(cat /tmp/$name.rc)"
+  done
 fi
 put workload-io /tmp/io.json
 put workload-spin /tmp/spin.json

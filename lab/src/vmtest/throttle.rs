@@ -1,20 +1,51 @@
 //! A CPU limit seen in the wait causes: in, what the init of a paired guest
-//! (`vmt.throttle=1`) wrote around a busy loop pinned to CPU 1 in a cgroup limited by `cpu.max`
-//! (`CPU_MAX`) — the cgroup's `cpu.stat` before and after, `cpu.stat.local` (6.8+), the loop's own
-//! account and `run`'s /metrics two drains after it ended; out, `Throttled`: the cgroup's wait by
-//! cause beside the kernel's count of its throttled time, judged by `checks::throttle`.
+//! (`vmt.throttle=1`) wrote around a busy loop pinned to CPU 1 in each of `SCENES` — a cgroup
+//! limited by `cpu.max` (`CPU_MAX`) itself, a child of a limited one (a pod's limit), and a
+//! limited one beside an unlimited busy neighbour: the limited cgroup's `cpu.stat` before and
+//! after, the loop cgroup's `cpu.stat.local` (6.8+), the loop's own account and `run`'s /metrics
+//! two drains after it ended; out, one `Throttled` per scene: the cgroup's wait by cause beside the
+//! kernel's count of its throttled time, judged by `checks::throttle`.
 //!
-//! The guest's side is init.sh's (busybox: `cgroup.subtree_control`, `taskset`, `xtask workload
-//! cpu --wait-for-go`, moved into the cgroup once ready): nothing runs beside the loop but the
-//! parked crews and the daemons.
+//! The guest's side is init.sh's `scene` (busybox: `cgroup.subtree_control`, `taskset`, `xtask
+//! workload cpu --wait-for-go`, moved into the cgroup once ready): nothing runs beside the loop but
+//! the parked crews, the daemons and, in `beside`, the neighbour.
 use serde::{Deserialize, Serialize};
 
 use super::sections::Sections;
 use crate::web::sample;
 use crate::workload::Event;
 
-/// The cgroup init.sh makes for the loop, as the daemon labels it.
-pub const CGROUP: &str = "/vmt-throttled";
+/// One throttle scene as init.sh runs it: `scene NAME LIMITED CGROUP SECS [beside]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scene {
+    /// Its sections' prefix (`throttle.prom`, …).
+    pub name: &'static str,
+    /// The cgroup `cpu.max` limits, whose `cpu.stat` counts the throttles.
+    pub limited: &'static str,
+    /// The loop's cgroup, as the daemon labels it: `limited` or a child of it.
+    pub cgroup: &'static str,
+    pub secs: &'static str,
+    /// An unlimited busy loop on the same CPU meanwhile: the CPU is never idle.
+    pub beside: bool,
+}
+
+/// The scenes, in init.sh's order.
+pub const SCENES: [Scene; 3] = [
+    Scene { name: "throttle", limited: "/vmt-throttled", cgroup: "/vmt-throttled", secs: "2.5", beside: false },
+    Scene { name: "pod", limited: "/vmt-pod", cgroup: "/vmt-pod/task", secs: "2", beside: false },
+    Scene { name: "beside", limited: "/vmt-beside", cgroup: "/vmt-beside", secs: "2", beside: true },
+];
+
+impl Scene {
+    /// What the report calls it.
+    pub fn title(&self) -> &'static str {
+        match self.name {
+            "pod" => "throttle of a pod (the limit on the loop's parent)",
+            "beside" => "throttle beside a busy neighbour",
+            _ => "throttle",
+        }
+    }
+}
 
 /// What init.sh writes to its `cpu.max`: 10 ms of CPU per 100 ms, so the loop is throttled ~90 %
 /// of each period, ~25 times in its 2.5 s.
@@ -23,17 +54,20 @@ pub const CPU_MAX: &str = "10000 100000";
 /// The causes as the daemon labels them, in its order.
 pub const CAUSES: [&str; 6] = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
 
-/// The throttle as the guest wrote it down.
+/// A throttle scene as the guest wrote it down.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Throttled {
+    /// `Scene::name`.
+    #[serde(default)]
+    pub scene: String,
     /// `cpu.max` read back, and its period (µs).
     pub cpu_max: String,
     pub period_us: u64,
     /// `cpu.stat`'s `nr_throttled` and `throttled_usec`, after minus before.
     pub nr_throttled: u64,
     pub throttled_us: u64,
-    /// `cpu.stat.local`'s `throttled_usec` (6.8+: the group's own throttle clock, which the
-    /// daemon reads), after.
+    /// The loop cgroup's `cpu.stat.local` `throttled_usec` (6.8+: the group's own throttle clock,
+    /// which the daemon reads, an ancestor's throttles included), after.
     pub local_throttled_us: Option<u64>,
     /// The loop thread's CPU time and run_delay (its own account at its end).
     pub spun_ns: u64,
@@ -48,8 +82,9 @@ pub struct Throttled {
     /// `runqlat_cgroup_delay_seconds_sum`, seconds (the cgroup is new: no before).
     pub causes_s: Vec<(String, f64)>,
     pub waited_s: f64,
-    /// `run`'s programs during the throttle, with the kernel's BPF run-time accounting on: name,
-    /// ns in them and runs (the throttle hooks' cost beside the scheduler tracepoints').
+    /// `run`'s programs during the scene, with the kernel's BPF run-time accounting on: name, ns
+    /// in them and runs (the throttle hooks' cost beside the scheduler tracepoints'); init.sh
+    /// counts them in the first scene only.
     #[serde(default)]
     pub programs: Vec<(String, u64, u64)>,
     /// The loop's exit code, and what went wrong on the way.
@@ -58,37 +93,39 @@ pub struct Throttled {
 }
 
 impl Throttled {
-    /// From the guest's `throttle.*` sections.
-    pub fn parse(data: &Sections) -> Throttled {
-        let stat = |name: &str, key: &str| field(data.text(name), key);
-        let prom = data.text("throttle.prom");
+    /// From the guest's sections of `scene` (`throttle.bpf` goes with the first).
+    pub fn parse(data: &Sections, scene: &Scene) -> Throttled {
+        let part = |p: &str| format!("{}.{p}", scene.name);
+        let stat = |p: &str, key: &str| field(data.text(&part(p)), key);
+        let prom = data.text(&part("prom"));
+        let cgroup = scene.cgroup;
         let cause = |c: &str| {
-            let series = format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{CGROUP}\",cause=\"{c}\"}}");
+            let series = format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{cgroup}\",cause=\"{c}\"}}");
             sample(prom, &series).unwrap_or(0.0)
         };
-        let done =
-            data.text("throttle.json").lines().filter_map(|l| serde_json::from_str::<Event>(l).ok()).find_map(|e| {
-                match e {
-                    Event::Done(d) => Some(d),
-                    _ => None,
-                }
-            });
-        let cpu_max = data.text("throttle.max").trim().to_owned();
-        let errors: Vec<&str> = data.text("throttle.err").lines().filter(|l| !l.trim().is_empty()).collect();
+        let done = data.text(&part("json")).lines().filter_map(|l| serde_json::from_str::<Event>(l).ok()).find_map(
+            |e| match e {
+                Event::Done(d) => Some(d),
+                _ => None,
+            },
+        );
+        let cpu_max = data.text(&part("max")).trim().to_owned();
+        let errors: Vec<&str> = data.text(&part("err")).lines().filter(|l| !l.trim().is_empty()).collect();
         Throttled {
+            scene: scene.name.to_owned(),
             period_us: cpu_max.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0),
             cpu_max,
-            nr_throttled: delta(stat("throttle.stat1", "nr_throttled"), stat("throttle.stat0", "nr_throttled")),
-            throttled_us: delta(stat("throttle.stat1", "throttled_usec"), stat("throttle.stat0", "throttled_usec")),
-            local_throttled_us: stat("throttle.local", "throttled_usec"),
+            nr_throttled: delta(stat("stat1", "nr_throttled"), stat("stat0", "nr_throttled")),
+            throttled_us: delta(stat("stat1", "throttled_usec"), stat("stat0", "throttled_usec")),
+            local_throttled_us: stat("local", "throttled_usec"),
             spun_ns: done.as_ref().map_or(0, |d| d.cpu_ns),
             run_delay_ns: done.as_ref().map_or(0, |d| d.run_delay_ns),
             split: feature_state(prom, "throttle_split"),
             hooks: feature_state(prom, "throttle_hooks"),
             causes_s: CAUSES.iter().map(|c| ((*c).to_owned(), cause(c))).collect(),
-            waited_s: sample(prom, &format!("runqlat_cgroup_delay_seconds_sum{{cgroup=\"{CGROUP}\"}}")).unwrap_or(0.0),
+            waited_s: sample(prom, &format!("runqlat_cgroup_delay_seconds_sum{{cgroup=\"{cgroup}\"}}")).unwrap_or(0.0),
             programs: data
-                .text("throttle.bpf")
+                .text(&part("bpf"))
                 .lines()
                 .filter_map(|l| {
                     let mut words = l.split_whitespace();
@@ -96,7 +133,7 @@ impl Throttled {
                     Some((name, words.next()?.parse().ok()?, words.next()?.parse().ok()?))
                 })
                 .collect(),
-            rc: data.rc("throttle.json"),
+            rc: data.rc(&part("json")),
             error: (!errors.is_empty()).then(|| errors.join("; ")),
         }
     }
@@ -159,37 +196,54 @@ pub fn feature_state(prom: &str, feature: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// init.sh limits the loop's cgroup by `CPU_MAX` and makes it where the daemon labels `CGROUP`.
+    /// init.sh runs these scenes, in this order, with this limit, and writes their sections.
     #[test]
-    fn init_sets_this_limit() {
+    fn init_runs_these_scenes_with_this_limit() {
         let init = include_str!("init.sh");
-        assert!(init.contains(&format!("T=/sys/fs/cgroup{CGROUP}\n")), "init.sh's throttle cgroup is not {CGROUP}");
-        assert!(init.contains(&format!("echo \"{CPU_MAX}\" > $T/cpu.max")), "init.sh's cpu.max is not {CPU_MAX}");
+        let call = |s: &Scene| {
+            let beside = if s.beside { " beside" } else { "" };
+            format!("scene {} {} {} {}{beside}\n", s.name, s.limited, s.cgroup, s.secs)
+        };
+        let at: Vec<usize> = SCENES
+            .iter()
+            .map(|s| init.find(&call(s)).unwrap_or_else(|| panic!("init.sh has no `{}`", call(s))))
+            .collect();
+        assert!(at.is_sorted(), "init.sh runs the scenes in another order");
+        assert!(init.contains(&format!("echo \"{CPU_MAX}\" > $L/cpu.max")), "init.sh's cpu.max is not {CPU_MAX}");
+        let names: Vec<&str> = SCENES.iter().map(|s| s.name).collect();
+        assert!(init.contains(&format!("for name in {}; do", names.join(" "))), "init.sh puts other scenes");
+        assert!(
+            init.contains(&format!("put {0}.bpf /tmp/{0}.bpf", SCENES[0].name)),
+            "init.sh counts BPF runs elsewhere"
+        );
     }
 
     #[test]
     fn a_throttle_from_the_guests_sections() {
+        let scene = &SCENES[1];
+        let cgroup = scene.cgroup;
         let series = |c: &str, v: f64| {
-            format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{CGROUP}\",cause=\"{c}\"}} {v}\n")
+            format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{cgroup}\",cause=\"{c}\"}} {v}\n")
         };
         let prom = format!(
             "runqlat_feature_info{{feature=\"throttle_split\",state=\"on\"}} 1\n\
              runqlat_feature_info{{feature=\"throttle_split\",state=\"off\"}} 0\n\
-             runqlat_cgroup_delay_seconds_sum{{cgroup=\"{CGROUP}\"}} 2.25\n{}{}",
+             runqlat_cgroup_delay_seconds_sum{{cgroup=\"{cgroup}\"}} 2.25\n{}{}",
             series("throttled", 2.2),
             series("idle", 0.05)
         );
         let done = "{\"event\":\"done\",\"name\":\"cpu/0\",\"tid\":9,\"group\":\"cpu\",\"nice\":0,\"weight\":null,\
                     \"sleeps\":0,\"cpu_ns\":250000000,\"run_delay_ns\":2250000000,\"largest_gap_ns\":null}";
         let data = format!(
-            "@@begin throttle.max\n10000 100000\n@@end throttle.max\n\
-             @@begin throttle.stat0\nusage_usec 0\nnr_throttled 0\nthrottled_usec 0\n@@end throttle.stat0\n\
-             @@begin throttle.stat1\nusage_usec 250000\nnr_throttled 24\nthrottled_usec 2180000\n@@end throttle.stat1\n\
-             @@begin throttle.json\n{done}\n@@end throttle.json 0\n\
-             @@begin throttle.prom\n{prom}@@end throttle.prom 0\n@@begin throttle.err\n@@end throttle.err\n\
-             @@begin throttle.bpf\nsched_switch 3000 10\nthrottle_down 0 0\n@@end throttle.bpf\n"
+            "@@begin pod.max\n10000 100000\n@@end pod.max\n\
+             @@begin pod.stat0\nusage_usec 0\nnr_throttled 0\nthrottled_usec 0\n@@end pod.stat0\n\
+             @@begin pod.stat1\nusage_usec 250000\nnr_throttled 24\nthrottled_usec 2180000\n@@end pod.stat1\n\
+             @@begin pod.json\n{done}\n@@end pod.json 0\n\
+             @@begin pod.prom\n{prom}@@end pod.prom 0\n@@begin pod.err\n@@end pod.err\n\
+             @@begin pod.bpf\nsched_switch 3000 10\nthrottle_down 0 0\n@@end pod.bpf\n"
         );
-        let t = Throttled::parse(&Sections::parse(&data));
+        let t = Throttled::parse(&Sections::parse(&data), scene);
+        assert_eq!(t.scene, "pod");
         assert_eq!((t.period_us, t.nr_throttled, t.throttled_us, t.local_throttled_us), (100_000, 24, 2_180_000, None));
         assert_eq!((t.split.as_deref(), t.rc, t.error.as_deref()), (Some("on"), Some(0), None));
         assert_eq!((t.hooks.as_deref(), t.source()), (None, Some("throttle_split")));

@@ -93,29 +93,35 @@ pub fn causes(prom: &str) -> Option<Check> {
     Some(Check::new("causes add up", ok, detail))
 }
 
-/// The throttle (`throttle::Throttled`): the loop was throttled (cpu.stat counts it) and the
-/// daemon split its cgroup's wait — where the throttled part is on (`throttle_split`, or
-/// `throttle_hooks` in its place), at least 90 % of it throttled and the throttled part the
-/// kernel's `throttled_usec` within 25 % or two periods (TCG; and two of the group's tasks waiting
-/// through one throttle each count it, cpu.stat once); where neither is, none of it throttled,
-/// all by holder.
+/// A throttle scene (`throttle::Throttled`): the loop was throttled (cpu.stat counts it) and the
+/// daemon split its cgroup's wait. Where the throttled part is on (`throttle_split`, or
+/// `throttle_hooks` in its place), the throttled part is the kernel's `throttled_usec` within 25 %
+/// or two periods (TCG; and two of the group's tasks waiting through one throttle each count it,
+/// cpu.stat once), and it is at least 90 % of the wait — beside a busy neighbour, where the loop
+/// also waits its turn between throttles, the rest is the neighbour's (`other`) and at most 5 %
+/// is `idle`: the CPU never was. Where neither is on, none of it is throttled, all by holder.
 pub fn throttle(t: &Throttled) -> Vec<Check> {
+    let scene = throttle::SCENES.iter().find(|s| s.name == t.scene);
+    let name = |what: &str| format!("{}: {what}", t.scene);
     let throttled = t.cause_s("throttled");
     let stat_s = t.throttled_us as f64 / 1e6;
     let local =
         t.local_throttled_us.map_or_else(String::new, |us| format!(", cpu.stat.local {:.3} s", us as f64 / 1e6));
     let limited = Check::new(
-        "throttle: limited",
-        t.cpu_max == throttle::CPU_MAX
+        &name("limited"),
+        scene.is_some()
+            && t.cpu_max == throttle::CPU_MAX
             && t.rc == Some(0)
             && t.error.is_none()
             && t.nr_throttled > 0
             && t.throttled_us > 0
             && t.waited_s > 0.0,
         format!(
-            "cpu.max `{}`, loop exit {:?}: ran {:.3} s (run_delay {:.3} s); cpu.stat: throttled {} times, \
+            "{}: cpu.max `{}` on {}, loop exit {:?}: ran {:.3} s (run_delay {:.3} s); cpu.stat: throttled {} times, \
              {stat_s:.3} s{local}; the cgroup waited {:.3} s{}",
+            scene.map_or("an unknown scene", |s| s.title()),
             t.cpu_max,
+            scene.map_or("?", |s| s.limited),
             t.rc,
             t.spun_ns as f64 / 1e9,
             t.run_delay_ns as f64 / 1e9,
@@ -125,14 +131,22 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
         ),
     );
     let share = if t.waited_s > 0.0 { throttled / t.waited_s } else { 0.0 };
+    let beside = scene.is_some_and(|s| s.beside);
     let split = match (t.source(), t.split.as_deref(), t.hooks.as_deref()) {
         (Some(source), _, _) => {
             let slack = (0.25 * stat_s).max(2.0 * t.period_us as f64 / 1e6);
+            let idle = t.cause_s("idle");
+            let (ok_share, rule) = if beside {
+                let by_holder = throttled + t.cause_s("other");
+                (by_holder >= 0.9 * t.waited_s && idle <= 0.05 * t.waited_s, "with `other` ≥ 90 %, idle ≤ 5 %")
+            } else {
+                (share >= 0.9, "≥ 90 %")
+            };
             Check::new(
-                "throttle: split",
-                share >= 0.9 && (throttled - stat_s).abs() <= slack,
+                &name("split"),
+                ok_share && (throttled - stat_s).abs() <= slack,
                 format!(
-                    "{source}: throttled {throttled:.3} s = {:.1} % of the cgroup's wait (≥ 90 %); cpu.stat's \
+                    "{source}: throttled {throttled:.3} s = {:.1} % of the cgroup's wait ({rule}); cpu.stat's \
                      throttled_usec {stat_s:.3} s ({:+.3} s, within ±{slack:.3} s); by cause: {}",
                     100.0 * share,
                     throttled - stat_s,
@@ -141,7 +155,7 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
             )
         }
         (None, Some("unavailable"), hooks @ (Some("unavailable") | None)) => Check::new(
-            "throttle: split",
+            &name("split"),
             throttled == 0.0 && t.waited_s > 0.0,
             format!(
                 "throttle_split unavailable, throttle_hooks {}: nothing throttled, the wait by holder: {}",
@@ -149,11 +163,9 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
                 t.by_cause()
             ),
         ),
-        (None, split, hooks) => Check::new(
-            "throttle: split",
-            false,
-            format!("throttle_split state {split:?}, throttle_hooks state {hooks:?}"),
-        ),
+        (None, split, hooks) => {
+            Check::new(&name("split"), false, format!("throttle_split state {split:?}, throttle_hooks state {hooks:?}"))
+        }
     };
     vec![limited, split]
 }
@@ -231,6 +243,7 @@ mod tests {
                 .collect()
         };
         let t = Throttled {
+            scene: "throttle".into(),
             cpu_max: "10000 100000".into(),
             period_us: 100_000,
             nr_throttled: 24,
@@ -260,5 +273,39 @@ mod tests {
         let unlimited = Throttled { nr_throttled: 0, throttled_us: 0, ..degraded };
         assert!(throttle(&unlimited).iter().any(|c| c.what == "throttle: limited" && !c.ok));
         assert!(throttle(&Throttled::default()).iter().all(|c| !c.ok));
+        // A pod's limit: judged as its own.
+        let pod = Throttled { scene: "pod".into(), ..t.clone() };
+        assert!(throttle(&pod).iter().all(|c| c.ok && c.what.starts_with("pod: ")), "{:?}", throttle(&pod));
+        let unknown = Throttled { scene: "elsewhere".into(), ..t.clone() };
+        assert!(throttle(&unknown).iter().any(|c| !c.ok), "an unknown scene passed");
+    }
+
+    #[test]
+    fn beside_a_neighbour_the_rest_is_the_neighbours_and_never_idle() {
+        use crate::vmtest::throttle::CAUSES;
+        let of = |parts: &[(&str, f64)]| {
+            CAUSES
+                .iter()
+                .map(|c| ((*c).to_owned(), parts.iter().find(|(p, _)| p == c).map_or(0.0, |(_, s)| *s)))
+                .collect()
+        };
+        let t = Throttled {
+            scene: "beside".into(),
+            cpu_max: "10000 100000".into(),
+            period_us: 100_000,
+            nr_throttled: 18,
+            throttled_us: 1_500_000,
+            hooks: Some("on".into()),
+            split: Some("unavailable".into()),
+            causes_s: of(&[("throttled", 1.52), ("other", 0.3), ("idle", 0.02)]),
+            waited_s: 1.84,
+            rc: Some(0),
+            ..Throttled::default()
+        };
+        assert!(throttle(&t).iter().all(|c| c.ok), "{:?}", throttle(&t));
+        let idle = Throttled { causes_s: of(&[("throttled", 1.52), ("idle", 0.32)]), ..t.clone() };
+        assert!(throttle(&idle).iter().any(|c| c.what == "beside: split" && !c.ok), "an idle CPU passed");
+        let as_other = Throttled { causes_s: of(&[("other", 1.82), ("idle", 0.02)]), ..t.clone() };
+        assert!(throttle(&as_other).iter().any(|c| !c.ok), "the throttle charged to the neighbour passed");
     }
 }

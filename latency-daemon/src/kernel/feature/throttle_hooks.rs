@@ -3,7 +3,7 @@
 //! `tg_throttle_down` / `tg_unthrottle_up`, which keep that clock per group and CPU in a map), the
 //! map's size and the offsets they and the cause split read out. It stands in for
 //! `throttle_split`: where that one is available, this one is not needed.
-use latency_common::{Knobs, maps::names};
+use latency_common::{Knobs, THROTTLE_HOOKS, maps::names};
 
 use super::{
     Feature, Room, Sizes,
@@ -70,8 +70,7 @@ fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> 
     let h = layout(btf)?;
     Ok(Knobs {
         task_se_nr_migrations: h.nr_migrations.offset,
-        split_throttle: 1,
-        throttle_hooks: 1,
+        split_throttle: THROTTLE_HOOKS,
         cfs_rq_throttle_count: h.throttle_count.offset,
         cfs_rq_h_nr_running: h.h_nr_running.offset,
         task_group_cfs_rq: h.task_group_cfs_rq.offset,
