@@ -6,9 +6,9 @@
 pub const KNOBS_SYMBOL: &str = "KNOBS";
 
 /// `Knobs::split_throttle`: the group's own throttle clock (`cfs_rq.throttled_clock_self`, 6.8+).
-pub const THROTTLE_SELF_CLOCK: u32 = 1;
+pub const THROTTLE_FROM_SELF_CLOCK: u32 = 1;
 /// `Knobs::split_throttle`: the throttle hooks' clock of the group (before 6.8).
-pub const THROTTLE_HOOKS: u32 = 2;
+pub const THROTTLE_FROM_HOOKS: u32 = 2;
 
 /// Everything the kernel program needs to know before it is verified.
 #[repr(C)]
@@ -66,8 +66,8 @@ pub struct Knobs {
     pub task_on_cpu: u32,
     pub task_cpu: u32,
     /// Where each wait's throttled part (see `Cause::Throttled`) comes from, 0 where it is not
-    /// split off: `THROTTLE_SELF_CLOCK` the offsets of `cfs_rq.throttled_clock_self` and
-    /// `.throttled_clock_self_time` (6.8+), `THROTTLE_HOOKS` the hooks' clocks (below); with the
+    /// split off: `THROTTLE_FROM_SELF_CLOCK` the offsets of `cfs_rq.throttled_clock_self` and
+    /// `.throttled_clock_self_time` (6.8+), `THROTTLE_FROM_HOOKS` the hooks' clocks (below); with the
     /// offset of `task_struct.se.nr_migrations` and the `task_se_cfs_rq`/`cfs_rq_rq`/`rq_clock`
     /// chain.
     pub split_throttle: u32,
@@ -84,7 +84,7 @@ pub struct Knobs {
     /// 1 to add the IRQ time the irq tracepoints timed (`IRQ_CLOCKS`) to each wait's irq+steal
     /// part, on kernels that do not account IRQ time; needs `task_cpu`.
     pub split_irq: u32,
-    /// With `split_throttle` = `THROTTLE_HOOKS` (the throttle hooks' `THROTTLE_CLOCKS`, kernels
+    /// With `split_throttle` = `THROTTLE_FROM_HOOKS` (the throttle hooks' `THROTTLE_CLOCKS`, kernels
     /// before 6.8): the offsets of `cfs_rq.throttle_count` (whether the clock's `since` is
     /// current) and `.h_nr_running`, of `task_group.cfs_rq` (the group's per-CPU `cfs_rq` array)
     /// and `rq.cpu`, and of `task_struct.se.on_rq` (a task in the fair class).

@@ -162,7 +162,7 @@ pub fn rq_clock_task() -> u32 {
 pub fn wakeup_running_known() -> bool {
     knob!(wakeup_running_known) != 0
 }
-/// Where the throttled part comes from (`THROTTLE_SELF_CLOCK`, `THROTTLE_HOOKS`), 0 where it is
+/// Where the throttled part comes from (`THROTTLE_FROM_SELF_CLOCK`, `THROTTLE_FROM_HOOKS`), 0 where it is
 /// not split off.
 #[inline(always)]
 pub fn throttle_source() -> u32 {
@@ -170,7 +170,7 @@ pub fn throttle_source() -> u32 {
 }
 #[inline(always)]
 pub fn throttle_hooks() -> bool {
-    throttle_source() == latency_common::THROTTLE_HOOKS
+    throttle_source() == latency_common::THROTTLE_FROM_HOOKS
 }
 #[inline(always)]
 pub fn cfs_rq_throttle_count() -> u32 {

@@ -1,14 +1,11 @@
 //! The only code that reads kernel structs. Offsets come from the running kernel's BTF through
 //! KNOBS; in a tp_btf program the arguments are typed `task_struct` pointers, so the verifier
 //! accepts direct loads at constant offsets and checks each one against BTF (no helper call).
-//! The throttle hooks' `void *` argument and the pointers in a group's `cfs_rq` array are not
-//! typed: those reads go through `bpf_probe_read_kernel` (`Group`).
-use aya_ebpf::{
-    helpers::bpf_probe_read_kernel,
-    programs::{BtfTracePointContext, FExitContext},
-};
+//! The throttle hooks' arguments (a kprobe's are not typed) and the pointers in a group's `cfs_rq`
+//! array: those reads go through `bpf_probe_read_kernel` (`Group`).
+use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::BtfTracePointContext};
 
-use latency_common::{THROTTLE_HOOKS, maps::SPLIT_UNIT_SHIFT};
+use latency_common::{THROTTLE_FROM_HOOKS, maps::SPLIT_UNIT_SHIFT};
 
 use crate::{irq, knobs, throttle_hooks};
 
@@ -137,7 +134,7 @@ impl Task {
         let Some(cfs_rq) = self.follow(knobs::task_se_cfs_rq()) else { return (0, 0) };
         let (mut throttled, mut since) = (0, 0);
         if throttle {
-            (throttled, since) = if source == THROTTLE_HOOKS {
+            (throttled, since) = if source == THROTTLE_FROM_HOOKS {
                 self.hooked_throttle_clock(cfs_rq, switch_in)
             } else {
                 (
@@ -255,14 +252,12 @@ fn read<T>(at: u64) -> Option<T> {
 
 impl Group {
     /// From the arguments of `tg_throttle_down` / `tg_unthrottle_up`, `(struct task_group *tg,
-    /// void *data)` with `data` the `struct rq *` (both since 2.6.39): `tg->cfs_rq[cpu_of(rq)]`.
-    /// `tg` is typed (its array is read directly); `rq` and the array's pointers are not.
+    /// void *data)` with `data` the `struct rq *` (both since 2.6.39): `tg->cfs_rq[cpu_of(rq)]`,
+    /// every read fault-safe (a kprobe's arguments are not typed).
     #[inline(always)]
-    pub fn of(ctx: &FExitContext) -> Option<Group> {
-        let tg = Task(ctx.arg::<*const u8>(0));
-        let rq = ctx.arg::<u64>(1);
+    pub fn at(tg: u64, rq: u64) -> Option<Group> {
         let cpu = read::<u32>(rq + u64::from(knobs::rq_cpu()))?;
-        let cfs_rqs = tg.load::<u64>(knobs::task_group_cfs_rq());
+        let cfs_rqs = read::<u64>(tg + u64::from(knobs::task_group_cfs_rq()))?;
         let cfs_rq = read::<u64>(cfs_rqs + 8 * u64::from(cpu))?;
         Some(Group {
             cfs_rq,

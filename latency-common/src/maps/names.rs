@@ -62,8 +62,9 @@ pub const WAIT_SCAN: &str = "wait_scan";
 /// The programs attached with `--irq-tracepoints` only (not part of the bench's floor): they
 /// time device IRQ handlers and softirqs on kernels that do not account IRQ time.
 pub const IRQ_PROGRAMS: [&str; 4] = ["irq_handler_entry", "irq_handler_exit", "softirq_entry", "softirq_exit"];
-/// The throttle hooks (fexit programs, attached with the throttled part on kernels before 6.8
-/// only, not part of the bench's floor): the program and the kernel function it follows. They run
-/// only when a group is throttled or unthrottled, never on the scheduler's per-switch path.
-pub const THROTTLE_HOOKS: [(&str, &str); 2] =
-    [("throttle_down", "tg_throttle_down"), ("unthrottle_up", "tg_unthrottle_up")];
+/// The throttle hooks (attached with the throttled part on kernels before 6.8 only, not part of
+/// the bench's floor): the fexit program, the kprobe that stands in for it where the kernel has no
+/// BPF trampolines, and the kernel function both follow. They run only when a group is throttled
+/// or unthrottled, never on the scheduler's per-switch path.
+pub const THROTTLE_HOOKS: [(&str, &str, &str); 2] =
+    [("throttle_down", "kp_throttle", "tg_throttle_down"), ("unthrottle_up", "kp_unthrottle", "tg_unthrottle_up")];

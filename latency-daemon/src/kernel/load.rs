@@ -91,6 +91,7 @@ pub fn degrade<T>(
             e @ (ProbeError::Verify { .. }
             | ProbeError::ProgramLoad { .. }
             | ProbeError::Trampoline { .. }
+            | ProbeError::Hook { .. }
             | ProbeError::WaitScan(_)),
         ) => e,
         Err(e) => return Err(e),

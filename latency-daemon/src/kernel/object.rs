@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf, EbpfError,
-    programs::{BtfTracePoint, FExit, Iter, ProgramError, fexit::FExitLinkId, tp_btf::BtfTracePointLinkId},
+    programs::{
+        BtfTracePoint, FExit, Iter, KProbe, ProgramError, fexit::FExitLinkId, kprobe::KProbeLinkId,
+        tp_btf::BtfTracePointLinkId,
+    },
 };
 use latency_common::maps::names;
 
@@ -20,8 +23,10 @@ pub enum Program {
     /// attaches it for each run.
     Iter { name: &'static str, target: &'static str },
     /// An fexit program `name` on the kernel function `function` (a BPF trampoline), verified
-    /// and attached with the core's; a kernel that cannot attach it degrades its feature.
-    Fexit { name: &'static str, function: &'static str },
+    /// and attached with the core's; where the kernel cannot attach it, the kprobe program
+    /// `kprobe` at the function's entry, if there is one; a kernel that attaches neither degrades
+    /// its feature.
+    Fexit { name: &'static str, function: &'static str, kprobe: Option<&'static str> },
 }
 
 /// An attached program, and how long the kernel took to load it (BPF_PROG_LOAD: verification
@@ -82,6 +87,21 @@ pub fn attach_fexit(
     prog.load(function, btf).map_err(|source| rejected(program, source))?;
     let load = started.elapsed();
     let link = prog.attach().map_err(|source| ProbeError::Trampoline { program, function, source })?;
+    Ok((load, link))
+}
+
+/// Load the kprobe program `program` and attach it at the entry of the kernel function
+/// `function`; how long the load took, and its link.
+pub fn attach_kprobe(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    function: &'static str,
+) -> Result<(Duration, KProbeLinkId), ProbeError> {
+    let prog: &mut KProbe = program_mut(ebpf, program)?;
+    let started = Instant::now();
+    prog.load().map_err(|source| rejected(program, source))?;
+    let load = started.elapsed();
+    let link = prog.attach(function, 0).map_err(|source| ProbeError::Attach { program, source })?;
     Ok((load, link))
 }
 

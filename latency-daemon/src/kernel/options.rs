@@ -91,6 +91,10 @@ pub enum ProbeError {
     /// (no ftrace direct calls on its architecture), so its feature degrades.
     #[error("attaching {program} to {function} (fexit) failed: {source}")]
     Trampoline { program: &'static str, function: &'static str, source: ProgramError },
+    /// Neither the fexit program nor the kprobe that stands in for it would attach (a kernel
+    /// without BPF trampolines and without kprobes): its feature degrades.
+    #[error("attaching {program} to {function} failed: fexit: {fexit}; kprobe {kprobe}: {source}")]
+    Hook { program: &'static str, function: &'static str, fexit: String, kprobe: &'static str, source: ProgramError },
     #[error("map {map} is missing from the kernel object")]
     MissingMap { map: &'static str },
     #[error("map {map}: {source}")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, Map, MapData, RingBuf},
-    programs::{BtfTracePoint, FExit, fexit::FExitLinkId, tp_btf::BtfTracePointLinkId},
+    programs::{BtfTracePoint, FExit, KProbe, fexit::FExitLinkId, kprobe::KProbeLinkId, tp_btf::BtfTracePointLinkId},
 };
 use latency_common::{
     Knobs,
@@ -20,7 +20,7 @@ pub use super::options::{ProbeError, ProbeOptions};
 use super::{
     btf::{Btf, TaskLayout},
     feature::{Feature, Sizes},
-    object::{Program, attach_fexit, attach_with, kernel_btf, load_iter, page_size, program_mut},
+    object::{Program, attach_fexit, attach_kprobe, attach_with, kernel_btf, load_iter, page_size, program_mut},
 };
 use crate::host::system;
 
@@ -34,6 +34,7 @@ pub struct Probe {
     kernel_log: Option<KernelLog>,
     links: Vec<(&'static str, BtfTracePointLinkId)>,
     fexit_links: Vec<(&'static str, FExitLinkId)>,
+    kprobe_links: Vec<(&'static str, KProbeLinkId)>,
     stamps: u32,
     loads: Vec<(&'static str, Duration)>,
     /// The optional features in this load: asked for, and this kernel has what they read.
@@ -82,8 +83,16 @@ impl Probe {
             }
         }
         let ebpf = loader.load(object).map_err(ProbeError::Load)?;
-        let mut probe =
-            Probe { ebpf, kernel_log: None, links: Vec::new(), fexit_links: Vec::new(), stamps, loads: Vec::new(), on };
+        let mut probe = Probe {
+            ebpf,
+            kernel_log: None,
+            links: Vec::new(),
+            fexit_links: Vec::new(),
+            kprobe_links: Vec::new(),
+            stamps,
+            loads: Vec::new(),
+            on,
+        };
         // Taken before the programs load: they refer to its map. Without it (an object built
         // without logging) the kernel's rare-condition lines are simply not forwarded.
         probe.kernel_log = aya_log::EbpfLogger::init(&mut probe.ebpf).ok().map(KernelLog);
@@ -98,10 +107,8 @@ impl Probe {
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();
         probe.links = attached.into_iter().map(|a| (a.program, a.link)).collect();
         for program in &programs {
-            if let Program::Fexit { name, function } = *program {
-                let (load, link) = attach_fexit(&mut probe.ebpf, name, function, &aya_btf)?;
-                probe.loads.push((name, load));
-                probe.fexit_links.push((name, link));
+            if let Program::Fexit { name, function, kprobe } = *program {
+                probe.attach_hook(name, function, kprobe, &aya_btf)?;
             }
         }
         for program in &programs {
@@ -114,6 +121,39 @@ impl Probe {
             feature.room().after_load(&mut probe.ebpf)?;
         }
         Ok(probe)
+    }
+
+    /// The fexit program `name` on `function`, or where the kernel will not run it on a trampoline
+    /// (none on this architecture or kernel), the `kprobe` program at the function's entry.
+    fn attach_hook(
+        &mut self,
+        name: &'static str,
+        function: &'static str,
+        kprobe: Option<&'static str>,
+        btf: &aya::Btf,
+    ) -> Result<(), ProbeError> {
+        let fexit = match attach_fexit(&mut self.ebpf, name, function, btf) {
+            Ok((load, link)) => {
+                self.loads.push((name, load));
+                self.fexit_links.push((name, link));
+                return Ok(());
+            }
+            Err(e @ (ProbeError::Trampoline { .. } | ProbeError::ProgramLoad { .. } | ProbeError::Verify { .. })) => e,
+            Err(e) => return Err(e),
+        };
+        let Some(kprobe) = kprobe else { return Err(fexit) };
+        match attach_kprobe(&mut self.ebpf, kprobe, function) {
+            Ok((load, link)) => {
+                log::info!("{function}: a kprobe in place of the fexit program ({fexit})");
+                self.loads.push((kprobe, load));
+                self.kprobe_links.push((kprobe, link));
+                Ok(())
+            }
+            Err(ProbeError::Attach { source, .. } | ProbeError::ProgramLoad { source, .. }) => {
+                Err(ProbeError::Hook { program: name, function, fexit: fexit.to_string(), kprobe, source })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether `feature` is in this load (asked for, and this kernel has what it reads).
@@ -142,6 +182,10 @@ impl Probe {
         }
         for (program, link) in self.fexit_links.drain(..) {
             let prog: &mut FExit = program_mut(&mut self.ebpf, program)?;
+            prog.detach(link).map_err(|source| ProbeError::Attach { program, source })?;
+        }
+        for (program, link) in self.kprobe_links.drain(..) {
+            let prog: &mut KProbe = program_mut(&mut self.ebpf, program)?;
             prog.detach(link).map_err(|source| ProbeError::Attach { program, source })?;
         }
         Ok(())

@@ -1,9 +1,10 @@
 //! The throttled part of each wait on kernels whose `cfs_rq` keeps no throttle clock of its own
 //! (before 6.8): this kernel's BTF and the per-cgroup capacity in; the throttle hooks (fexit on
-//! `tg_throttle_down` / `tg_unthrottle_up`, which keep that clock per group and CPU in a map), the
+//! `tg_throttle_down` / `tg_unthrottle_up`, or kprobes at their entry where the kernel has no BPF
+//! trampolines, which keep that clock per group and CPU in a map), the
 //! map's size and the offsets they and the cause split read out. It stands in for
 //! `throttle_split`: where that one is available, this one is not needed.
-use latency_common::{Knobs, THROTTLE_HOOKS, maps::names};
+use latency_common::{Knobs, THROTTLE_FROM_HOOKS, maps::names};
 
 use super::{
     Feature, Room, Sizes,
@@ -36,7 +37,7 @@ pub fn layout(btf: &Btf) -> Result<HooksLayout, BtfError> {
     if throttle_split::layout(btf).is_ok() {
         return Err(BtfError::SelfThrottleClock);
     }
-    for (_, function) in names::THROTTLE_HOOKS {
+    for (_, _, function) in names::THROTTLE_HOOKS {
         btf.function(function)?;
     }
     Ok(HooksLayout {
@@ -61,7 +62,12 @@ pub const ROOM: Room = Room {
         let entries = if on { o.max_cgroups.saturating_mul(sizes.cpus).clamp(1, MAX_CLOCKS) } else { 1 };
         vec![(names::THROTTLE_CLOCKS, entries)]
     },
-    programs: |_| names::THROTTLE_HOOKS.into_iter().map(|(name, function)| Program::Fexit { name, function }).collect(),
+    programs: |_| {
+        names::THROTTLE_HOOKS
+            .into_iter()
+            .map(|(name, kprobe, function)| Program::Fexit { name, function, kprobe: Some(kprobe) })
+            .collect()
+    },
     stands_in_for: Some(Feature::ThrottleSplit),
     ..Room::new("throttle_hooks", flag!(throttle_hooks), |btf| layout(btf).map(drop), knobs)
 };
@@ -70,7 +76,7 @@ fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> 
     let h = layout(btf)?;
     Ok(Knobs {
         task_se_nr_migrations: h.nr_migrations.offset,
-        split_throttle: THROTTLE_HOOKS,
+        split_throttle: THROTTLE_FROM_HOOKS,
         cfs_rq_throttle_count: h.throttle_count.offset,
         cfs_rq_h_nr_running: h.h_nr_running.offset,
         task_group_cfs_rq: h.task_group_cfs_rq.offset,

@@ -1,7 +1,7 @@
 //! The throttled part of each wait: this kernel's BTF in; the group's throttle clocks
 //! (`cfs_rq.throttled_clock_self`, `_time`: 6.8+, what cgroup v2's `cpu.stat.local` reports),
 //! the run queue chain and the migration count as knobs out.
-use latency_common::{Knobs, THROTTLE_SELF_CLOCK};
+use latency_common::{Knobs, THROTTLE_FROM_SELF_CLOCK};
 
 use super::{
     Room,
@@ -39,7 +39,7 @@ fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> 
     let t = layout(btf)?;
     Ok(Knobs {
         task_se_nr_migrations: t.nr_migrations.offset,
-        split_throttle: THROTTLE_SELF_CLOCK,
+        split_throttle: THROTTLE_FROM_SELF_CLOCK,
         cfs_rq_throttled_clock_self: t.throttled_clock_self.offset,
         cfs_rq_throttled_clock_self_time: t.throttled_clock_self_time.offset,
         ..run_queue_clock::with_chain(&t.rq, knobs)
