@@ -9,6 +9,11 @@ pub const KNOBS_SYMBOL: &str = "KNOBS";
 pub const THROTTLE_FROM_SELF_CLOCK: u32 = 1;
 /// `Knobs::split_throttle`: the throttle hooks' clock of the group (before 6.8).
 pub const THROTTLE_FROM_HOOKS: u32 = 2;
+/// `Knobs::split_throttle`: no clock of the group's throttles, only whether one ended during the
+/// wait (the kernel's own total, `cfs_rq.throttled_clock_pelt_time` or, before 5.12,
+/// `throttled_clock_task_time`, at `cfs_rq_throttled_clock_self_time`): such a wait goes whole to the
+/// throttled slot, which the daemon then reports as `unknown`.
+pub const THROTTLE_FROM_OVERLAP: u32 = 3;
 
 /// Everything the kernel program needs to know before it is verified.
 #[repr(C)]

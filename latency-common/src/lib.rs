@@ -8,5 +8,5 @@ pub mod knobs;
 pub mod maps;
 
 pub use buckets::{BUCKETS, bucket_of};
-pub use knobs::{Knobs, THROTTLE_FROM_HOOKS, THROTTLE_FROM_SELF_CLOCK};
+pub use knobs::{Knobs, THROTTLE_FROM_HOOKS, THROTTLE_FROM_OVERLAP, THROTTLE_FROM_SELF_CLOCK};
 pub use maps::{CpuStats, Discard, Histogram, Lost, Reason, TaskStats, WindowMax};

@@ -2,7 +2,7 @@
 //! (per-task feature) `task_out` / `task_in`. O(1), one clock read per event.
 use aya_ebpf::{helpers::generated::bpf_ktime_get_ns, programs::BtfTracePointContext};
 use latency_common::{
-    CpuStats, Discard, Lost, Reason, TaskStats, WindowMax,
+    CpuStats, Discard, Lost, Reason, THROTTLE_FROM_OVERLAP, TaskStats, WindowMax,
     buckets::{BUCKETS, bucket_of},
     maps::{
         Cause, CgroupHist, CgroupSlot, CpuState, SPLIT_MIGRATION_BITS, SPLIT_THROTTLE_BITS, STAMP_STOLEN_BITS,
@@ -129,10 +129,19 @@ pub fn take(ctx: &BtfTracePointContext, next: Task, tid: u32, now: u64, cpu: &mu
             cpu.unsplit += 1;
             return Some(d);
         }
-        if knobs::split_throttle() {
+        let source = knobs::throttle_source();
+        if source != 0 {
             let t = split_part(c.throttled, (then & THROTTLE_MASK) as u64, SPLIT_THROTTLE_BITS);
-            // The run queue's clock and the stamps' may differ by a little over a wait.
-            d.throttled_ns = if t < delay { t } else { delay };
+            d.throttled_ns = if source == THROTTLE_FROM_OVERLAP {
+                // A throttle ended during the wait, and nothing says how much of it: all of it,
+                // which user space then names `unknown` (nothing else uses the throttled slot).
+                if t != 0 { delay } else { 0 }
+            } else if t < delay {
+                t
+            } else {
+                // The run queue's clock and the stamps' may differ by a little over a wait.
+                delay
+            };
         }
         if knobs::split_stolen() || knobs::split_irq() {
             let s = split_part(c.stolen, stolen_then, STAMP_STOLEN_BITS);

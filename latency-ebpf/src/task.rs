@@ -5,7 +5,7 @@
 //! array: those reads go through `bpf_probe_read_kernel` (`Group`).
 use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::BtfTracePointContext};
 
-use latency_common::{THROTTLE_FROM_HOOKS, maps::SPLIT_UNIT_SHIFT};
+use latency_common::{THROTTLE_FROM_HOOKS, THROTTLE_FROM_OVERLAP, maps::SPLIT_UNIT_SHIFT};
 
 use crate::{irq, knobs, throttle_hooks};
 
@@ -136,6 +136,9 @@ impl Task {
         if throttle {
             (throttled, since) = if source == THROTTLE_FROM_HOOKS {
                 self.hooked_throttle_clock(cfs_rq, switch_in)
+            } else if source == THROTTLE_FROM_OVERLAP {
+                // Only whether a throttle ended meanwhile: no `since`.
+                (cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time()), 0)
             } else {
                 (
                     cfs_rq.load::<u64>(knobs::cfs_rq_throttled_clock_self_time()),

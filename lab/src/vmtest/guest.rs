@@ -34,8 +34,8 @@ pub const CONFIGS: [Config; 6] = [
     },
     Config {
         name: "run-alerting",
-        command: "run --alert-max-delay 5ms",
-        knobs: "attribution (run ring, queue depth), per-cgroup",
+        command: "run --alert-max-delay 5ms --throttle-hooks=false",
+        knobs: "attribution (run ring, queue depth), per-cgroup; no throttle hooks (before 6.8 a throttled wait is `unknown`)",
     },
     Config { name: "record", command: "record", knobs: "per-task, per-cgroup, attribution" },
     Config { name: "record-rq", command: "record --clock run-queue", knobs: "record's + the run queue's clock" },

@@ -81,7 +81,7 @@ start record record --duration 10m --json
 start record-rq record --duration 10m --json --clock run-queue
 start run $RUN 127.0.0.1:9101
 start run-per-task $RUN 127.0.0.1:9102 --per-task --irq-tracepoints
-start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms
+start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms --throttle-hooks=false
 start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
 # Each one's attach time to the tenth of a second: all are looked at every round.
 i=0
@@ -184,6 +184,7 @@ scene() {
   cat $L/cpu.stat > /tmp/$name.stat1
   cat $T/cpu.stat.local > /tmp/$name.local 2>/dev/null
   wget -q -O /tmp/$name.prom http://127.0.0.1:9101/metrics 2>> /tmp/$name.err
+  wget -q -O /tmp/$name.blind http://127.0.0.1:9103/metrics 2>> /tmp/$name.err
   mark "$name-done"
 }
 if [ "$THROTTLE" = 1 ]; then
@@ -251,7 +252,7 @@ fi
 if [ "$THROTTLE" = 1 ]; then
   put throttle.bpf /tmp/throttle.bpf
   for name in throttle pod beside; do
-    for part in max stat0 stat1 local prom err; do put "$name.$part" /tmp/$name.$part; done
+    for part in max stat0 stat1 local prom blind err; do put "$name.$part" /tmp/$name.$part; done
     put $name.json /tmp/$name.json "$(cat /tmp/$name.rc)"
   done
 fi

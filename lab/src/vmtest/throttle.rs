@@ -51,8 +51,9 @@ impl Scene {
 /// of each period, ~25 times in its 2.5 s.
 pub const CPU_MAX: &str = "10000 100000";
 
-/// The causes as the daemon labels them, in its order.
-pub const CAUSES: [&str; 6] = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
+/// The causes as the daemon labels them, in its order; `unknown` in `throttled`'s place where the
+/// kernel gives no throttle clock (`throttle_unknown` on).
+pub const CAUSES: [&str; 7] = ["throttled", "irq_steal", "same", "other", "kernel", "idle", "unknown"];
 
 /// A throttle scene as the guest wrote it down.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -78,6 +79,10 @@ pub struct Throttled {
     /// keeps no group throttle clock (before 6.8).
     #[serde(default)]
     pub hooks: Option<String>,
+    /// `runqlat_feature_info{feature="throttle_unknown"}`'s: where neither gives the throttled
+    /// part, the throttled waits counted as `unknown`.
+    #[serde(default)]
+    pub unknown: Option<String>,
     /// The cgroup's `runqlat_cgroup_wait_cause_seconds_total` by cause (`CAUSES` order) and its
     /// `runqlat_cgroup_delay_seconds_sum`, seconds (the cgroup is new: no before).
     pub causes_s: Vec<(String, f64)>,
@@ -87,6 +92,11 @@ pub struct Throttled {
     /// counts them in the first scene only.
     #[serde(default)]
     pub programs: Vec<(String, u64, u64)>,
+    /// The same cgroup in `run --throttle-hooks=false` (the guest's `run-alerting`): where the
+    /// kernel keeps no throttle clock (before 6.8) no source of the throttled part is left, and
+    /// `throttle_unknown` must count the throttled waits as `unknown`.
+    #[serde(default)]
+    pub blind: Blind,
     /// The loop's exit code, and what went wrong on the way.
     pub rc: Option<i32>,
     pub error: Option<String>,
@@ -99,10 +109,6 @@ impl Throttled {
         let stat = |p: &str, key: &str| field(data.text(&part(p)), key);
         let prom = data.text(&part("prom"));
         let cgroup = scene.cgroup;
-        let cause = |c: &str| {
-            let series = format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{cgroup}\",cause=\"{c}\"}}");
-            sample(prom, &series).unwrap_or(0.0)
-        };
         let done = data.text(&part("json")).lines().filter_map(|l| serde_json::from_str::<Event>(l).ok()).find_map(
             |e| match e {
                 Event::Done(d) => Some(d),
@@ -122,7 +128,9 @@ impl Throttled {
             run_delay_ns: done.as_ref().map_or(0, |d| d.run_delay_ns),
             split: feature_state(prom, "throttle_split"),
             hooks: feature_state(prom, "throttle_hooks"),
-            causes_s: CAUSES.iter().map(|c| ((*c).to_owned(), cause(c))).collect(),
+            unknown: feature_state(prom, "throttle_unknown"),
+            causes_s: causes_of(prom, cgroup),
+            blind: Blind::parse(data.text(&part("blind")), cgroup),
             waited_s: sample(prom, &format!("runqlat_cgroup_delay_seconds_sum{{cgroup=\"{cgroup}\"}}")).unwrap_or(0.0),
             programs: data
                 .text(&part("bpf"))
@@ -165,12 +173,16 @@ impl Throttled {
         if parts.is_empty() { "not counted".to_owned() } else { parts.join(", ") }
     }
 
-    /// The causes that are not 0, for a report line: `idle 2.10 s, same 0.01 s`.
+    /// The causes that are not 0, for a report line.
     pub fn by_cause(&self) -> String {
-        let parts: Vec<String> =
-            self.causes_s.iter().filter(|(_, s)| *s > 0.0).map(|(c, s)| format!("{c} {s:.3} s")).collect();
-        if parts.is_empty() { "none".to_owned() } else { parts.join(", ") }
+        by_cause(&self.causes_s)
     }
+}
+
+/// The causes that are not 0, for a report line: `idle 2.10 s, same 0.01 s`.
+pub fn by_cause(causes_s: &[(String, f64)]) -> String {
+    let parts: Vec<String> = causes_s.iter().filter(|(_, s)| *s > 0.0).map(|(c, s)| format!("{c} {s:.3} s")).collect();
+    if parts.is_empty() { "none".to_owned() } else { parts.join(", ") }
 }
 
 /// `key value` in a cgroup stat file.
@@ -180,6 +192,40 @@ fn field(text: &str, key: &str) -> Option<u64> {
 
 fn delta(after: Option<u64>, before: Option<u64>) -> u64 {
     after.unwrap_or(0).saturating_sub(before.unwrap_or(0))
+}
+
+/// A scene as `run --throttle-hooks=false` saw it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Blind {
+    /// `runqlat_feature_info{feature="throttle_unknown"}`'s state.
+    pub unknown: Option<String>,
+    /// The cgroup's wait by cause (`CAUSES` order) and in all, seconds.
+    pub causes_s: Vec<(String, f64)>,
+    pub waited_s: f64,
+}
+
+impl Blind {
+    fn parse(prom: &str, cgroup: &str) -> Blind {
+        Blind {
+            unknown: feature_state(prom, "throttle_unknown"),
+            causes_s: causes_of(prom, cgroup),
+            waited_s: sample(prom, &format!("runqlat_cgroup_delay_seconds_sum{{cgroup=\"{cgroup}\"}}")).unwrap_or(0.0),
+        }
+    }
+
+    /// The cgroup's wait of one cause, seconds.
+    pub fn cause_s(&self, cause: &str) -> f64 {
+        self.causes_s.iter().find(|(c, _)| c == cause).map_or(0.0, |(_, s)| *s)
+    }
+}
+
+/// A cgroup's `runqlat_cgroup_wait_cause_seconds_total` by cause, `CAUSES` order (0 where absent).
+fn causes_of(prom: &str, cgroup: &str) -> Vec<(String, f64)> {
+    let cause = |c: &str| {
+        let series = format!("runqlat_cgroup_wait_cause_seconds_total{{cgroup=\"{cgroup}\",cause=\"{c}\"}}");
+        sample(prom, &series).unwrap_or(0.0)
+    };
+    CAUSES.iter().map(|c| ((*c).to_owned(), cause(c))).collect()
 }
 
 /// The state `runqlat_feature_info` says `feature` is in (the series whose value is 1).

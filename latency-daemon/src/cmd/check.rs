@@ -90,6 +90,7 @@ fn check() -> bool {
             wait_scan: true,
             split_throttle: true,
             throttle_hooks: true,
+            throttle_unknown: true,
             split_stolen: true,
             split_irq: true,
             ..ProbeOptions::default()

@@ -16,6 +16,15 @@ pub struct Degraded {
     pub why: String,
 }
 
+/// Whether the stand-in `f` is covered: the feature it stands in for is on (asked for, and not
+/// `lacking` in this kernel), or is itself a stand-in covered further up (`throttle_unknown` for
+/// `throttle_hooks` for `throttle_split`). A feature that stands in for nothing is never covered.
+fn covered(f: Feature, asked: &ProbeOptions, lacking: &dyn Fn(Feature) -> bool) -> bool {
+    let Some(other) = f.room().stands_in_for() else { return false };
+    let covers_above = covered(other, asked, lacking);
+    (other.room().wanted(asked) && !lacking(other) && !covers_above) || covers_above
+}
+
 /// Each feature: on, off (not asked for, or a stand-in whose feature this kernel gave), or
 /// unavailable (asked for, degraded).
 pub fn states(asked: &ProbeOptions, degraded: &[Degraded]) -> Vec<(Feature, &'static str)> {
@@ -23,7 +32,7 @@ pub fn states(asked: &ProbeOptions, degraded: &[Degraded]) -> Vec<(Feature, &'st
     Feature::ALL
         .iter()
         .map(|&f| {
-            let not_needed = f.room().stands_in_for().is_some_and(|other| !is_degraded(other));
+            let not_needed = covered(f, asked, &is_degraded);
             let state = if is_degraded(f) {
                 "unavailable"
             } else if f.room().wanted(asked) && !not_needed {
@@ -58,13 +67,19 @@ pub fn load(asked: &ProbeOptions) -> Result<(Probe, Vec<Degraded>), ProbeError> 
     Ok((probe, degraded))
 }
 
-/// `asked` without the stand-ins this kernel does not need (their feature's BTF is here), the
-/// BTF `missing` without them, and them (see `Room::stands_in_for`).
+/// `asked` without the stand-ins this kernel does not need (`covered`: what they stand in for is
+/// asked for and its BTF is here, whether their own BTF is here or `missing`), the BTF `missing`
+/// without them, and them (see `Room::stands_in_for`).
 fn stand_ins(asked: &ProbeOptions, missing: Vec<Degraded>) -> (ProbeOptions, Vec<Degraded>, Vec<Degraded>) {
     let lacking: Vec<Feature> = missing.iter().map(|d| d.feature).collect();
-    let (not_needed, missing): (Vec<Degraded>, Vec<Degraded>) = missing
-        .into_iter()
-        .partition(|d| d.feature.room().stands_in_for().is_some_and(|other| !lacking.contains(&other)));
+    let is_lacking = |f: Feature| lacking.contains(&f);
+    let is_covered = |f: Feature| f.room().wanted(asked) && covered(f, asked, &is_lacking);
+    let (mut not_needed, missing): (Vec<Degraded>, Vec<Degraded>) =
+        missing.into_iter().partition(|d| is_covered(d.feature));
+    not_needed.extend(Feature::ALL.into_iter().filter(|&f| is_covered(f) && !is_lacking(f)).map(|feature| {
+        let by = feature.room().stands_in_for().map_or("", |o| o.name());
+        Degraded { feature, why: format!("not needed: {by} or what it stands in for is on") }
+    }));
     let mut options = asked.clone();
     for d in &not_needed {
         d.feature.room().set(&mut options, asked, false);
@@ -138,6 +153,7 @@ mod tests {
             wait_scan: true,
             split_throttle: true,
             throttle_hooks: true,
+            throttle_unknown: true,
             split_stolen: true,
             split_irq: true,
             ..ProbeOptions::default()
@@ -200,22 +216,39 @@ mod tests {
     fn a_stand_in_is_off_where_its_feature_is_there_and_on_where_it_is_missing() {
         let state =
             |states: &[(Feature, &'static str)], f: Feature| states.iter().find(|(g, _)| *g == f).map(|(_, s)| *s);
-        // 6.8+: the self clock is there, the hooks are not needed (not loaded, not unavailable).
-        let not_needed = vec![Degraded { feature: Feature::ThrottleHooks, why: "not needed".into() }];
+        let lacks = |f: Feature| Degraded { feature: f, why: "lacking".into() };
+        // 6.8+: the self clock is there, the hooks and the detector are not needed (not loaded, not
+        // unavailable: their BTF check says the self clock is here).
+        let not_needed = vec![lacks(Feature::ThrottleHooks), lacks(Feature::ThrottleUnknown)];
         let (options, missing, left_out) = stand_ins(&all_on(), not_needed);
-        assert!(options.split_throttle && !options.throttle_hooks && missing.is_empty() && left_out.len() == 1);
+        assert!(options.split_throttle && !options.throttle_hooks && !options.throttle_unknown);
+        assert!(missing.is_empty() && left_out.len() == 2, "{missing:?} {left_out:?}");
         let now = states(&all_on(), &missing);
         assert_eq!(state(&now, Feature::ThrottleSplit), Some("on"));
         assert_eq!(state(&now, Feature::ThrottleHooks), Some("off"));
-        // Before 6.8: the self clock is missing, the hooks load in its place.
-        let lacking = vec![Degraded { feature: Feature::ThrottleSplit, why: "no throttled_clock_self".into() }];
-        let (options, missing, left_out) = stand_ins(&all_on(), lacking);
-        assert!(options.throttle_hooks && missing.len() == 1 && left_out.is_empty());
+        assert_eq!(state(&now, Feature::ThrottleUnknown), Some("off"));
+        // Before 6.8: the self clock is missing, the hooks load in its place; the detector, whose
+        // BTF is here too, is not needed.
+        let (options, missing, left_out) = stand_ins(&all_on(), vec![lacks(Feature::ThrottleSplit)]);
+        assert!(options.throttle_hooks && !options.throttle_unknown && missing.len() == 1 && left_out.len() == 1);
         let (got, off) = degrade(&options, missing, |o| Ok(o.clone())).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!got.split_throttle && got.throttle_hooks);
+        assert!(!got.split_throttle && got.throttle_hooks && !got.throttle_unknown);
         let now = states(&all_on(), &off);
         assert_eq!(state(&now, Feature::ThrottleSplit), Some("unavailable"));
         assert_eq!(state(&now, Feature::ThrottleHooks), Some("on"));
+        assert_eq!(state(&now, Feature::ThrottleUnknown), Some("off"));
+        // Before 6.8 with the hooks switched off (or their functions missing from BTF): the
+        // detector loads, so a throttled wait is `unknown`, not the idle task's.
+        let no_hooks = ProbeOptions { throttle_hooks: false, ..all_on() };
+        let (options, missing, left_out) = stand_ins(&no_hooks, vec![lacks(Feature::ThrottleSplit)]);
+        assert!(!options.throttle_hooks && options.throttle_unknown && left_out.is_empty());
+        let (got, off) = degrade(&options, missing, |o| Ok(o.clone())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(got.throttle_unknown);
+        let now = states(&no_hooks, &off);
+        assert_eq!(state(&now, Feature::ThrottleHooks), Some("off"));
+        assert_eq!(state(&now, Feature::ThrottleUnknown), Some("on"));
+        let (options, _, _) = stand_ins(&all_on(), vec![lacks(Feature::ThrottleSplit), lacks(Feature::ThrottleHooks)]);
+        assert!(options.throttle_unknown);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct ProbeOptions {
     /// Where the kernel keeps no group throttle clock (before 6.8), keep one with the throttle
     /// hooks (fexit on `tg_throttle_down` / `tg_unthrottle_up`) for the throttled part.
     pub throttle_hooks: bool,
+    /// Where neither gives the throttled part, count a wait a throttle overlapped as `unknown`
+    /// (the kernel's own throttled total moved) instead of by who held the CPU.
+    pub throttle_unknown: bool,
     /// Split each wait's irq+steal part off (`rq->clock - rq->clock_task`).
     pub split_stolen: bool,
     /// Time device IRQ handlers and softirqs with the irq tracepoints and add that to each wait's
@@ -62,6 +65,7 @@ impl Default for ProbeOptions {
             wait_scan: false,
             split_throttle: false,
             throttle_hooks: false,
+            throttle_unknown: false,
             split_stolen: false,
             split_irq: false,
         }

@@ -43,6 +43,11 @@ pub struct Attribution {
     /// while it waited, the split off on this kernel, a wait in progress).
     pub throttled_ns: u64,
     pub irq_steal_ns: u64,
+    /// Where the kernel keeps no throttle clock (`throttle_unknown`): the whole delay if a
+    /// CPU-limit throttle overlapped it (then `throttled_ns` is 0), how much of it throttled not
+    /// known. Left out of JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown_ns: u64,
     pub cpu: u32,
     pub victim_tid: u32,
     pub victim_pid: u32,
@@ -71,8 +76,15 @@ pub struct Attribution {
 impl Attribution {
     /// The part of the delay spent behind the tasks that ran (neither throttled nor IRQ or steal).
     pub fn held_ns(&self) -> u64 {
-        self.delay_ns.saturating_sub(self.throttled_ns).saturating_sub(self.irq_steal_ns)
+        self.delay_ns
+            .saturating_sub(self.throttled_ns)
+            .saturating_sub(self.irq_steal_ns)
+            .saturating_sub(self.unknown_ns)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_false(b: &bool) -> bool {
@@ -103,12 +115,16 @@ pub fn attribution(
             }
         })
         .collect();
+    // The kernel clamps both into the delay; clamp again so a bad record cannot overflow it. Where
+    // the throttled slot holds waits a throttle overlapped (see `causes`), its part is unknown.
+    let throttled = inc.throttled_ns.min(inc.delay_ns);
+    let unknown = crate::model::causes::throttled_is_unknown();
     Attribution {
         reason,
         delay_ns: inc.delay_ns,
-        // The kernel clamps both into the delay; clamp again so a bad record cannot overflow it.
-        throttled_ns: inc.throttled_ns.min(inc.delay_ns),
-        irq_steal_ns: inc.stolen_ns.min(inc.delay_ns.saturating_sub(inc.throttled_ns)),
+        throttled_ns: if unknown { 0 } else { throttled },
+        irq_steal_ns: inc.stolen_ns.min(inc.delay_ns.saturating_sub(throttled)),
+        unknown_ns: if unknown { throttled } else { 0 },
         cpu,
         victim_tid: inc.victim_tid,
         victim_pid: inc.victim_tgid,

@@ -1,8 +1,33 @@
 //! Time waited split by `Cause` (from a CPU's, a cgroup's or a task's `waited_ns`) in; `Causes`
 //! out: their sum, their change between two snapshots, and their JSON, a map from each cause's
-//! label value to ns in the kernel's order (`{"throttled": …, "irq_steal": …, …}`).
+//! label value to ns in the kernel's order (`{"throttled": …, "irq_steal": …, …}`); and each
+//! cause's name for people and labels.
+//!
+//! Where the kernel gives no throttle clock (`throttle_unknown` on), the kernel program puts each
+//! wait a throttle overlapped, whole, in the throttled slot: this process then names that slot
+//! `unknown` everywhere (`set_throttled_unknown`, once the program is loaded).
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use latency_common::maps::Cause;
 use serde::{Serialize, Serializer, ser::SerializeMap as _};
+
+static THROTTLED_IS_UNKNOWN: AtomicBool = AtomicBool::new(false);
+
+/// Says whether this process's kernel program counts waits a throttle overlapped as unknown in
+/// the throttled slot (see the module). Set once per load, before anything is reported.
+pub fn set_throttled_unknown(on: bool) {
+    THROTTLED_IS_UNKNOWN.store(on, Ordering::Relaxed);
+}
+
+/// Whether the throttled slot holds `unknown` (see the module).
+pub fn throttled_is_unknown() -> bool {
+    THROTTLED_IS_UNKNOWN.load(Ordering::Relaxed)
+}
+
+/// The cause's label value: `Cause::name`, except the throttled slot's where it holds `unknown`.
+pub fn name(cause: Cause) -> &'static str {
+    if cause == Cause::Throttled && throttled_is_unknown() { "unknown" } else { cause.name() }
+}
 
 /// Nanoseconds waited per cause (index = `Cause as usize`); the six add up to the wait.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +58,10 @@ impl Causes {
 
 /// What a cause means, for people: "throttled by a CPU limit", …
 pub fn describe(cause: Cause) -> &'static str {
+    if cause == Cause::Throttled && throttled_is_unknown() {
+        return "cause unknown on this kernel: a CPU-limit throttle overlapped the wait and the kernel keeps no \
+                clock of it";
+    }
     match cause {
         Cause::Throttled => "throttled: its cgroup (or a parent) had used up its CPU limit",
         Cause::IrqSteal => "IRQ or steal: its CPU was handling interrupts or taken by the hypervisor",
@@ -45,6 +74,9 @@ pub fn describe(cause: Cause) -> &'static str {
 
 /// A short column header: `thr`, `irq`, `same`, `other`, `kern`, `idle`.
 pub fn short(cause: Cause) -> &'static str {
+    if cause == Cause::Throttled && throttled_is_unknown() {
+        return "unkn";
+    }
     match cause {
         Cause::Throttled => "thr",
         Cause::IrqSteal => "irq",
@@ -59,7 +91,7 @@ impl Serialize for Causes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(Cause::COUNT))?;
         for cause in Cause::ALL {
-            map.serialize_entry(cause.name(), &self.get(cause))?;
+            map.serialize_entry(name(cause), &self.get(cause))?;
         }
         map.end()
     }

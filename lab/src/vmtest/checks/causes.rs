@@ -93,13 +93,37 @@ pub fn causes(prom: &str) -> Option<Check> {
     Some(Check::new("causes add up", ok, detail))
 }
 
+/// Where no source of the throttled part is on: `throttle_unknown` on and the cgroup's throttled
+/// waits counted as `unknown` — at least 90 % of its wait, or beside a busy neighbour with
+/// `other` at least 90 % and `idle` at most 5 % — and nothing `throttled`; and the detail.
+fn unknown_share(causes_s: &[(String, f64)], waited: f64, state: Option<&str>, beside: bool) -> (bool, String) {
+    let of = |c: &str| causes_s.iter().find(|(n, _)| n == c).map_or(0.0, |(_, s)| *s);
+    let (unknown, idle) = (of("unknown"), of("idle"));
+    let (share_ok, rule) = if beside {
+        (unknown + of("other") >= 0.9 * waited && idle <= 0.05 * waited, "with `other` ≥ 90 %, idle ≤ 5 %")
+    } else {
+        (unknown >= 0.9 * waited, "≥ 90 %")
+    };
+    let ok = state == Some("on") && of("throttled") == 0.0 && waited > 0.0 && share_ok;
+    let detail = format!(
+        "throttle_unknown {}; unknown {unknown:.3} s = {:.1} % of the cgroup's wait {waited:.3} s ({rule}); by \
+         cause: {}",
+        state.unwrap_or("absent"),
+        if waited > 0.0 { 100.0 * unknown / waited } else { 0.0 },
+        throttle::by_cause(causes_s)
+    );
+    (ok, detail)
+}
+
 /// A throttle scene (`throttle::Throttled`): the loop was throttled (cpu.stat counts it) and the
 /// daemon split its cgroup's wait. Where the throttled part is on (`throttle_split`, or
 /// `throttle_hooks` in its place), the throttled part is the kernel's `throttled_usec` within 25 %
 /// or two periods (TCG; and two of the group's tasks waiting through one throttle each count it,
 /// cpu.stat once), and it is at least 90 % of the wait — beside a busy neighbour, where the loop
 /// also waits its turn between throttles, the rest is the neighbour's (`other`) and at most 5 %
-/// is `idle`: the CPU never was. Where neither is on, none of it is throttled, all by holder.
+/// is `idle`: the CPU never was. Where neither is on, none of it is throttled and the throttled
+/// waits are `unknown` (`unknown_share`); `run --throttle-hooks=false` must say the same before
+/// 6.8, and have no `unknown` from 6.8.
 pub fn throttle(t: &Throttled) -> Vec<Check> {
     let scene = throttle::SCENES.iter().find(|s| s.name == t.scene);
     let name = |what: &str| format!("{}: {what}", t.scene);
@@ -154,20 +178,34 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
                 ),
             )
         }
-        (None, Some("unavailable"), hooks @ (Some("unavailable") | None)) => Check::new(
-            &name("split"),
-            throttled == 0.0 && t.waited_s > 0.0,
-            format!(
-                "throttle_split unavailable, throttle_hooks {}: nothing throttled, the wait by holder: {}",
-                hooks.unwrap_or("absent"),
-                t.by_cause()
-            ),
-        ),
+        (None, Some("unavailable"), hooks @ (Some("unavailable") | None)) => {
+            let (ok, detail) = unknown_share(&t.causes_s, t.waited_s, t.unknown.as_deref(), beside);
+            Check::new(
+                &name("split"),
+                throttled == 0.0 && ok,
+                format!("throttle_split unavailable, throttle_hooks {}: {detail}", hooks.unwrap_or("absent")),
+            )
+        }
         (None, split, hooks) => {
             Check::new(&name("split"), false, format!("throttle_split state {split:?}, throttle_hooks state {hooks:?}"))
         }
     };
-    vec![limited, split]
+    let blind = &t.blind;
+    let unknown = blind.cause_s("unknown");
+    let without_hooks = if t.split.as_deref() == Some("on") {
+        Check::new(
+            &name("without hooks"),
+            blind.unknown.as_deref() == Some("off") && unknown == 0.0,
+            format!(
+                "throttle_split on, throttle_unknown {} (not needed): unknown {unknown:.3} s",
+                blind.unknown.as_deref().unwrap_or("absent")
+            ),
+        )
+    } else {
+        let (ok, detail) = unknown_share(&blind.causes_s, blind.waited_s, blind.unknown.as_deref(), beside);
+        Check::new(&name("without hooks"), ok, format!("`run --throttle-hooks=false`: {detail}"))
+    };
+    vec![limited, split, without_hooks]
 }
 
 #[cfg(test)]
@@ -223,25 +261,15 @@ mod tests {
     }
 
     #[test]
-    fn a_throttle_is_split_where_the_kernel_can_and_by_holder_where_not() {
-        use crate::vmtest::throttle::CAUSES;
-        let of = |throttled: f64, idle: f64| {
+    fn a_throttle_is_split_where_the_kernel_can_and_unknown_where_not() {
+        use crate::vmtest::throttle::{Blind, CAUSES};
+        let of = |parts: &[(&str, f64)]| -> Vec<(String, f64)> {
             CAUSES
                 .iter()
-                .map(|c| {
-                    (
-                        (*c).to_owned(),
-                        if *c == "throttled" {
-                            throttled
-                        } else if *c == "idle" {
-                            idle
-                        } else {
-                            0.0
-                        },
-                    )
-                })
+                .map(|c| ((*c).to_owned(), parts.iter().find(|(p, _)| p == c).map_or(0.0, |(_, s)| *s)))
                 .collect()
         };
+        // 6.8+: `run` splits it with the self clock; without the hooks nothing changes.
         let t = Throttled {
             scene: "throttle".into(),
             cpu_max: "10000 100000".into(),
@@ -249,35 +277,59 @@ mod tests {
             nr_throttled: 24,
             throttled_us: 2_180_000,
             split: Some("on".into()),
-            causes_s: of(2.2, 0.05),
+            unknown: Some("off".into()),
+            causes_s: of(&[("throttled", 2.2), ("idle", 0.05)]),
             waited_s: 2.25,
+            blind: Blind {
+                unknown: Some("off".into()),
+                causes_s: of(&[("throttled", 2.2), ("idle", 0.05)]),
+                waited_s: 2.25,
+            },
             rc: Some(0),
             ..Throttled::default()
         };
-        assert!(throttle(&t).iter().all(|c| c.ok), "{:?}", throttle(&t));
-        let diluted = Throttled { causes_s: of(1.9, 0.35), ..t.clone() };
-        assert!(throttle(&diluted).iter().any(|c| c.what == "throttle: split" && !c.ok), "84 % passed");
+        let all_ok = |t: &Throttled| throttle(t).iter().all(|c| c.ok);
+        let fails = |t: &Throttled, what: &str| throttle(t).iter().any(|c| c.what == what && !c.ok);
+        assert!(all_ok(&t), "{:?}", throttle(&t));
+        let diluted = Throttled { causes_s: of(&[("throttled", 1.9), ("idle", 0.35)]), ..t.clone() };
+        assert!(fails(&diluted, "throttle: split"), "84 % passed");
         let apart = Throttled { throttled_us: 1_500_000, ..t.clone() };
-        assert!(throttle(&apart).iter().any(|c| c.what == "throttle: split" && !c.ok), "0.7 s off cpu.stat passed");
-        let degraded = Throttled { split: Some("unavailable".into()), causes_s: of(0.0, 2.25), ..t.clone() };
-        assert!(throttle(&degraded).iter().all(|c| c.ok), "{:?}", throttle(&degraded));
-        let leaked = Throttled { split: Some("unavailable".into()), ..t.clone() };
-        assert!(throttle(&leaked).iter().any(|c| !c.ok), "a throttled part without the split passed");
-        // Before 6.8: the throttle hooks give the throttled part in the self clock's place.
-        let hooked = Throttled { split: Some("unavailable".into()), hooks: Some("on".into()), ..t.clone() };
-        assert!(throttle(&hooked).iter().all(|c| c.ok), "{:?}", throttle(&hooked));
-        let hooked_short = Throttled { causes_s: of(0.0, 2.25), ..hooked.clone() };
-        assert!(throttle(&hooked_short).iter().any(|c| !c.ok), "the hooks on and nothing throttled passed");
-        let both_off = Throttled { hooks: Some("unavailable".into()), ..degraded.clone() };
-        assert!(throttle(&both_off).iter().all(|c| c.ok), "{:?}", throttle(&both_off));
-        let unlimited = Throttled { nr_throttled: 0, throttled_us: 0, ..degraded };
-        assert!(throttle(&unlimited).iter().any(|c| c.what == "throttle: limited" && !c.ok));
+        assert!(fails(&apart, "throttle: split"), "0.7 s off cpu.stat passed");
+        let blind_unknown = Blind { unknown: Some("on".into()), ..t.blind.clone() };
+        assert!(fails(&Throttled { blind: blind_unknown, ..t.clone() }, "throttle: without hooks"));
+        // Before 6.8: the throttle hooks give the throttled part in the self clock's place; without
+        // them the throttled waits are `unknown`.
+        let blind =
+            Blind { unknown: Some("on".into()), causes_s: of(&[("unknown", 2.2), ("idle", 0.05)]), waited_s: 2.25 };
+        let hooked = Throttled {
+            split: Some("unavailable".into()),
+            hooks: Some("on".into()),
+            blind: blind.clone(),
+            ..t.clone()
+        };
+        assert!(all_ok(&hooked), "{:?}", throttle(&hooked));
+        let hooked_short = Throttled { causes_s: of(&[("idle", 2.25)]), ..hooked.clone() };
+        assert!(fails(&hooked_short, "throttle: split"), "the hooks on and nothing throttled passed");
+        let idle = Blind { causes_s: of(&[("idle", 2.25)]), ..blind.clone() };
+        assert!(fails(&Throttled { blind: idle, ..hooked.clone() }, "throttle: without hooks"), "idle passed");
+        // Neither: `run` itself counts them `unknown`.
+        let neither = Throttled {
+            hooks: Some("unavailable".into()),
+            unknown: Some("on".into()),
+            causes_s: of(&[("unknown", 2.2), ("idle", 0.05)]),
+            ..hooked.clone()
+        };
+        assert!(all_ok(&neither), "{:?}", throttle(&neither));
+        let by_holder = Throttled { causes_s: of(&[("idle", 2.25)]), ..neither.clone() };
+        assert!(fails(&by_holder, "throttle: split"), "a throttled wait charged to idle passed");
+        let unlimited = Throttled { nr_throttled: 0, throttled_us: 0, ..neither };
+        assert!(fails(&unlimited, "throttle: limited"));
         assert!(throttle(&Throttled::default()).iter().all(|c| !c.ok));
         // A pod's limit: judged as its own.
         let pod = Throttled { scene: "pod".into(), ..t.clone() };
         assert!(throttle(&pod).iter().all(|c| c.ok && c.what.starts_with("pod: ")), "{:?}", throttle(&pod));
-        let unknown = Throttled { scene: "elsewhere".into(), ..t.clone() };
-        assert!(throttle(&unknown).iter().any(|c| !c.ok), "an unknown scene passed");
+        let elsewhere = Throttled { scene: "elsewhere".into(), ..t.clone() };
+        assert!(throttle(&elsewhere).iter().any(|c| !c.ok), "an unknown scene passed");
     }
 
     #[test]
@@ -299,6 +351,11 @@ mod tests {
             split: Some("unavailable".into()),
             causes_s: of(&[("throttled", 1.52), ("other", 0.3), ("idle", 0.02)]),
             waited_s: 1.84,
+            blind: crate::vmtest::throttle::Blind {
+                unknown: Some("on".into()),
+                causes_s: of(&[("unknown", 1.7), ("other", 0.12), ("idle", 0.02)]),
+                waited_s: 1.84,
+            },
             rc: Some(0),
             ..Throttled::default()
         };
@@ -307,5 +364,12 @@ mod tests {
         assert!(throttle(&idle).iter().any(|c| c.what == "beside: split" && !c.ok), "an idle CPU passed");
         let as_other = Throttled { causes_s: of(&[("other", 1.82), ("idle", 0.02)]), ..t.clone() };
         assert!(throttle(&as_other).iter().any(|c| !c.ok), "the throttle charged to the neighbour passed");
+        let blind_idle =
+            crate::vmtest::throttle::Blind { causes_s: of(&[("unknown", 1.5), ("idle", 0.34)]), ..t.blind.clone() };
+        let t_idle = Throttled { blind: blind_idle, ..t.clone() };
+        assert!(
+            throttle(&t_idle).iter().any(|c| c.what == "beside: without hooks" && !c.ok),
+            "idle without hooks passed"
+        );
     }
 }

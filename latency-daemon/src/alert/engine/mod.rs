@@ -293,6 +293,7 @@ mod tests {
             delay_ns,
             throttled_ns: 0,
             irq_steal_ns: 0,
+            unknown_ns: 0,
             cpu: 0,
             victim_tid: 7,
             victim_pid: 7,

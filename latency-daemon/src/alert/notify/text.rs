@@ -147,12 +147,18 @@ fn held_by(a: &Attribution) -> String {
 /// out). None when neither throttling nor IRQ or steal took any of it: the whole delay was behind
 /// who ran (or the kernel could not split it).
 pub fn split(a: &Attribution) -> Option<String> {
-    if a.throttled_ns == 0 && a.irq_steal_ns == 0 {
+    if a.throttled_ns == 0 && a.irq_steal_ns == 0 && a.unknown_ns == 0 {
         return None;
     }
     let mut parts = Vec::new();
     if a.throttled_ns > 0 {
         parts.push(format!("{} throttled by the CPU limit of {}", duration(a.throttled_ns), victim_place(a)));
+    }
+    if a.unknown_ns > 0 {
+        parts.push(format!(
+            "{} cause unknown on this kernel (a CPU-limit throttle overlapped it)",
+            duration(a.unknown_ns)
+        ));
     }
     if a.irq_steal_ns > 0 {
         parts.push(format!("{} in IRQ or steal", duration(a.irq_steal_ns)));
@@ -321,6 +327,7 @@ pub(super) mod tests {
                 delay_ns: 12_300_000,
                 throttled_ns: 0,
                 irq_steal_ns: 0,
+                unknown_ns: 0,
                 cpu: 1,
                 victim_tid: 1234,
                 victim_pid: 1200,

@@ -75,10 +75,12 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         attribute_ns: 1,
         split_throttle: true,
         throttle_hooks: true,
+        throttle_unknown: true,
         split_stolen: true,
         ..ProbeOptions::default()
     };
     let (mut probe, degraded) = load::load(&options)?;
+    crate::model::causes::set_throttled_unknown(probe.is_on(Feature::ThrottleUnknown));
     for d in &degraded {
         log::warn!("{} unavailable on this kernel, recording without it: {}", d.feature.name(), d.why);
     }

@@ -182,6 +182,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         wait_scan: config.wait_scan,
         split_throttle: config.wait_causes,
         throttle_hooks: config.wait_causes && config.throttle_hooks,
+        throttle_unknown: config.wait_causes,
         split_stolen: config.wait_causes,
         split_irq: config.wait_causes && config.irq_tracepoints,
         ..ProbeOptions::default()
@@ -192,6 +193,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         );
     }
     let (probe, degraded) = load::load(&options)?;
+    crate::model::causes::set_throttled_unknown(probe.is_on(Feature::ThrottleUnknown));
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
         log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why);

@@ -25,6 +25,7 @@ pub mod per_cgroup;
 pub mod run_queue_clock;
 pub mod throttle_hooks;
 pub mod throttle_split;
+pub mod throttle_unknown;
 pub mod wait_scan;
 
 /// An optional part of the kernel program; `ALL` is the table, in the order metrics, logs and
@@ -46,6 +47,9 @@ pub enum Feature {
     /// The throttled part where the kernel keeps no group throttle clock (before 6.8): the
     /// throttle hooks keep one (fexit on `tg_throttle_down` / `tg_unthrottle_up`).
     ThrottleHooks,
+    /// Where neither gives the throttled part: whether a throttle ended during a wait (the
+    /// kernel's own total), such a wait counted as `unknown` rather than by holder.
+    ThrottleUnknown,
     /// The irq+steal part of each wait: `rq->clock - rq->clock_task` (IRQ time or steal accounting).
     IrqStealSplit,
     /// The irq tracepoints' IRQ time in each wait's irq+steal part (`--irq-tracepoints`), where
@@ -54,7 +58,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 9] = [
+    pub const ALL: [Feature; 10] = [
         Feature::RunQueueClock,
         Feature::PerCgroup,
         Feature::Attribution,
@@ -62,6 +66,7 @@ impl Feature {
         Feature::WaitScan,
         Feature::ThrottleSplit,
         Feature::ThrottleHooks,
+        Feature::ThrottleUnknown,
         Feature::IrqStealSplit,
         Feature::IrqTracepoints,
     ];
@@ -76,6 +81,7 @@ impl Feature {
             Feature::WaitScan => &wait_scan::ROOM,
             Feature::ThrottleSplit => &throttle_split::ROOM,
             Feature::ThrottleHooks => &throttle_hooks::ROOM,
+            Feature::ThrottleUnknown => &throttle_unknown::ROOM,
             Feature::IrqStealSplit => &irq_steal_split::ROOM,
             Feature::IrqTracepoints => &irq_tracepoints::ROOM,
         }
@@ -234,6 +240,7 @@ mod tests {
                 "wait_scan",
                 "throttle_split",
                 "throttle_hooks",
+                "throttle_unknown",
                 "irq_steal_split",
                 "irq_tracepoints"
             ]

@@ -43,7 +43,11 @@ pub(super) fn cgroup_histograms(e: &Exposition, enc: &mut DescriptorEncoder) -> 
     for (label, h) in &e.cgroups {
         for cause in Cause::ALL {
             family
-                .encode_family(&with_container(e, &[("cgroup", label.as_str()), ("cause", cause.name())], label))?
+                .encode_family(&with_container(
+                    e,
+                    &[("cgroup", label.as_str()), ("cause", crate::model::causes::name(cause))],
+                    label,
+                ))?
                 .encode_counter::<NoLabelSet, _, f64>(&seconds(h.waited_ns[cause as usize]), None)?;
         }
     }

@@ -91,7 +91,10 @@ pub(super) const CAUSES: &str = "cause=\"throttled\" its cgroup (or an ancestor)
      (CFS bandwidth) on that CPU; \"irq_steal\" the CPU was in IRQ or taken by the hypervisor (steal), \
      as far as the kernel accounts them (runqlat_feature_info); the rest by who held the CPU when the \
      wait ended: \"same\" a task of its own cgroup, \"other\" another cgroup's task, \"kernel\" a \
-     kernel thread, \"idle\" nobody (the wakeup itself).";
+     kernel thread, \"idle\" nobody (the wakeup itself). Where the kernel keeps no throttle clock the \
+     daemon can read (runqlat_feature_info{feature=\"throttle_unknown\"} on), \"unknown\" in place of \
+     \"throttled\": the whole of each wait a CPU-limit throttle overlapped, how much of it throttled \
+     not known.";
 
 pub(super) fn wait_causes(s: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(), fmt::Error> {
     let mut family = enc.encode_descriptor(
@@ -105,7 +108,9 @@ pub(super) fn wait_causes(s: &Snapshot, enc: &mut DescriptorEncoder) -> Result<(
     )?;
     for cause in Cause::ALL {
         let ns: u64 = s.cpus.iter().map(|c| c.waited_ns[cause as usize]).sum();
-        family.encode_family(&[("cause", cause.name())])?.encode_counter::<NoLabelSet, _, f64>(&seconds(ns), None)?;
+        family
+            .encode_family(&[("cause", crate::model::causes::name(cause))])?
+            .encode_counter::<NoLabelSet, _, f64>(&seconds(ns), None)?;
     }
     let unsplit: u64 = s.cpus.iter().map(|c| c.unsplit).sum();
     counter(

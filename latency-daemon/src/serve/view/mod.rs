@@ -196,9 +196,9 @@ fn cause_bar(c: &Causes, width: u32, height: u32) -> String {
             out,
             "<rect class=\"cause\" data-cause=\"{}\" data-value=\"{ns}\" x=\"{x:.1}\" width=\"{w:.1}\" \
              height=\"{height}\" fill=\"{}\"><title>{}: {} ({:.1} %)</title></rect>",
-            cause.name(),
+            causes::name(cause),
             colour(cause),
-            cause.name(),
+            causes::name(cause),
             escape(&fmt_ns(ns)),
             100.0 * ns as f64 / total as f64
         );
@@ -234,7 +234,7 @@ fn why_waited(out: &mut String, w: &WindowSummary, since_start: Option<Causes>) 
              data-value=\"{ns}\">{}</td><td>{}</td><td>{:.3}</td><td data-value=\"{since}\">{}</td></tr>",
             colour(cause),
             escape(causes::describe(cause)),
-            cause.name(),
+            causes::name(cause),
             escape(&fmt_ns(ns)),
             share(ns, total),
             ns as f64 / w.duration_ns.max(1) as f64,
@@ -386,6 +386,12 @@ fn alert_split(w: &Attribution) -> String {
             "{} throttled by the CPU limit of {}",
             escape(&fmt_ns(w.throttled_ns)),
             who(&w.cgroup, &w.names)
+        ));
+    }
+    if w.unknown_ns > 0 {
+        parts.push(format!(
+            "{} cause unknown on this kernel (a CPU-limit throttle overlapped it)",
+            escape(&fmt_ns(w.unknown_ns))
         ));
     }
     if w.irq_steal_ns > 0 {

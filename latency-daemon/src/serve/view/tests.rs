@@ -74,6 +74,7 @@ fn exposition() -> Exposition {
         delay_ns: 7_000_005,
         throttled_ns: 5_000_000,
         irq_steal_ns: 5,
+        unknown_ns: 0,
         cpu: 1,
         victim_tid: 42,
         victim_pid: 42,
