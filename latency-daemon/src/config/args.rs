@@ -152,10 +152,10 @@ settings! {
               value_parser = BoolishValueParser::new())]
         throttle_hooks: bool {
             help: "With --wait-causes, on kernels before 6.8 (whose run queues keep no per-group throttle \
-                   clock), time CPU-limit throttling with two fexit programs on tg_throttle_down and \
-                   tg_unthrottle_up (they run when a group is throttled or unthrottled; a hash lookup per \
-                   enqueue and switch-in), so a throttled wait is counted as throttled; not needed on 6.8+, \
-                   unavailable where the kernel cannot attach fexit programs",
+                   clock), time CPU-limit throttling with two programs on tg_throttle_down and tg_unthrottle_up \
+                   (fexit, or kprobes where the kernel has no BPF trampolines; they run when a group is \
+                   throttled or unthrottled; a hash lookup per enqueue and switch-in), so a throttled wait \
+                   is counted as throttled; not needed on 6.8+, unavailable where the kernel attaches neither",
             default: "true",
             apply: Restart,
         },
