@@ -27,7 +27,12 @@ local p = import '../lib/panels.libsonnet';
       // The causes of a wait, in the order they are split off it (docs/causes.md): one query
       // each, so the stack keeps this order whatever order Prometheus returns series in.
       local causes = ['throttled', 'irq_steal', 'same', 'other', 'kernel', 'idle'];
-      local causeHelp = "throttled (its cgroup or an ancestor was throttled by its CPU limit, CFS bandwidth; kernels 6.8+), irq_steal (the CPU was in hard or soft IRQ or taken by the hypervisor, as far as the kernel accounts them), then the rest by who held the CPU when the wait ended: same (a task of its own cgroup), other (another cgroup's task), kernel (a kernel thread), idle (nobody: the wakeup's own latency). The six add up to the time waited. runqlat_feature_info says which splits this kernel gives.";
+      // On kernels that keep no throttle clock the monitor can read, "unknown" stands in the
+      // throttled series' place: one query draws whichever the node has.
+      local causeMatch(cause) = if cause == 'throttled' then 'cause=~"throttled|unknown"' else 'cause="%s"' % cause;
+      local causeLegend(cause) = if cause == 'throttled' then '{{cause}}' else cause;
+      local causeBy(cause) = if cause == 'throttled' then 'instance, cause' else 'instance';
+      local causeHelp = "throttled (its cgroup or an ancestor was throttled by its CPU limit, CFS bandwidth; kernels 6.8+), irq_steal (the CPU was in hard or soft IRQ or taken by the hypervisor, as far as the kernel accounts them), then the rest by who held the CPU when the wait ended: same (a task of its own cgroup), other (another cgroup's task), kernel (a kernel thread), idle (nobody: the wakeup's own latency). The six add up to the time waited. On kernels that keep no throttle clock the monitor can read (runqlat_feature_info{feature=\"throttle_unknown\"} on), unknown stands in throttled's place: the whole of each wait a CPU-limit throttle overlapped (cause unknown on this kernel), never charged to a holder that was not there. runqlat_feature_info says which splits this kernel gives.";
 
       local distribution = [
         p.heatmap(
@@ -118,7 +123,7 @@ local p = import '../lib/panels.libsonnet';
           'Seconds waited per second on each node, all CPUs, split by cause: ' + causeHelp + ' The stack is the whole of "Tasks waiting, on average" (both reasons).',
           'suffix: s/s',
           [
-            p.target('sum by (instance) (%s)' % rate('runqlat_wait_cause_seconds_total' + on(', cause="%s"' % cause)), legend='{{instance}} ' + cause)
+            p.target('sum by (%s) (%s)' % [causeBy(cause), rate('runqlat_wait_cause_seconds_total' + on(', ' + causeMatch(cause)))], legend='{{instance}} ' + causeLegend(cause))
             for cause in causes
           ],
           stack=true,
@@ -128,7 +133,7 @@ local p = import '../lib/panels.libsonnet';
           'Seconds waited per second by the tasks of the cgroups (pods) the namespace and pod variables select, split by cause: ' + causeHelp + ' Throttled on top means their own CPU limit delays them; other means a neighbour does ("Who took the CPU" names it).',
           'suffix: s/s',
           [
-            p.target('sum by (instance) (%s)' % rate('runqlat_cgroup_wait_cause_seconds_total' + on(pods + ', cause="%s"' % cause)), legend='{{instance}} ' + cause)
+            p.target('sum by (%s) (%s)' % [causeBy(cause), rate('runqlat_cgroup_wait_cause_seconds_total' + on(pods + ', ' + causeMatch(cause)))], legend='{{instance}} ' + causeLegend(cause))
             for cause in causes
           ],
           stack=true,

@@ -117,11 +117,21 @@ fn check() -> bool {
                     say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
                 }
                 // A stand-in says whether this kernel needs it (`Room::stands_in_for`).
-                for (f, state) in load::states(&options, &degraded) {
+                let states = load::states(&options, &degraded);
+                let is_on = |f: Feature| states.iter().any(|&(g, s)| g == f && s == "on");
+                for &(f, state) in &states {
                     let Some(other) = f.room().stands_in_for() else { continue };
+                    // What gives the part instead: the first one up the chain that is on.
+                    let mut by = other;
+                    while !is_on(by) {
+                        match by.room().stands_in_for() {
+                            Some(up) => by = up,
+                            None => break,
+                        }
+                    }
                     match state {
                         "on" => say!("optional:     {} on in place of {}", f.name(), other.name()),
-                        "off" => say!("optional:     {} not needed: {} is on", f.name(), other.name()),
+                        "off" if is_on(by) => say!("optional:     {} not needed: {} is on", f.name(), by.name()),
                         _ => {}
                     }
                 }

@@ -41,7 +41,7 @@ pub fn exposition(e: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), fmt
     let mut features = enc.encode_descriptor(
         "runqlat_feature_info",
         "Constant 1 per optional kernel path: on, off (not asked for, or not needed on this kernel: \
-         throttle_hooks where throttle_split is on) or unavailable (asked for; this kernel's BTF or verifier did \
+         throttle_hooks where throttle_split is on, throttle_unknown where either is) or unavailable (asked for; this kernel's BTF or verifier did \
          not give it, and the monitor runs without it).",
         None,
         MetricType::Gauge,
