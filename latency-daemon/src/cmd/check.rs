@@ -111,7 +111,7 @@ fn check() -> bool {
                     say!("optional:     all available ({})", Feature::ALL.map(Feature::name).join(", "));
                 }
                 for d in &degraded {
-                    say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
+                    say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.reason());
                 }
             }
             Err(e) => {

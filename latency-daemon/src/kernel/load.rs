@@ -16,6 +16,16 @@ pub struct Degraded {
     pub why: String,
 }
 
+impl Degraded {
+    /// Why, and what running without it means where the feature says (one line).
+    pub fn reason(&self) -> String {
+        match self.feature.room().without() {
+            "" => self.why.clone(),
+            without => format!("{}; {without}", self.why),
+        }
+    }
+}
+
 /// Each feature: on, off (not asked for), or unavailable (asked for, degraded).
 pub fn states(asked: &ProbeOptions, degraded: &[Degraded]) -> Vec<(Feature, &'static str)> {
     Feature::ALL

@@ -126,6 +126,9 @@ pub struct Room {
     /// Once everything is loaded and attached: a check that needs the loaded object (an error
     /// fails the load, so the degrade policy drops the feature).
     after_load: fn(&mut Ebpf) -> Result<(), ProbeError>,
+    /// What running without it means for the user, where that is not plain from its name (the
+    /// log line of an unavailable feature says it); empty otherwise.
+    without: &'static str,
 }
 
 impl Room {
@@ -144,6 +147,7 @@ impl Room {
             maps: |_, _, _| Vec::new(),
             programs: |_| Vec::new(),
             after_load: |_| Ok(()),
+            without: "",
         }
     }
 
@@ -194,6 +198,11 @@ impl Room {
     /// The programs it adds to the core's, when on.
     pub fn programs(&self, o: &ProbeOptions) -> Vec<Program> {
         (self.programs)(o)
+    }
+
+    /// What running without it means, or "" (see the field).
+    pub fn without(&self) -> &'static str {
+        self.without
     }
 
     /// Once everything is loaded and attached (see the field).
