@@ -71,6 +71,7 @@ fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::{feature::Feature, load::Degraded};
 
     fn stolen(irq: bool, steal: bool) -> StolenLayout {
         let m = Member { offset: 0, size: 8 };
@@ -85,6 +86,9 @@ mod tests {
         let irq_only = stolen(true, false).holds();
         assert!(irq_only.starts_with("IRQ time (this kernel does not account steal"), "{irq_only}");
         assert!(irq_only.contains("runqlat_cpu_steal_seconds_total{cpu}"), "{irq_only}");
-        assert!(ROOM.without().contains("runqlat_cpu_steal_seconds_total"));
+        let unavailable = Degraded { feature: Feature::IrqStealSplit, why: "x".into() };
+        assert_eq!(unavailable.reason(), format!("x; {STEAL_ELSEWHERE}"));
+        let other = Degraded { feature: Feature::ThrottleSplit, why: "x".into() };
+        assert_eq!(other.reason(), "x", "only features that say what running without them means add to the line");
     }
 }
