@@ -223,6 +223,7 @@ fn run(args: &Args) -> Vec<Row> {
                 tasks: Vec::new(),
                 cgroups,
                 irq_ns: None,
+                steal_ns: None,
             };
             sum.push(t.elapsed());
             let now = after_windows(now, i as u64 + 1);

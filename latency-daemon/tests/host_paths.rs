@@ -1,6 +1,7 @@
 //! `--path.procfs`, `--path.sysfs`, `--path.cgroupfs`, `--path.rootfs` (node_exporter's flags, for
 //! running in a container with the host's file systems mounted elsewhere): each is where the daemon
-//! reads, and a bad one is one line and exit 2 with nothing attached.
+//! reads, and a bad one is one line and exit 2 with nothing attached. Each CPU's steal is the
+//! host's /proc/stat's, read there.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -125,4 +126,121 @@ fn cgroupfs_picks_the_mount_below_it() {
     drop(spinners);
     daemon.stop().unwrap();
     drop(bind);
+}
+
+/// Each `cpuN` line's steal (its 8th value) in ticks, read by the test itself; lines with fewer
+/// values are left out.
+fn steal_ticks(stat: &str) -> Vec<(String, u64)> {
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f[0].trim_start_matches("cpu").to_string(), f.get(8)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn proc_stat_steal() -> Vec<(String, u64)> {
+    steal_ticks(&std::fs::read_to_string("/proc/stat").unwrap())
+}
+
+/// USER_HZ, from `getconf` (not the daemon's code).
+fn user_hz() -> f64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn steal_series(cpu: &str) -> String {
+    format!("runqlat_cpu_steal_seconds_total{{cpu=\"{cpu}\"}}")
+}
+
+/// Against the real /proc/stat, twice a few seconds apart: each CPU's counter lies between the
+/// kernel's steal read before the drain it came from and after the scrape (within one tick), and
+/// never goes back.
+#[test]
+fn steal_per_cpu_is_the_kernels() {
+    let hz = user_hz();
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s", "--window", "2s", "--per-cgroup=false"]).expect("starts");
+    daemon.wait_for_log("attached", Duration::from_secs(30)).unwrap();
+    let mut last: Option<Vec<f64>> = None;
+    for round in 0..2 {
+        let before = proc_stat_steal();
+        assert!(!before.is_empty(), "no cpuN line with steal in /proc/stat");
+        // Past the next drain: what the scrape shows was read after `before`.
+        std::thread::sleep(Duration::from_millis(2_500));
+        let text = daemon.metrics().unwrap();
+        let after = proc_stat_steal();
+        let families = text.lines().filter(|l| l.starts_with("runqlat_cpu_steal_seconds_total{")).count();
+        assert_eq!(families, before.len(), "one series per CPU of /proc/stat: {before:?}");
+        let mut now = Vec::new();
+        for ((cpu, b), (cpu_after, a)) in before.iter().zip(&after) {
+            assert_eq!(cpu, cpu_after);
+            let got = sample(&text, &steal_series(cpu)).unwrap_or_else(|| panic!("no steal series for CPU {cpu}"));
+            let (low, high) = (*b as f64 / hz, *a as f64 / hz);
+            eprintln!("round {round}, CPU {cpu}: /proc/stat {low:.2} s before, {high:.2} s after; scraped {got:.3} s");
+            assert!(
+                got >= low - 1.0 / hz && got <= high + 1.0 / hz,
+                "CPU {cpu}: scraped {got} s, /proc/stat read {low} s before and {high} s after"
+            );
+            if let Some(last) = &last {
+                assert!(got >= last[now.len()], "CPU {cpu} went back: {} s then {got} s", last[now.len()]);
+            }
+            now.push(got);
+        }
+        last = Some(now);
+    }
+    daemon.stop().unwrap();
+}
+
+/// A procfs that is the host's but for its `stat`: symlinks to every other entry of /proc.
+fn procfs_with_stat(scratch: &Scratch, stat: &str) -> PathBuf {
+    let dir = scratch.join("proc");
+    std::fs::create_dir(&dir).unwrap();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        if name != "stat" {
+            std::os::unix::fs::symlink(Path::new("/proc").join(&name), dir.join(&name)).unwrap();
+        }
+    }
+    std::fs::write(dir.join("stat"), stat).unwrap();
+    dir
+}
+
+/// Steal is read under `--path.procfs`: a procfs whose stat says 123.45 s and 6.78 s (and a line
+/// too short to hold steal) is what the counter shows; one without cpu lines leaves the family out,
+/// logs one line for it however many drains fail, and the rest of the scrape is served.
+#[test]
+fn steal_is_read_under_the_procfs_and_a_bad_stat_leaves_only_it_out() {
+    let hz = user_hz();
+    let scratch = Scratch::new("runqlat-steal").unwrap();
+    let stat = "cpu  1 2 3 4 5 6 7 12423 0 0\ncpu0 1 2 3 4 5 6 7 12345 0 0\ncpu1 1 2 3 4 5 6 7 678 0 0\n\
+                cpu2 1 2 3 4 5 6 7\nbtime 1700000000\n";
+    let procfs = procfs_with_stat(&scratch, stat);
+    let daemon = Daemon::start(
+        DAEMON,
+        &["--interval", "1s", "--window", "2s", "--per-cgroup=false", "--path.procfs", procfs.to_str().unwrap()],
+    )
+    .expect("starts");
+    std::thread::sleep(Duration::from_millis(2_500));
+    let text = daemon.metrics().unwrap();
+    assert_eq!(sample(&text, &steal_series("0")), Some(12345.0 / hz), "--path.procfs not honoured?");
+    assert_eq!(sample(&text, &steal_series("1")), Some(678.0 / hz));
+    assert_eq!(sample(&text, &steal_series("2")), None, "a line without steal is skipped");
+    daemon.stop().unwrap();
+
+    std::fs::write(procfs.join("stat"), "intr 0\nbtime 1700000000\n").unwrap();
+    let daemon = Daemon::start(
+        DAEMON,
+        &["--interval", "1s", "--window", "2s", "--per-cgroup=false", "--path.procfs", procfs.to_str().unwrap()],
+    )
+    .expect("starts");
+    std::thread::sleep(Duration::from_millis(3_500));
+    let text = daemon.metrics().unwrap();
+    assert!(!text.contains("runqlat_cpu_steal_seconds"), "a steal family from a stat without cpu lines");
+    assert!(sample(&text, "runqlat_drains_total").is_some_and(|n| n >= 2.0), "the scrape is served");
+    assert_eq!(sample(&text, "runqlat_drain_errors_total"), Some(0.0), "steal is not a drain error");
+    let (_, log) = daemon.stop_with_log().unwrap();
+    let warned: Vec<&String> = log.iter().filter(|l| l.contains("steal per CPU is not exported")).collect();
+    assert_eq!(warned.len(), 1, "one line however many drains: {log:#?}");
+    assert!(warned[0].contains(&procfs.join("stat").display().to_string()), "{}", warned[0]);
 }

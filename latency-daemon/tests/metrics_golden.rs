@@ -96,6 +96,7 @@ fn exposition() -> Exposition {
     };
     end.cpus[1] = CpuStats { switches: 10, voluntary: 7, involuntary: 2, idle_ns: 14 * S, ..CpuStats::default() };
     end.irq_ns = Some(vec![S / 4, 3 * S]);
+    end.steal_ns = Some(vec![(0, 3 * S / 2), (1, 0)]);
     end.cgroups = vec![(1, cgroup_hist(WAKEUP)), (7, cgroup_hist(PREEMPT))];
     let mut max = WindowMax::ZERO;
     max.epoch = 0;

@@ -114,7 +114,7 @@ fn check() -> bool {
                     say!("optional:     all available ({})", on.join(", "));
                 }
                 for d in &degraded {
-                    say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.why);
+                    say!("optional:     {} unavailable (runs without it): {}", d.feature.name(), d.reason());
                 }
                 // A stand-in says whether this kernel needs it (`Room::stands_in_for`).
                 let states = load::states(&options, &degraded);

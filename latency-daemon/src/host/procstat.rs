@@ -2,11 +2,15 @@
 //! standard `process_*` figures, so the monitor's overhead is visible next to what it measures.
 use crate::model::exposition::ProcessSample;
 
-/// Clock ticks per second for /proc's utime/stime (USER_HZ, 100 on every Linux we meet).
-fn ticks_per_second() -> f64 {
+/// Clock ticks per second of /proc's tick counts (USER_HZ, 100 on every Linux we meet).
+pub(super) fn user_hz() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
+    u64::try_from(t).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
+fn ticks_per_second() -> f64 {
+    user_hz() as f64
 }
 
 fn page_size() -> u64 {

@@ -71,7 +71,7 @@ pub fn snapshot(probe: &Probe, extras: Extras) -> Result<Snapshot, ProbeError> {
     }
 
     let irq_ns = if probe.irq_timed() { Some(irq_clocks(probe)?) } else { None };
-    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups: Vec::new(), irq_ns })
+    Ok(Snapshot { taken_ns, cpus, histograms, tasks, cgroups: Vec::new(), irq_ns, steal_ns: None })
 }
 
 /// Each CPU's IRQ time so far (index = CPU), as the irq tracepoints timed it; a handler or

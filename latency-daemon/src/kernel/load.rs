@@ -16,13 +16,23 @@ pub struct Degraded {
     pub why: String,
 }
 
+impl Degraded {
+    /// Why, and what running without it means where the feature says (one line).
+    pub fn reason(&self) -> String {
+        match self.feature.room().without() {
+            "" => self.why.clone(),
+            without => format!("{}; {without}", self.why),
+        }
+    }
+}
+
 /// Whether the stand-in `f` is covered: the feature it stands in for is on (asked for, and not
 /// `lacking` in this kernel), or is itself a stand-in covered further up (`throttle_unknown` for
 /// `throttle_hooks` for `throttle_split`). A feature that stands in for nothing is never covered.
 fn covered(f: Feature, asked: &ProbeOptions, lacking: &dyn Fn(Feature) -> bool) -> bool {
     let Some(other) = f.room().stands_in_for() else { return false };
     let covers_above = covered(other, asked, lacking);
-    (other.room().wanted(asked) && !lacking(other) && !covers_above) || covers_above
+    covers_above || (other.room().wanted(asked) && !lacking(other))
 }
 
 /// Each feature: on, off (not asked for, or a stand-in whose feature this kernel gave), or

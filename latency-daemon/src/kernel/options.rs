@@ -97,8 +97,8 @@ pub enum ProbeError {
     Trampoline { program: &'static str, function: &'static str, source: ProgramError },
     /// Neither the fexit program nor the kprobe that stands in for it would attach (a kernel
     /// without BPF trampolines and without kprobes): its feature degrades.
-    #[error("attaching {program} to {function} failed: fexit: {fexit}; kprobe {kprobe}: {source}")]
-    Hook { program: &'static str, function: &'static str, fexit: String, kprobe: &'static str, source: ProgramError },
+    #[error("attaching {program} to {function} failed: fexit: {fexit}; kprobe {kprobe}: {kprobe_error}")]
+    Hook { program: &'static str, function: &'static str, fexit: String, kprobe: &'static str, kprobe_error: String },
     #[error("map {map} is missing from the kernel object")]
     MissingMap { map: &'static str },
     #[error("map {map}: {source}")]

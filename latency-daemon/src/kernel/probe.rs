@@ -149,9 +149,13 @@ impl Probe {
                 self.kprobe_links.push((kprobe, link));
                 Ok(())
             }
-            Err(ProbeError::Attach { source, .. } | ProbeError::ProgramLoad { source, .. }) => {
-                Err(ProbeError::Hook { program: name, function, fexit: fexit.to_string(), kprobe, source })
-            }
+            Err(ProbeError::Attach { source, .. } | ProbeError::ProgramLoad { source, .. }) => Err(ProbeError::Hook {
+                program: name,
+                function,
+                fexit: fexit.to_string(),
+                kprobe,
+                kprobe_error: source.to_string(),
+            }),
             Err(e) => Err(e),
         }
     }

@@ -22,6 +22,9 @@ pub struct Snapshot {
     /// Per possible CPU, the time it spent in device IRQ handlers and softirqs, as the irq
     /// tracepoints timed it (ns; `None` unless `--irq-tracepoints` is in force).
     pub irq_ns: Option<Vec<u64>>,
+    /// Per online CPU, (CPU number, the steal time since boot the host's /proc/stat reports, ns),
+    /// read by the drain beside the maps; `None` where /proc/stat could not be read.
+    pub steal_ns: Option<Vec<(u32, u64)>>,
 }
 
 impl Snapshot {
@@ -34,6 +37,7 @@ impl Snapshot {
             tasks: Vec::new(),
             cgroups: Vec::new(),
             irq_ns: None,
+            steal_ns: None,
         }
     }
 }

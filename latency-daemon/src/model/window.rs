@@ -92,6 +92,7 @@ mod tests {
             tasks: Vec::new(),
             cgroups,
             irq_ns: None,
+            steal_ns: None,
         }
     }
 

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::{
     alert::notify::Notifier,
     config::Config,
-    host::{cgroups::CgroupNames, clock, containers::ContainerNames, process_cgroups::ProcessCgroups, system},
+    host::{cgroups::CgroupNames, clock, containers::ContainerNames, process_cgroups::ProcessCgroups, steal, system},
     kernel::{
         cgroups::{CgroupTable, Retirer},
         drain::{self, Extras},
@@ -82,6 +82,8 @@ pub(super) struct Drainer {
     pipeline: Pipeline,
     /// The last wait scan failed (logged once until one succeeds).
     scan_failing: bool,
+    /// The last read of the host's /proc/stat for steal failed (logged once until one succeeds).
+    steal_failing: bool,
 }
 
 impl Drainer {
@@ -137,6 +139,7 @@ impl Drainer {
             notifier,
             pipeline,
             scan_failing: false,
+            steal_failing: false,
         }
     }
 
@@ -186,6 +189,7 @@ impl Drainer {
     fn drain(&mut self) -> Result<(), ProbeError> {
         self.probe.flush_kernel_log();
         let mut now = drain::snapshot(&self.probe, Extras { tasks: self.config.per_task })?;
+        now.steal_ns = self.read_steal();
         if self.names.is_some() {
             now.cgroups = self.cgroups.read(&self.probe)?;
             self.retire_removed(&now);
@@ -247,6 +251,27 @@ impl Drainer {
         e.drains += 1;
         e.last_drain_unix = wall::now_unix_ns() as f64 / 1e9;
         Ok(())
+    }
+
+    /// Each CPU's steal from the host's /proc/stat; None (the family left out) if it cannot be
+    /// read, logged once per failing stretch.
+    fn read_steal(&mut self) -> Option<Vec<(u32, u64)>> {
+        match steal::read() {
+            Ok(cpus) => {
+                self.steal_failing = false;
+                Some(cpus.into_iter().map(|c| (c.cpu, c.ns)).collect())
+            }
+            Err(e) => {
+                if !self.steal_failing {
+                    log::warn!(
+                        "steal per CPU is not exported: {}: {e} (runqlat_cpu_steal_seconds_total left out until it reads)",
+                        crate::host::paths::proc("stat").display()
+                    );
+                }
+                self.steal_failing = true;
+                None
+            }
+        }
     }
 
     /// Retire the removed cgroups the walk found (the ring lost them) and those still waiting for

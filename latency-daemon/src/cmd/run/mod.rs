@@ -196,7 +196,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
     crate::model::causes::set_throttled_unknown(probe.is_on(Feature::ThrottleUnknown));
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
-        log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.why);
+        log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.reason());
     }
     let clock =
         if degraded.iter().any(|d| d.feature == Feature::RunQueueClock) { Clock::Monotonic } else { config.clock };

@@ -141,6 +141,9 @@ pub struct Room {
     /// The feature it stands in for where this kernel lacks that one: it is needed only there
     /// (elsewhere it stays off and is not reported unavailable), and its `available` says so.
     stands_in_for: Option<Feature>,
+    /// What running without it means for the user, where that is not plain from its name (the
+    /// log line of an unavailable feature says it); empty otherwise.
+    without: &'static str,
 }
 
 impl Room {
@@ -160,6 +163,7 @@ impl Room {
             programs: |_| Vec::new(),
             after_load: |_| Ok(()),
             stands_in_for: None,
+            without: "",
         }
     }
 
@@ -215,6 +219,11 @@ impl Room {
     /// The feature it stands in for where this kernel lacks that one (see the field).
     pub fn stands_in_for(&self) -> Option<Feature> {
         self.stands_in_for
+    }
+
+    /// What running without it means, or "" (see the field).
+    pub fn without(&self) -> &'static str {
+        self.without
     }
 
     /// Once everything is loaded and attached (see the field).

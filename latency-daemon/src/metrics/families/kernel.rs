@@ -1,6 +1,6 @@
 //! The kernel's figures of the latest `Exposition` in (its `Snapshot` and closed `Window`); the
 //! `runqlat_delay_seconds` histograms (classic and native), the window's maxima and quantiles, wait
-//! causes, per-CPU counters and losses out, as prometheus-client families.
+//! causes, per-CPU counters (the host's steal among them) and losses out, as prometheus-client families.
 use std::fmt;
 
 use latency_common::{
@@ -168,6 +168,24 @@ pub(super) fn cpu_counters(e: &Exposition, s: &Snapshot, enc: &mut DescriptorEnc
             MetricType::Counter,
         )?;
         for (cpu, ns) in irq.iter().enumerate() {
+            let cpu = cpu.to_string();
+            family
+                .encode_family(&[("cpu", cpu.as_str())])?
+                .encode_counter::<NoLabelSet, _, f64>(&seconds(*ns), None)?;
+        }
+    }
+    if let Some(steal) = &s.steal_ns {
+        let mut family = enc.encode_descriptor(
+            "runqlat_cpu_steal_seconds",
+            "The hypervisor's steal per CPU since boot, as the kernel reports it in /proc/stat (the same \
+             figure as node_cpu_seconds_total{mode=\"steal\"}). It is in the irq_steal part of the wait causes \
+             only where irq_steal_split is on (runqlat_feature_info) and the kernel accounts steal \
+             (CONFIG_PARAVIRT_TIME_ACCOUNTING; the daemon logs at start what the part holds); elsewhere the \
+             waits it delayed are charged to who held the CPU.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (cpu, ns) in steal {
             let cpu = cpu.to_string();
             family
                 .encode_family(&[("cpu", cpu.as_str())])?

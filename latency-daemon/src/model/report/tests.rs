@@ -11,6 +11,7 @@ fn snapshot(taken_ns: u64) -> Snapshot {
         tasks: Vec::new(),
         cgroups: Vec::new(),
         irq_ns: None,
+        steal_ns: None,
     }
 }
 
