@@ -249,9 +249,11 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
         let per_cgroup = !config.command.contains("--per-cgroup=false");
         let cgroup = cx.sleepers_seen.filter(|_| per_cgroup).map(|n| (SLEEPERS_CGROUP, n));
         list.extend(checks::scrape(prom, cx.cpus, cgroup));
-        list.extend(checks::JUDGED_APART.iter().map(|f| checks::feature(prom, log, f)));
+        // A feature the configuration switched off (`--throttle-hooks=false`) must say `off`.
+        let off = |f: &str| config.command.contains(&format!("--{}=false", f.replace('_', "-")));
+        list.extend(checks::JUDGED_APART.iter().map(|f| checks::feature(prom, log, f, off(f))));
         if config.command.contains("--irq-tracepoints") {
-            list.push(checks::feature(prom, log, checks::IRQ_TRACEPOINTS));
+            list.push(checks::feature(prom, log, checks::IRQ_TRACEPOINTS, false));
         }
         list.extend(checks::causes(prom));
     }

@@ -9,27 +9,35 @@ use crate::web::total;
 
 /// The optional paths a kernel may lack, each judged apart (`feature`) rather than as a column's
 /// missing path: the wait scan (a task iterator, 5.8+), the throttled part of the cause split
-/// (`cfs_rq.throttled_clock_self_time`, 6.8+, or before that the throttle hooks, fexit programs a
-/// kernel may not attach) and its irq+steal part (IRQ time or steal accounting, which Debian's
-/// kernels build without).
-pub const JUDGED_APART: [&str; 4] = ["wait_scan", "throttle_split", "throttle_hooks", "irq_steal_split"];
+/// (`cfs_rq.throttled_clock_self_time`, 6.8+, or before that the throttle hooks, programs a
+/// kernel may not attach, or where neither is there the overlap of waits with throttles) and its
+/// irq+steal part (IRQ time or steal accounting, which Debian's kernels build without).
+pub const JUDGED_APART: [&str; 5] =
+    ["wait_scan", "throttle_split", "throttle_hooks", "throttle_unknown", "irq_steal_split"];
 
-/// Features that stand in for another where the kernel lacks it, and that one: off (not needed)
-/// where it is on.
-const STAND_INS: [(&str, &str); 1] = [("throttle_hooks", "throttle_split")];
+/// Features that stand in for another where the kernel lacks it, and those: off (not needed)
+/// where one of them is on.
+const STAND_INS: [(&str, &str); 3] = [
+    ("throttle_hooks", "throttle_split"),
+    ("throttle_unknown", "throttle_hooks"),
+    ("throttle_unknown", "throttle_split"),
+];
 
 /// Judged like those, in the configuration that asks for it (`--irq-tracepoints`): on where the
 /// kernel does not account IRQ time (Debian's), unavailable with the reason where it does.
 pub const IRQ_TRACEPOINTS: &str = "irq_tracepoints";
 
 /// A `JUDGED_APART` feature's state in a scrape: on, or unavailable with the daemon's one-line
-/// reason in its log (`NAME unavailable on this kernel, running without it: …`). The figure says
-/// which; the check is named after the feature (`wait scan`, `throttle split`, …).
-pub fn feature(prom: &str, log: &str, name: &str) -> Check {
+/// reason in its log (`NAME unavailable on this kernel, running without it: …`), or `off` where
+/// the configuration switched it off (`switched_off`). The figure says which; the check is named
+/// after the feature (`wait scan`, `throttle split`, …).
+pub fn feature(prom: &str, log: &str, name: &str, switched_off: bool) -> Check {
     let state = throttle::feature_state(prom, name);
     let said = format!("{name} unavailable on this kernel");
     let said: Vec<&str> = log.lines().filter(|l| l.contains(&said)).collect();
     let (ok, detail) = match (state.as_deref(), said.as_slice()) {
+        (Some("off"), []) if switched_off => (true, "off (switched off)".to_owned()),
+        (state, _) if switched_off => (false, format!("switched off, but state {state:?}")),
         (Some("on"), []) => (true, "on".to_owned()),
         (Some("unavailable"), [line]) => (true, format!("unavailable: {}", reason(line))),
         (Some("off"), [])
@@ -217,16 +225,16 @@ mod tests {
     fn a_feature_is_on_or_says_why_not() {
         let on = "runqlat_feature_info{feature=\"wait_scan\",state=\"on\"} 1\n\
                   runqlat_feature_info{feature=\"wait_scan\",state=\"off\"} 0\n";
-        assert!(feature(on, "", "wait_scan").ok && feature(on, "", "wait_scan").detail == "on");
-        assert_eq!(feature(on, "", "wait_scan").what, "wait scan");
+        assert!(feature(on, "", "wait_scan", false).ok && feature(on, "", "wait_scan", false).detail == "on");
+        assert_eq!(feature(on, "", "wait_scan", false).what, "wait scan");
         let off = "runqlat_feature_info{feature=\"throttle_split\",state=\"unavailable\"} 1\n";
         let said = "time=1 level=warn target=x msg=\"throttle_split unavailable on this kernel, running without it: \
                     no cfs_rq.throttled_clock_self_time\" feature=throttle_split";
-        let c = feature(off, said, "throttle_split");
+        let c = feature(off, said, "throttle_split", false);
         assert!(c.ok && c.detail == "unavailable: no cfs_rq.throttled_clock_self_time", "{c:?}");
-        assert!(!feature(off, "", "throttle_split").ok, "unavailable without a reason passed");
-        assert!(!feature(off, said, "wait_scan").ok, "no state passed");
-        assert!(!feature("", "", "irq_steal_split").ok, "no state passed");
+        assert!(!feature(off, "", "throttle_split", false).ok, "unavailable without a reason passed");
+        assert!(!feature(off, said, "wait_scan", false).ok, "no state passed");
+        assert!(!feature("", "", "irq_steal_split", false).ok, "no state passed");
         // Unavailable, it is no longer a missing path of the column; another path still is.
         let prom = format!("runqlat_delay_seconds_count{{reason=\"wakeup\"}} 1\n{off}");
         assert!(scrape(&prom, 0, None).iter().any(|c| c.what == "every path given" && c.ok));
@@ -235,10 +243,19 @@ mod tests {
         // A stand-in is off where the feature it stands in for is on, and only there.
         let hooks_off = "runqlat_feature_info{feature=\"throttle_hooks\",state=\"off\"} 1\n";
         let split_on = "runqlat_feature_info{feature=\"throttle_split\",state=\"on\"} 1\n";
-        let c = feature(&format!("{split_on}{hooks_off}"), "", "throttle_hooks");
+        let c = feature(&format!("{split_on}{hooks_off}"), "", "throttle_hooks", false);
         assert!(c.ok && c.detail == "not needed", "{c:?}");
-        assert!(!feature(&format!("{off}{hooks_off}"), said, "throttle_hooks").ok, "both missing passed");
-        assert!(!feature(&format!("{split_on}{hooks_off}"), "", "wait_scan").ok, "off passed for a feature");
+        assert!(!feature(&format!("{off}{hooks_off}"), said, "throttle_hooks", false).ok, "both missing passed");
+        assert!(!feature(&format!("{split_on}{hooks_off}"), "", "wait_scan", false).ok, "off passed for a feature");
+        // Switched off by the configuration (`--throttle-hooks=false`): off, and nothing else.
+        let off_hooks = feature(&format!("{off}{hooks_off}"), "", "throttle_hooks", true);
+        assert!(off_hooks.ok && off_hooks.detail == "off (switched off)", "{off_hooks:?}");
+        let hooks_on = "runqlat_feature_info{feature=\"throttle_hooks\",state=\"on\"} 1\n";
+        assert!(!feature(&format!("{off}{hooks_on}"), "", "throttle_hooks", true).ok, "on though switched off passed");
+        // Where the hooks are on, the detector is not needed.
+        let unknown_off = "runqlat_feature_info{feature=\"throttle_unknown\",state=\"off\"} 1\n";
+        assert!(feature(&format!("{off}{hooks_on}{unknown_off}"), "", "throttle_unknown", false).ok);
+        assert!(!feature(&format!("{off}{hooks_off}{unknown_off}"), "", "throttle_unknown", false).ok);
     }
 
     #[test]

@@ -168,6 +168,8 @@ fn last_window(out: &mut String, w: &WindowSummary, config: &Config) {
 /// Each cause's colour in the bars.
 fn colour(cause: Cause) -> &'static str {
     match cause {
+        // Where the throttled slot holds waits of unknown cause (`causes`): dark grey.
+        Cause::Throttled if causes::throttled_is_unknown() => "#666666",
         Cause::Throttled => "#d62728",
         Cause::IrqSteal => "#9467bd",
         Cause::Same => "#ff7f0e",
