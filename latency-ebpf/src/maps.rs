@@ -104,3 +104,20 @@ pub static IRQ_CLOCKS: Array<IrqClock> = Array::with_max_entries(1, 0);
 /// or its only queued task gets the CPU. A full map is counted in `Lost::ThrottleClocks`.
 #[map]
 pub static THROTTLE_CLOCKS: HashMap<u64, ThrottleClock> = HashMap::with_max_entries(1, 0);
+
+/// The throttle clock of the group whose `struct cfs_rq` is at `cfs_rq`: (ns spent throttled
+/// before the throttle in progress, when that began or 0), or `None` where it has no entry (a
+/// clock of 0 so far: an entry starts at 0).
+#[inline(always)]
+pub fn throttle_clock(cfs_rq: u64) -> Option<(u64, u64)> {
+    // SAFETY: plain integers, read once each; their writers hold this group's run queue lock,
+    // as the scheduler tracepoints that read them do.
+    unsafe { THROTTLE_CLOCKS.get(cfs_rq) }.map(|c| (c.total_ns, c.since_ns))
+}
+
+/// Drop the group's clock entry (see `Task::hooked_throttle_clock`): the next throttle starts it at 0
+/// again, and the waits that begin before that read 0 at both ends, as without an entry.
+#[inline(always)]
+pub fn forget_throttle_clock(cfs_rq: u64) {
+    let _ = THROTTLE_CLOCKS.remove(cfs_rq);
+}

@@ -7,7 +7,7 @@ use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::BtfTracePointContext};
 
 use latency_common::{THROTTLE_FROM_HOOKS, THROTTLE_FROM_OVERLAP, maps::SPLIT_UNIT_SHIFT};
 
-use crate::{irq, knobs, throttle_hooks};
+use crate::{irq, knobs, maps};
 
 /// See [`Task::split_clocks`].
 #[derive(Clone, Copy)]
@@ -162,11 +162,11 @@ impl Task {
     /// throttle in progress, when that began or 0), one hash lookup by the `cfs_rq`'s address.
     /// At a switch-in, when the group is not throttled and this task is the only one queued in it
     /// or below, no other wait holds a snapshot of that clock, so its entry goes
-    /// (`throttle_hooks::forget`): what keeps entries of groups since removed from piling up.
+    /// (`maps::forget_throttle_clock`): what keeps entries of groups since removed from piling up.
     #[inline(always)]
     fn hooked_throttle_clock(self, cfs_rq: Task, switch_in: bool) -> (u64, u64) {
         let group = cfs_rq.0 as u64;
-        let Some((throttled, mut since)) = throttle_hooks::clock(group) else { return (0, 0) };
+        let Some((throttled, mut since)) = maps::throttle_clock(group) else { return (0, 0) };
         // A `since` outlives its throttle only in an entry of a group freed while throttled whose
         // address a new group took: that one is not throttled.
         if since != 0 && cfs_rq.load::<i32>(knobs::cfs_rq_throttle_count()) == 0 {
@@ -177,7 +177,7 @@ impl Task {
             && self.load::<u32>(knobs::task_se_on_rq()) != 0
             && cfs_rq.load::<u32>(knobs::cfs_rq_h_nr_running()) == 1
         {
-            throttle_hooks::forget(group);
+            maps::forget_throttle_clock(group);
         }
         (throttled, since)
     }

@@ -100,20 +100,3 @@ fn ended(g: Group, last: i32) {
     }
     c.since_ns = 0;
 }
-
-/// The throttle clock of the group whose `struct cfs_rq` is at `cfs_rq`: (ns spent throttled
-/// before the throttle in progress, when that began or 0), or `None` where it has no entry (a
-/// clock of 0 so far: an entry starts at 0).
-#[inline(always)]
-pub fn clock(cfs_rq: u64) -> Option<(u64, u64)> {
-    // SAFETY: plain integers, read once each; their writers hold this group's run queue lock,
-    // as the scheduler tracepoints that read them do.
-    unsafe { THROTTLE_CLOCKS.get(cfs_rq) }.map(|c| (c.total_ns, c.since_ns))
-}
-
-/// Drop the group's clock entry (see `SplitClocks::forget`): the next throttle starts it at 0
-/// again, and the waits that begin before that read 0 at both ends, as without an entry.
-#[inline(always)]
-pub fn forget(cfs_rq: u64) {
-    let _ = THROTTLE_CLOCKS.remove(cfs_rq);
-}
