@@ -33,13 +33,23 @@ pub struct Cli {
 pub enum Command {
     /// Measure for a while, then print histograms, a per-task table and per-CPU figures.
     Record(RecordArgs),
-    /// Check that this machine can run the monitor (kernel, BTF, capabilities, load/attach).
-    Check,
+    /// Check that this machine can run the monitor (kernel, BTF, capabilities, load/attach), and
+    /// with --config that a configuration file is valid.
+    Check(CheckArgs),
     /// Run until stopped, serving Prometheus metrics; SIGHUP re-reads the --config file.
     Run(RunArgs),
     /// Print the seccomp profile `run` needs on this architecture (the one shipped in
     /// deploy/seccomp), or write it to a file: for a node's kubelet before the daemon starts.
     SeccompProfile(SeccompArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Also check the configuration `run --config FILE` would start with (the file, then the
+    /// RUNQLAT_* environment over it): every problem on a line of its own, with the file's line,
+    /// column and key; exit 1 if there is one.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

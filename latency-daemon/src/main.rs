@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     logger::init(LogLevel::default(), LogFormat::default());
     match Cli::try_parse_from(&args) {
         Ok(cli) => match cli.command {
-            Command::Check => cmd::check::main(),
+            Command::Check(args) => cmd::check::main(args),
             Command::Record(args) => cmd::record::main(args),
             Command::Run(args) => cmd::run::main(args),
             Command::SeccompProfile(args) => cmd::seccomp::main(args),

@@ -62,6 +62,25 @@ fn bad_input_is_one_line_and_exit_2() {
 }
 
 #[test]
+fn check_validates_a_config_file() {
+    let dir = latency_lab::guard::Scratch::new("runqlat-check-config").expect("a scratch directory");
+    let (good, bad) = (dir.join("good.toml"), dir.join("bad.toml"));
+    std::fs::write(&good, "alert_max_delay = \"5ms\"\ntop_cgroups = 50\n").unwrap();
+    std::fs::write(&bad, "alert_max_delay = \"5ms\"\ntop_cgroup = 50\n").unwrap();
+    let good_out = daemon(&["check", "--config", good.to_str().unwrap()]);
+    let bad_out = daemon(&["check", "--config", bad.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&good_out.stdout);
+    assert_eq!(good_out.status.code(), Some(0), "{text}{}", stderr(&good_out));
+    assert!(text.contains(&format!("config:       {}: valid", good.display())), "{text}");
+    let text = String::from_utf8_lossy(&bad_out.stdout);
+    assert_eq!(bad_out.status.code(), Some(1), "{text}");
+    // The file's line and column, and the key a reader must fix.
+    assert!(text.contains("config:       INVALID:") && text.contains("line 2, column 1, key `top_cgroup`"), "{text}");
+    assert!(text.contains("not ready"), "{text}");
+    assert_nothing_attached();
+}
+
+#[test]
 fn check_says_ready_here() {
     let out = daemon(&["check"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -14,6 +14,8 @@ macro_rules! say {
 use latency_common::knobs::Clock;
 
 use crate::{
+    cli::{CheckArgs, RunArgs},
+    config::{Config, ConfigError},
     host::system,
     kernel::{
         btf::{Btf, VMLINUX},
@@ -25,14 +27,39 @@ use crate::{
 };
 
 /// `latency-daemon check`: exit 0 when ready, 1 when not.
-pub fn main() -> ExitCode {
-    if check() { ExitCode::SUCCESS } else { ExitCode::from(super::FAILED) }
+pub fn main(args: CheckArgs) -> ExitCode {
+    if check(&args) { ExitCode::SUCCESS } else { ExitCode::from(super::FAILED) }
+}
+
+/// The configuration `run --config path` would start with: one line if valid, else a line per
+/// problem; whether it is valid.
+fn config_file(path: &std::path::Path) -> bool {
+    let run = RunArgs { config: Some(path.to_path_buf()), ..RunArgs::default() };
+    match Config::load(&run) {
+        Ok(_) => {
+            say!("config:       {}: valid (with the RUNQLAT_* environment over it)", path.display());
+            true
+        }
+        Err(ConfigError::Invalid { problems }) => {
+            for p in problems {
+                say!("config:       INVALID: {p}");
+            }
+            false
+        }
+        Err(e) => {
+            say!("config:       INVALID: {e}");
+            false
+        }
+    }
 }
 
 /// Runs every check, prints the results, and returns true when the monitor can run here.
-fn check() -> bool {
+fn check(args: &CheckArgs) -> bool {
     let mut ready = true;
     say!("kernel:       {} ({})", system::kernel_release(), std::env::consts::ARCH);
+    if let Some(path) = &args.config {
+        ready &= config_file(path);
+    }
 
     match Btf::from_sys_fs().and_then(|btf| btf.task_layout()) {
         Ok(l) => {
