@@ -67,8 +67,16 @@ fn check_validates_a_config_file() {
     let (good, bad) = (dir.join("good.toml"), dir.join("bad.toml"));
     std::fs::write(&good, "alert_max_delay = \"5ms\"\ntop_cgroups = 50\n").unwrap();
     std::fs::write(&bad, "alert_max_delay = \"5ms\"\ntop_cgroup = 50\n").unwrap();
+    // A web config file it names is checked too: basic auth with a password that is no bcrypt hash.
+    let (web_cfg, bad_web) = (dir.join("web.yml"), dir.join("bad-web.toml"));
+    std::fs::write(&web_cfg, "basic_auth_users:\n  prom: not-a-hash\n").unwrap();
+    std::fs::write(&bad_web, format!("web_config_file = \"{}\"\n", web_cfg.display())).unwrap();
     let good_out = daemon(&["check", "--config", good.to_str().unwrap()]);
     let bad_out = daemon(&["check", "--config", bad.to_str().unwrap()]);
+    let web_out = daemon(&["check", "--config", bad_web.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&web_out.stdout);
+    assert_eq!(web_out.status.code(), Some(1), "{text}");
+    assert!(text.contains("config:       INVALID:") && text.contains("web.yml"), "{text}");
     let text = String::from_utf8_lossy(&good_out.stdout);
     assert_eq!(good_out.status.code(), Some(0), "{text}{}", stderr(&good_out));
     assert!(text.contains(&format!("config:       {}: valid", good.display())), "{text}");

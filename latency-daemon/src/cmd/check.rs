@@ -36,8 +36,10 @@ pub fn main(args: CheckArgs) -> ExitCode {
 fn config_file(path: &std::path::Path) -> bool {
     let run = RunArgs { config: Some(path.to_path_buf()), ..RunArgs::default() };
     match Config::load(&run) {
-        Ok(_) => {
-            say!("config:       {}: valid (with the RUNQLAT_* environment over it)", path.display());
+        Ok(config) => {
+            let web =
+                config.web_config_file.map_or_else(String::new, |w| format!("; its web config {}: valid", w.display()));
+            say!("config:       {}: valid (with the RUNQLAT_* environment over it){web}", path.display());
             true
         }
         Err(ConfigError::Invalid { problems }) => {
