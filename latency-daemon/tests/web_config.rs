@@ -283,3 +283,47 @@ fn client_certificates_are_required_and_verified() {
     assert_eq!(with_cert(true), "200", "and the daemon goes on");
     daemon.stop().unwrap();
 }
+
+/// A scraper that accepts gzip (Prometheus sends `Accept-Encoding: gzip`) gets /metrics gzipped,
+/// the same exposition once decompressed; one that does not, or refuses it with `q=0`, gets it
+/// plain; both carry `Vary: Accept-Encoding`. Prints the sizes.
+#[test]
+fn metrics_are_gzipped_for_a_scraper_that_accepts_it() {
+    use std::io::Read as _;
+    let daemon = Daemon::start(DAEMON, &["--interval", "1s"]).expect("latency-daemon run");
+    let header = |r: &web::Response, name: &str| {
+        r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (plain, zipped, unzipped) = loop {
+        let plain = web::get(&daemon.addr, "/metrics", &[]).expect("a plain scrape");
+        let zipped = web::get(&daemon.addr, "/metrics", &[("Accept-Encoding", "gzip, deflate")]).expect("a scrape");
+        let mut unzipped = Vec::new();
+        flate2::read::GzDecoder::new(&zipped.body[..]).read_to_end(&mut unzipped).expect("a gzip body");
+        // The two scrapes may straddle a drain: the same exposition gives the same bytes.
+        if unzipped == plain.body || Instant::now() > deadline {
+            break (plain, zipped, unzipped);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    daemon.stop().expect("stopping the daemon");
+    assert_eq!((plain.status, zipped.status), (200, 200));
+    assert_eq!(header(&zipped, "Content-Encoding").as_deref(), Some("gzip"));
+    assert_eq!(header(&plain, "Content-Encoding"), None);
+    for r in [&plain, &zipped] {
+        assert_eq!(header(r, "Vary").as_deref(), Some("Accept-Encoding"));
+    }
+    assert!(unzipped == plain.body, "the gzipped body is another exposition than the plain one");
+    assert!(String::from_utf8_lossy(&unzipped).contains("# TYPE runqlat_delay_seconds histogram"));
+    eprintln!(
+        "gzip: /metrics {} bytes plain, {} gzipped ({:.1} %)",
+        plain.body.len(),
+        zipped.body.len(),
+        100.0 * zipped.body.len() as f64 / plain.body.len() as f64
+    );
+    assert!(zipped.body.len() * 3 < plain.body.len(), "gzip saved less than two thirds");
+    let daemon = Daemon::start(DAEMON, &[]).expect("latency-daemon run");
+    let refused = web::get(&daemon.addr, "/metrics", &[("Accept-Encoding", "gzip;q=0, identity")]).expect("a scrape");
+    daemon.stop().expect("stopping the daemon");
+    assert_eq!(header(&refused, "Content-Encoding"), None, "gzip sent though refused with q=0");
+}

@@ -16,12 +16,12 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    http::{Handler, Reply, Request, StatusCode},
+    http::{Handler, HeaderValue, Reply, Request, StatusCode, header},
     view,
 };
 use crate::{
     config::Config,
-    metrics::{Format, Metrics},
+    metrics::{Format, Metrics, encode::gzip},
     model::{exposition::Exposition, window::Window},
 };
 
@@ -59,6 +59,23 @@ impl<K> Memo<K> {
     }
 }
 
+/// Whether an Accept-Encoding header takes gzip: `gzip` (or `x-gzip`, or `*`) listed with no
+/// `q=0`. Absent, or anything else: the body goes as it is (Prometheus sends `gzip`).
+fn accepts_gzip(header: Option<&str>) -> bool {
+    header.is_some_and(|h| {
+        h.split(',').any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .or_else(|| p.strip_prefix("Q="))
+                    .is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0))
+            });
+            ["gzip", "x-gzip", "*"].iter().any(|g| name.eq_ignore_ascii_case(g)) && !refused
+        })
+    })
+}
+
 /// `?format=text|openmetrics|protobuf` overrides the Accept header (a Prometheus job can set it
 /// with `params`, e.g. to keep classic buckets next to a job that gets native histograms).
 pub fn format_param(query: Option<&str>) -> Option<Format> {
@@ -88,7 +105,8 @@ pub struct Routes {
     latest: watch::Receiver<Arc<Exposition>>,
     config: RwLock<Arc<Config>>,
     /// /metrics by format: text, OpenMetrics, protobuf.
-    encoded: [Memo<Exposition>; 3],
+    /// Per format, plain and gzipped.
+    encoded: [Memo<Exposition>; 6],
     snapshot: Memo<Window>,
     heatmap: Memo<Exposition>,
     /// The landing page; forgotten when the configuration changes, since it shows it.
@@ -162,14 +180,22 @@ impl Routes {
     }
 
     /// /metrics in `format`, encoded once per exposition.
-    fn metrics(&self, format: Format) -> Result<(&'static str, Bytes), fmt::Error> {
+    fn metrics(&self, format: Format, gzipped: bool) -> Result<(&'static str, Bytes), fmt::Error> {
         let e = self.latest.borrow().clone();
         let slot = match format {
             Format::Text => 0,
             Format::OpenMetrics => 1,
             Format::Protobuf => 2,
         };
-        self.encoded[slot].get_or(&e, || self.metrics.encode_of(&e, format).map(|(t, b)| (t, Bytes::from(b))))
+        let plain =
+            self.encoded[slot].get_or(&e, || self.metrics.encode_of(&e, format).map(|(t, b)| (t, Bytes::from(b))))?;
+        if !gzipped {
+            return Ok(plain);
+        }
+        self.encoded[slot + 3].get_or(&e, || {
+            let (content_type, body) = plain;
+            gzip(&body).map(|g| (content_type, Bytes::from(g))).map_err(|_| fmt::Error)
+        })
     }
 }
 
@@ -184,12 +210,24 @@ impl Handler for Routes {
         match req.path {
             "/" => Reply::new(StatusCode::OK, "text/html; charset=utf-8", self.landing()),
             "/heatmap.svg" => Reply::new(StatusCode::OK, "image/svg+xml", self.heatmap()),
-            "/metrics" => match self.metrics(format_param(req.query).unwrap_or_else(|| negotiate(req.accept))) {
-                Ok((content_type, body)) => Reply::new(StatusCode::OK, content_type, body),
-                Err(_) => {
-                    Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n")
+            "/metrics" => {
+                let gzipped = accepts_gzip(req.accept_encoding);
+                match self.metrics(format_param(req.query).unwrap_or_else(|| negotiate(req.accept)), gzipped) {
+                    // Vary: a cache between us and the scraper keys on the encoding too.
+                    Ok((content_type, body)) => {
+                        let reply = Reply::new(StatusCode::OK, content_type, body)
+                            .with_header(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+                        if gzipped {
+                            reply.with_header(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"))
+                        } else {
+                            reply
+                        }
+                    }
+                    Err(_) => {
+                        Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "encoding failed\n")
+                    }
                 }
-            },
+            }
             "/healthz" => {
                 let (ok, why) = self.health();
                 let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
@@ -244,6 +282,17 @@ fn unavailable(why: &'static str) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gzip_is_taken_where_listed_without_q_0() {
+        for yes in ["gzip", "gzip, deflate", "deflate, gzip;q=0.5", "x-gzip", "*", "GZIP", " gzip ; q=1"] {
+            assert!(accepts_gzip(Some(yes)), "{yes}");
+        }
+        for no in ["", "deflate", "identity", "gzip;q=0", "gzip; q=0.0, identity", "gzipx", "br"] {
+            assert!(!accepts_gzip(Some(no)), "{no}");
+        }
+        assert!(!accepts_gzip(None));
+    }
 
     #[test]
     fn accept_negotiation() {

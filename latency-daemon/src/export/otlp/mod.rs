@@ -12,7 +12,6 @@ mod retry;
 pub mod translate;
 
 use std::collections::VecDeque;
-use std::io::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -215,8 +214,7 @@ pub fn body(
     if !gzip {
         return Ok(raw);
     }
-    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4), flate2::Compression::fast());
-    encoder.write_all(&raw).and_then(|()| encoder.finish()).map_err(|e| format!("gzip: {e}"))
+    crate::metrics::encode::gzip(&raw).map_err(|e| format!("gzip: {e}"))
 }
 
 /// Sends the queue's batches in order, each until it is taken or refused for good.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-pub use hyper::header::{HeaderName, HeaderValue};
+pub use hyper::header::{self, HeaderName, HeaderValue};
 pub use hyper::{Method, StatusCode};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -40,6 +40,8 @@ pub struct Request<'a> {
     pub query: Option<&'a str>,
     /// The Accept header, if present and visible ASCII.
     pub accept: Option<&'a str>,
+    /// The Accept-Encoding header, likewise.
+    pub accept_encoding: Option<&'a str>,
     /// False only for a request to one of the handler's [`Handler::open`] paths that came without
     /// credentials while basic auth is on: answer it without details.
     pub authenticated: bool,

@@ -38,6 +38,7 @@ pub(super) fn respond<B: Body>(
         path: req.uri().path(),
         query: req.uri().query(),
         accept: req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+        accept_encoding: req.headers().get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()),
         authenticated,
     };
     // AssertUnwindSafe: the handler only reads state it shares with the rest of the daemon through its
