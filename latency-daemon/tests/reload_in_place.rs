@@ -126,6 +126,15 @@ fn time_to_apply(daemon: &mut Daemon, state: (u32, &str), put: impl FnOnce(&str)
     }
 }
 
+/// Stops the writer when dropped, also when an assertion fails while it runs.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn a_slow_in_place_writer_never_gets_a_torn_state_applied_and_whole_files_apply_within_a_second() {
     let started = Instant::now();
@@ -138,6 +147,7 @@ fn a_slow_in_place_writer_never_gets_a_torn_state_applied_and_whole_files_apply_
 
     let seed = 0x5eed_f00d_u64;
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_writer = StopOnDrop(Arc::clone(&stop));
     let writer = {
         let (config, stop) = (config.clone(), Arc::clone(&stop));
         std::thread::spawn(move || {
