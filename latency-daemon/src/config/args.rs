@@ -28,8 +28,9 @@ settings! {
             section: "Sources" => "A flag wins over its RUNQLAT_* variable, which wins over the --config file, which \
                 wins over the built-in default. Bad input stops the start with one line per problem, all at once.",
             help: "TOML file with any of the settings below (env RUNQLAT_CONFIG)",
-            more: "Re-read on SIGHUP. Only a regular file of at most 1 MiB is read; replace it by rename: a file \
-                   that changes while it is read, or is empty, is refused on SIGHUP and the running settings stay.",
+            more: "Re-read on SIGHUP. Only a regular file of at most 1 MiB is read, once it has stood still for \
+                   0.6 s (a reload waits up to 5 s for that); replace it by rename. A file that never stands still \
+                   that long, or is empty, is refused on SIGHUP and the running settings stay.",
             default: "off",
             apply: Start,
         },

@@ -1,28 +1,31 @@
 //! A configuration file's path in, its text out — only from a regular file of at most
 //! [`MAX_FILE_BYTES`], never blocking on what is not one (a FIFO, a device): the reload that
-//! reads it must not freeze whatever waits for it; and only a text that stood still while it was
-//! read, so a file being rewritten in place is never taken half-written.
+//! reads it must not freeze whatever waits for it; and only a text that stood still for
+//! [`SETTLE`], so a file being rewritten in place is never taken half-written.
 
 use std::fs::{Metadata, OpenOptions};
 use std::io::Read as _;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Far above any real configuration (ours and the web config are a few KiB); a file larger than
 /// this is a mistake or an attack, and reading it would only cost memory.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// The pause before the one retry of a file that changed lately or while it was read; the retry
-/// must find it as it was. An in-place writer between two of its `write`s leaves a file that is
-/// unchanged during a read yet incomplete; its next write comes within microseconds to
-/// milliseconds, not 50 ms.
-pub const SETTLE: Duration = Duration::from_millis(50);
+/// How long a file must have stood still (stamps and bytes) before it is taken. An in-place
+/// writer between two of its `write`s leaves a file that is unchanged for as long as it pauses,
+/// yet incomplete — and a torn TOML file still parses, later keys simply missing — so nothing but
+/// time tells it from a whole one. Above the longest pause we tolerate, 500 ms (a slow script, an
+/// editor saving in chunks on a busy machine), with room for the kernel's coarse file clock.
+pub const SETTLE: Duration = Duration::from_millis(600);
 
-/// A file whose ctime (set by every write and truncate; nobody can set it back) is this old is
-/// read once. Far above `SETTLE`: the kernel stamps files from a coarse clock, and under load a
-/// file rewritten in place was seen here still empty mid-rewrite with a ctime over 50 ms old.
-const QUIET: Duration = Duration::from_secs(1);
+/// The longest a read waits for a file that keeps changing: a writer that pauses for [`SETTLE`]
+/// within it is read then; one that never does is refused in one line.
+pub const PATIENCE: Duration = Duration::from_secs(5);
+
+/// Between two looks at a file that has not stood still long enough yet.
+const POLL: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
@@ -35,11 +38,12 @@ pub enum FileError {
     #[error("{} is not UTF-8", path.display())]
     NotText { path: PathBuf },
     #[error(
-        "{} changed while it was read, again {} ms later (replace it by rename: write a temporary file, then mv)",
+        "{} kept changing: it never stood still for {} ms in {} ms ({changes} changes seen; replace it by rename: write a temporary file, then mv)",
         path.display(),
-        SETTLE.as_millis()
+        settle.as_millis(),
+        waited.as_millis()
     )]
-    Changing { path: PathBuf },
+    Changing { path: PathBuf, settle: Duration, waited: Duration, changes: u32 },
 }
 
 /// What says whether a file changed: which file, its size, and when its data and inode last did.
@@ -63,12 +67,15 @@ impl Stamp {
         }
     }
 
-    /// Last changed at least [`QUIET`] ago by the wall clock. A ctime in the future (the clock
-    /// was set back) is not quiet; the retry covers that case.
-    fn quiet(&self) -> bool {
-        let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) else { return false };
-        let (Ok(secs), Ok(nanos)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1)) else { return false };
-        now.checked_sub(Duration::new(secs, nanos)).is_some_and(|age| age >= QUIET)
+    /// How long ago, by the wall clock, the file last changed: its ctime is set by every write,
+    /// truncate and rename, and nobody can set it back. Zero for a ctime in the future (the clock
+    /// was set back): then only what this reader saw itself counts.
+    fn age(&self) -> Duration {
+        let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) else { return Duration::ZERO };
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1)) else {
+            return Duration::ZERO;
+        };
+        now.checked_sub(Duration::new(secs, nanos)).unwrap_or(Duration::ZERO)
     }
 }
 
@@ -83,27 +90,65 @@ impl Pass {
     fn steady(&self) -> bool {
         self.before == self.after
     }
+
+    /// The file as `self` found it is the one `earlier` found: same stamps, same bytes.
+    fn same_as(&self, earlier: &Pass) -> bool {
+        self.steady() && earlier.steady() && self.before == earlier.after && self.bytes == earlier.bytes
+    }
 }
 
-/// Reads `path` whole, as a text that did not change while it was read and had stood still for
-/// [`QUIET`] (else, after a pause of [`SETTLE`], once more: then the file must be as the first
-/// pass left it, stamps and bytes). Opened non-blocking, so a FIFO without a writer cannot hold
-/// the caller; the type and size are checked on the open descriptor (no race with a rename), and
-/// the read itself is capped in case the file grows meanwhile. Symbolic links are followed
-/// (Kubernetes mounts ConfigMaps through them).
+/// Reads `path` whole, as a text that stood still for [`SETTLE`]: unchanged while it was read,
+/// and for `SETTLE` before by its ctime or by what this reader saw (looking again every
+/// [`POLL`]), whichever is longer; a file last changed long ago is read at once. A file that
+/// changes all along is read once it pauses for `SETTLE`, and refused after [`PATIENCE`].
+/// Opened non-blocking, so a FIFO without a writer cannot hold the caller; the type and size are
+/// checked on the open descriptor (no race with a rename), and the read itself is capped in case
+/// the file grows meanwhile. Symbolic links are followed (Kubernetes mounts ConfigMaps through
+/// them).
 pub fn read(path: &Path) -> Result<String, FileError> {
-    let first = read_once(path)?;
-    let bytes = if first.steady() && first.after.quiet() {
-        first.bytes
-    } else {
-        std::thread::sleep(SETTLE);
-        let second = read_once(path)?;
-        if !(second.steady() && second.before == first.after && second.bytes == first.bytes) {
-            return Err(FileError::Changing { path: path.to_owned() });
+    #[cfg(test)]
+    let settle = SETTLE_HERE.get();
+    #[cfg(not(test))]
+    let settle = SETTLE;
+    read_settled(path, settle, PATIENCE)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// [`SETTLE`] for reads on this thread: a unit test that rewrites a file and reloads dozens
+    /// of times, and is not about torn files, may shorten it with [`settle_here`].
+    static SETTLE_HERE: std::cell::Cell<Duration> = const { std::cell::Cell::new(SETTLE) };
+}
+
+/// Reads on this thread take a file once it stood still for `settle` (unit tests only).
+#[cfg(test)]
+pub(crate) fn settle_here(settle: Duration) {
+    SETTLE_HERE.set(settle);
+}
+
+fn read_settled(path: &Path, settle: Duration, patience: Duration) -> Result<String, FileError> {
+    let started = Instant::now();
+    let mut seen = read_once(path)?;
+    // When this reader first saw the file as `seen` has it.
+    let mut since = Instant::now();
+    let mut changes = 0u32;
+    loop {
+        let stood = if seen.steady() { since.elapsed().max(seen.after.age()) } else { Duration::ZERO };
+        if stood >= settle {
+            return String::from_utf8(seen.bytes).map_err(|_| FileError::NotText { path: path.to_owned() });
         }
-        second.bytes
-    };
-    String::from_utf8(bytes).map_err(|_| FileError::NotText { path: path.to_owned() })
+        let waited = started.elapsed();
+        if waited >= patience {
+            return Err(FileError::Changing { path: path.to_owned(), settle, waited, changes });
+        }
+        std::thread::sleep(POLL.min(settle - stood).min(patience - waited));
+        let next = read_once(path)?;
+        if !next.same_as(&seen) {
+            since = Instant::now();
+            changes += 1;
+        }
+        seen = next;
+    }
 }
 
 fn read_once(path: &Path) -> Result<Pass, FileError> {
@@ -199,40 +244,105 @@ mod tests {
         let (dir, path) = config_file("fresh", "top_cgroups = 3\n");
         let started = Instant::now();
         assert_eq!(read(&path).unwrap(), "top_cgroups = 3\n");
-        assert!(started.elapsed() >= SETTLE, "a file written just now waits {SETTLE:?}: {:?}", started.elapsed());
+        let took = started.elapsed();
+        assert!(took >= SETTLE - POLL, "a file written just now waits until it stood still {SETTLE:?}: {took:?}");
+        assert!(took < SETTLE + 4 * POLL, "and not much longer: {took:?}");
 
-        std::thread::sleep(QUIET + SETTLE);
+        std::thread::sleep(SETTLE);
         let started = Instant::now();
         assert_eq!(read(&path).unwrap(), "top_cgroups = 3\n");
-        assert!(started.elapsed() < SETTLE, "a quiet file is read at once: {:?}", started.elapsed());
+        assert!(started.elapsed() < POLL, "a quiet file is read at once: {:?}", started.elapsed());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Rewrites `path` in place as `first`, a pause, then `second`, `times` times, `pause` after
+    /// each `first` and `gap` after each `second`.
+    fn two_writes(path: &Path, first: &str, second: &str, pause: Duration, gap: Duration, times: u32) {
+        use std::io::Write as _;
+        for _ in 0..times {
+            let mut f = OpenOptions::new().write(true).truncate(true).open(path).unwrap();
+            f.write_all(first.as_bytes()).unwrap();
+            std::thread::sleep(pause);
+            f.write_all(second.as_bytes()).unwrap();
+            drop(f);
+            std::thread::sleep(gap);
+        }
+    }
+
+    #[test]
+    fn a_writer_pausing_between_its_writes_is_never_read_torn() {
+        // A torn TOML file still parses (later keys missing): only time can tell it.
+        let whole = "top_cgroups = 3\nwindow = \"5s\"\n";
+        let (dir, path) = config_file("pausing", whole);
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                for pause in [80, 250, 500] {
+                    two_writes(
+                        &path,
+                        "top_cgroups = 3\n",
+                        "window = \"5s\"\n",
+                        Duration::from_millis(pause),
+                        Duration::ZERO,
+                        1,
+                    );
+                }
+            })
+        };
+        let mut reads = 0;
+        while !writer.is_finished() {
+            assert_eq!(read(&path).unwrap(), whole, "read {reads}");
+            reads += 1;
+        }
+        writer.join().unwrap();
+        assert!(reads >= 1);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
-    fn a_file_rewritten_in_place_all_along_is_refused_in_one_line() {
+    fn a_file_rewritten_all_along_is_read_once_it_pauses() {
+        let (dir, path) = config_file("pauses", "top_cgroups = 1\n");
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                two_writes(&path, "top_cgroups = 1", "\n", Duration::from_millis(20), Duration::from_millis(20), 40);
+                two_writes(&path, "top_cgroups = 2", "\n", Duration::from_millis(20), Duration::ZERO, 1);
+                Instant::now()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let text = read(&path).unwrap();
+        let last_write = writer.join().unwrap();
+        assert_eq!(text, "top_cgroups = 2\n", "the last state, once it stood still");
+        assert!(last_write.elapsed() < SETTLE, "read soon after it paused: {:?} ago", last_write.elapsed());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_rewritten_all_along_is_refused_in_one_line_after_a_bounded_wait() {
         let (dir, path) = config_file("torn", "top_cgroups = 3\n");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
             let (path, stop) = (path.clone(), stop.clone());
             std::thread::spawn(move || {
-                use std::io::Write as _;
-                let mut n = 0u32;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(&path).unwrap();
-                    std::thread::sleep(Duration::from_millis(1));
-                    writeln!(f, "top_cgroups = {n}").unwrap();
-                    n += 1;
+                    two_writes(&path, "top_cgroups = ", "3\n", Duration::from_millis(1), Duration::from_millis(5), 1);
                 }
             })
         };
-        let e = read(&path).unwrap_err();
+        let started = Instant::now();
+        let patience = Duration::from_millis(1500);
+        let e = read_settled(&path, SETTLE, patience).unwrap_err();
+        let took = started.elapsed();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         writer.join().unwrap();
         assert!(matches!(e, FileError::Changing { .. }), "{e:?}");
+        assert!(took >= patience && took < patience + 4 * POLL, "bounded: {took:?}");
         let e = e.to_string();
-        assert!(e.starts_with(&format!("{} changed while it was read, again 50 ms later", path.display())), "{e}");
+        let head = format!("{} kept changing: it never stood still for 600 ms in ", path.display());
+        assert!(e.starts_with(&head), "{e}");
         assert!(e.contains("replace it by rename") && !e.contains('\n'), "{e}");
-        assert!(read(&path).unwrap().starts_with("top_cgroups = "), "readable again once it stands still");
+        assert_eq!(read(&path).unwrap(), "top_cgroups = 3\n", "readable again once it stands still");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -28,11 +28,13 @@ fn no_env(_: &str) -> Option<String> {
     None
 }
 
-/// A config file that disappears with the test.
+/// A config file that disappears with the test. Read at once, without waiting for it to stand
+/// still: these tests are about what a file says, config::file's about when it is taken.
 struct TempFile(PathBuf);
 
 impl TempFile {
     fn new(name: &str, text: &str) -> TempFile {
+        super::file::settle_here(std::time::Duration::ZERO);
         let path = std::env::temp_dir().join(format!("latency-daemon-{}-{name}.toml", std::process::id()));
         std::fs::write(&path, text).unwrap();
         TempFile(path)

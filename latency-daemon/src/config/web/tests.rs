@@ -3,7 +3,10 @@ use latency_lab::tls::Certs;
 
 use super::*;
 
+/// Loads `yaml` at once, without waiting for the file to stand still (config::file's tests are
+/// about that; these, about what the file says).
 fn load(certs: &Certs, yaml: &str) -> Result<WebConfig, String> {
+    crate::config::file::settle_here(std::time::Duration::ZERO);
     let path = certs.path("web.yml");
     std::fs::write(&path, yaml).unwrap();
     WebConfig::load(&path).map_err(|e| e.to_string())
