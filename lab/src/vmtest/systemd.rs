@@ -252,10 +252,15 @@ fn exec_binary(unit: &str) -> Option<String> {
 /// The host and port the checker scrapes, from the conffile's `listen = "ADDR:PORT"`: a wildcard
 /// (`0.0.0.0`, `[::]`, or none as in `:9954`) is reached on loopback.
 pub fn probe_address(toml: &str) -> Option<(String, u16)> {
-    let value = toml.lines().map(str::trim).find_map(|l| {
+    let listen = |l: &str| -> Option<String> {
         let rest = l.strip_prefix("listen")?.trim_start().strip_prefix('=')?.trim();
-        rest.strip_prefix('"')?.split('"').next()
-    })?;
+        rest.strip_prefix('"')?.split('"').next().map(str::to_owned)
+    };
+    // A line that sets it, else the commented default the shipped file shows.
+    let lines = || toml.lines().map(str::trim);
+    let value = lines()
+        .find_map(listen)
+        .or_else(|| lines().find_map(|l| l.strip_prefix('#').and_then(|l| listen(l.trim_start()))))?;
     let (host, port) = value.rsplit_once(':')?;
     let port = port.parse().ok()?;
     let host = match host.trim_start_matches('[').trim_end_matches(']') {
@@ -355,6 +360,11 @@ mod tests {
         assert_eq!(probe_address("listen = \"10.0.0.2:80\""), Some(("10.0.0.2".into(), 80)));
         assert_eq!(probe_address("listen = \"0.0.0.0\""), None);
         assert_eq!(probe_address("listening = 1"), None);
+        // The shipped file comments every default out: the commented default is where it listens,
+        // unless a line sets it.
+        assert_eq!(probe_address("# listen = \"0.0.0.0:9954\"\n"), Some(("127.0.0.1".into(), 9954)));
+        let set = "# listen = \"0.0.0.0:9954\"\nlisten = \"127.0.0.1:9101\"\n";
+        assert_eq!(probe_address(set), Some(("127.0.0.1".into(), 9101)));
     }
 
     #[test]

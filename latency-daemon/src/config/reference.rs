@@ -126,16 +126,18 @@ fn assignment(key: &str, value: &toml::Value) -> String {
     out
 }
 
-/// deploy/latency-daemon.toml: every file key at its default, or commented out with an example.
+/// deploy/latency-daemon.toml: every file key commented out, at its default or with an example, so
+/// a changed default reaches a host whose file was installed with an older one.
 pub fn example_toml() -> Result<String, toml::ser::Error> {
     let defaults: toml::Table = toml::Table::try_from(Config::default())?;
     let keys = super::sources::file_keys();
     let mut out = comment(
-        "latency-daemon run --config /etc/latency-daemon.toml: every setting, at its built-in default; settings \
-         without one are shown commented out, with an example value. Flags (--top-cgroups 50) and environment \
+        "latency-daemon run --config /etc/latency-daemon.toml: every setting, commented out at its built-in \
+         default (or with an example value where it has none): uncomment a line to set it. A commented line \
+         follows the daemon's default, also when an upgrade changes it. Flags (--top-cgroups 50) and environment \
          variables (RUNQLAT_TOP_CGROUPS=50) override this file. SIGHUP re-reads it; settings marked (restart) keep \
-         their running value until the next start. docs/configuration.md has the same table with each flag and \
-         variable.",
+         their running value until the next start. `latency-daemon check --config FILE` checks a file. \
+         docs/configuration.md has the same table with each flag and variable.",
     );
     for (title, intro, settings) in sections() {
         let settings: Vec<&Setting> = settings.into_iter().filter(|s| keys.contains(&s.key)).collect();
@@ -153,7 +155,9 @@ pub fn example_toml() -> Result<String, toml::ser::Error> {
             }
             out.push_str(&comment(&text));
             match (defaults.get(s.key), s.example) {
-                (Some(value), _) => out.push_str(&assignment(s.key, value)),
+                (Some(value), _) => {
+                    out.extend(assignment(s.key, value).lines().map(|l| format!("# {l}\n")));
+                }
                 (None, Some(example)) => out.push_str(&format!("# {} = {example}\n", s.key)),
                 (None, None) => out.push_str(&format!("# {} =\n", s.key)),
             }

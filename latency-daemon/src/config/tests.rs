@@ -510,28 +510,37 @@ fn example_file_lists_every_setting_at_its_default() {
     assert_eq!(check::resolve(file, None, &|_| None, &mut problems), Config::default());
     assert!(problems.is_empty(), "{problems:?}");
 
-    // Settings without a default (alert thresholds) are shown commented out, as `# key = value`.
+    // Every setting is commented out, as `# key = value`: at its default, or an example where it
+    // has none (alert thresholds).
     let commented = |line: &str| {
         let key = line.strip_prefix('#')?.trim_start().split_once('=')?.0.trim();
         sources::file_keys().contains(&key).then_some(key.to_owned())
     };
-    let mut keys: Vec<String> = toml::from_str::<toml::Table>(EXAMPLE).unwrap().keys().cloned().collect();
+    let live = toml::from_str::<toml::Table>(EXAMPLE).unwrap();
+    assert!(live.is_empty(), "set in the example, not commented out: {:?}", live.keys().collect::<Vec<_>>());
+    let mut keys: Vec<String> = live.keys().cloned().collect();
     keys.extend(EXAMPLE.lines().filter_map(commented));
     keys.sort();
     let mut settings: Vec<String> = sources::file_keys().iter().map(|&k| k.to_owned()).collect();
     settings.sort();
     assert_eq!(keys, settings, "every key once, set or commented out");
 
-    // The commented-out examples are valid too, except those naming files (which exist only where
-    // deployed) and the basic-auth user (which needs its password file).
+    // Uncommented, the lines are valid too (an array's continuation lines with its first), except
+    // those naming files (which exist only where deployed) and the basic-auth user (which needs
+    // its password file).
     let names_a_file = |key: &str| key.ends_with("_file") || key == "alert_basic_auth_user";
+    let mut in_array = false;
     let uncommented: String = EXAMPLE
         .lines()
-        .map(|line| match commented(line) {
-            Some(key) if !names_a_file(&key) => line.trim_start_matches(['#', ' ']),
-            _ => line,
+        .map(|line| {
+            let open = in_array || commented(line).is_some_and(|key| !names_a_file(&key));
+            if !open {
+                return format!("{line}\n");
+            }
+            let line = line.trim_start_matches(['#', ' ']);
+            in_array = if in_array { line.trim() != "]" } else { line.trim_end().ends_with('[') };
+            format!("{line}\n")
         })
-        .map(|line| format!("{line}\n"))
         .collect();
     let file = sources::parse_file(&uncommented, Path::new("uncommented")).unwrap();
     let config = check::resolve(file, None, &|_| None, &mut problems);
