@@ -55,7 +55,10 @@ pub fn thresholds(config: &Config) -> [Option<u64>; Reason::COUNT] {
 const STYLE: &str = "body{font-family:sans-serif;margin:16px;color:#222;max-width:1100px}\
 h1{font-size:20px}h2{font-size:16px;margin-top:24px}table{border-collapse:collapse}\
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td.name,th.name{text-align:left}\
-.note{color:#666;font-size:13px}pre{background:#f6f6f6;padding:8px;overflow:auto}";
+.note{color:#666;font-size:13px}pre{background:#f6f6f6;padding:8px;overflow:auto}\
+#status{padding:8px 12px;border-radius:4px;font-weight:bold}#status.ok{background:#e3f4e3;color:#1a5e1a}\
+#status.firing{background:#fbe3e3;color:#8b1a1a}#status.off{background:#f0f0f0;color:#555}\
+td.over{background:#fbe3e3;color:#8b1a1a;font-weight:bold}";
 
 /// The whole page.
 pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
@@ -79,6 +82,7 @@ pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
         e.window_seconds,
         e.drains,
     );
+    status(&mut out, e, config);
     let windows: Vec<&WindowSummary> = e.timeline.windows().collect();
     match e.timeline.last() {
         Some(last) => {
@@ -121,13 +125,54 @@ pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
 }
 
 /// A figure cell: the human text, and the raw value in `data-value` for machines.
+/// The line at the top: the alerts firing, in colour, naming the first; else whether the last
+/// window stayed under the thresholds (its worst delay and the threshold it is held to); else
+/// that alerting is off.
+fn status(out: &mut String, e: &Exposition, config: &Config) {
+    let worst = e.timeline.last().and_then(|w| {
+        Reason::ALL.into_iter().filter_map(|r| Some((r, w.reasons[r as usize].max_ns?))).max_by_key(|(_, ns)| *ns)
+    });
+    let (class, text) = if let Some((reason, cgroup)) = e.alerts_active.first() {
+        let names = e.containers.get(cgroup).cloned().unwrap_or_default();
+        let more = match e.alerts_active.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        let n = e.alerts_active.len();
+        (
+            "firing",
+            format!(
+                "{n} alert{} firing: {} in {}{more} (<a href=\"#alerts\">alerts</a>)",
+                if n == 1 { "" } else { "s" },
+                reason.name(),
+                who(cgroup, &names)
+            ),
+        )
+    } else if !config.alert.enabled() {
+        ("off", "Alerting is off: no threshold set (alert_max_delay or an override).".to_owned())
+    } else {
+        let worst = worst.map_or_else(
+            || "no window has closed yet".to_owned(),
+            |(r, ns)| format!("the last window's worst delay {} ({})", escape(&fmt_ns(ns)), r.name()),
+        );
+        ("ok", format!("OK: no alert firing; {worst}."))
+    };
+    let _ = writeln!(out, "<p id=\"status\" class=\"{class}\" data-alerts=\"{}\">{text}</p>", e.alerts_active.len());
+}
+
 fn cell(out: &mut String, field: &str, ns: Option<u64>) {
+    cell_over(out, field, ns, false);
+}
+
+/// A cell of ns; `over`: coloured (at or above its threshold).
+fn cell_over(out: &mut String, field: &str, ns: Option<u64>, over: bool) {
+    let class = if over { " class=\"over\"" } else { "" };
     match ns {
         Some(v) => {
-            let _ = write!(out, "<td data-field=\"{field}\" data-value=\"{v}\">{}</td>", escape(&fmt_ns(v)));
+            let _ = write!(out, "<td{class} data-field=\"{field}\" data-value=\"{v}\">{}</td>", escape(&fmt_ns(v)));
         }
         None => {
-            let _ = write!(out, "<td data-field=\"{field}\">–</td>");
+            let _ = write!(out, "<td{class} data-field=\"{field}\">–</td>");
         }
     }
 }
@@ -152,7 +197,9 @@ fn last_window(out: &mut String, w: &WindowSummary, config: &Config) {
         cell(out, &format!("{name}.p50_ns"), r.p50_ns);
         cell(out, &format!("{name}.p99_ns"), r.p99_ns);
         cell(out, &format!("{name}.p999_ns"), r.p999_ns);
-        cell(out, &format!("{name}.max_ns"), r.max_ns);
+        // The maximum in colour where it is at or above the reason's threshold.
+        let over = r.max_ns.zip(thresholds[reason as usize]).is_some_and(|(max, t)| max >= t);
+        cell_over(out, &format!("{name}.max_ns"), r.max_ns, over);
         cell(out, &format!("{name}.threshold_ns"), thresholds[reason as usize]);
         out.push_str("</tr>\n");
     }

@@ -221,3 +221,24 @@ fn before_the_first_window_and_without_alerting() {
     assert!(html.contains("Alerting is off"));
     assert!(!html.contains("class=\"cell\""));
 }
+
+#[test]
+fn the_status_line_says_what_fires_first_and_colours_what_crossed_its_threshold() {
+    // An alert firing: red, the count, the reason and where (escaped), a link to the alerts.
+    let html = page(&exposition(), &config(), "{}");
+    let status = html.split("<p id=\"status\"").nth(1).and_then(|s| s.split("</p>").next()).expect("a status line");
+    assert!(status.starts_with(" class=\"firing\" data-alerts=\"1\">1 alert firing: wakeup in "), "{status}");
+    assert!(status.contains("href=\"#alerts\"") && !status.contains("<script>"), "{status}");
+    assert!(html.find("id=\"status\"") < html.find("id=\"last-window\""), "the status line is not at the top");
+    // The 7 ms wakeup maximum is over the 5 ms threshold: coloured; the preemptions' is not.
+    assert!(html.contains("<td class=\"over\" data-field=\"wakeup.max_ns\""), "{html}");
+    assert!(!html.contains("<td class=\"over\" data-field=\"preempt.max_ns\""));
+    // Nothing firing: green, naming the window's worst delay.
+    let quiet = Exposition { alerts_active: Vec::new(), ..exposition() };
+    let html = page(&quiet, &config(), "{}");
+    assert!(html.contains("<p id=\"status\" class=\"ok\" data-alerts=\"0\">OK: no alert firing; the last window's worst delay"));
+    // Alerting off: grey, and no cell coloured.
+    let html = page(&quiet, &Config::default(), "{}");
+    assert!(html.contains("<p id=\"status\" class=\"off\" data-alerts=\"0\">Alerting is off"), "{html}");
+    assert!(!html.contains("class=\"over\""));
+}
