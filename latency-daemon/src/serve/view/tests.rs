@@ -236,7 +236,9 @@ fn the_status_line_says_what_fires_first_and_colours_what_crossed_its_threshold(
     // Nothing firing: green, naming the window's worst delay.
     let quiet = Exposition { alerts_active: Vec::new(), ..exposition() };
     let html = page(&quiet, &config(), "{}");
-    assert!(html.contains("<p id=\"status\" class=\"ok\" data-alerts=\"0\">OK: no alert firing; the last window's worst delay"));
+    assert!(html.contains(
+        "<p id=\"status\" class=\"ok\" data-alerts=\"0\">OK: no alert firing; the last window's worst delay"
+    ));
     // Alerting off: grey, and no cell coloured.
     let html = page(&quiet, &Config::default(), "{}");
     assert!(html.contains("<p id=\"status\" class=\"off\" data-alerts=\"0\">Alerting is off"), "{html}");

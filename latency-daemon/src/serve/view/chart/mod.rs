@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use latency_common::{
     Reason,
-    buckets::{UPPER_NS, ZERO_BUCKET, native_index},
+    buckets::{UPPER_NS, ZERO_BUCKET, bucket_of},
 };
 
 use super::escape;
@@ -63,6 +63,19 @@ fn bucket_range(k: usize) -> String {
     }
 }
 
+/// The round values (ns) an axis from `lo` to `hi` ns is labelled at: each power of ten, and 2 and 5
+/// times it where the axis spans less than two decades (a label every few rows either way).
+fn round_values(lo: f64, hi: f64) -> Vec<f64> {
+    let steps: &[f64] = if hi / lo < 100.0 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let mut decade = 10f64.powf(lo.max(1.0).log10().floor());
+    let mut out = Vec::new();
+    while decade <= hi {
+        out.extend(steps.iter().map(|m| decade * m).filter(|v| (lo..=hi).contains(v)));
+        decade *= 10.0;
+    }
+    out
+}
+
 fn column_width(n: usize) -> f64 {
     (PLOT_W / n.max(1) as f64).clamp(4.0, 48.0)
 }
@@ -100,18 +113,27 @@ pub fn heatmap(windows: &[&WindowSummary]) -> String {
         out,
         "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{pw:.1}\" height=\"{ph:.1}\" fill=\"#f4f4f4\" stroke=\"#ccc\"/>"
     );
-    // An octave label wherever a bucket's upper bound is a power of two (native index % 8 == 0).
-    for (k, &upper) in UPPER_NS.iter().enumerate().take(hi + 1).skip(lo) {
-        let octave = native_index(k).is_some_and(|i| i.rem_euclid(8) == 0) || k == ZERO_BUCKET;
-        if octave {
-            let ty = y(k) + rh / 2.0 + 4.0;
-            let _ = writeln!(
-                out,
-                "<text x=\"{:.0}\" y=\"{ty:.1}\" text-anchor=\"end\">{}</text>",
-                LEFT - 6.0,
-                escape(&fmt_ns(upper))
-            );
+    // A tick and label at each round value (1, 10, 100 × a unit) the rows span, where it falls in
+    // its bucket (the rows are log-uniform: a bucket's share of an octave); at 1-2-5 steps where
+    // the rows span less than two decades.
+    let (floor_ns, top_ns) = (UPPER_NS[lo.saturating_sub(1)].max(1), UPPER_NS[hi]);
+    for v in round_values(floor_ns as f64, top_ns as f64) {
+        let k = bucket_of(v as u64).min(UPPER_NS.len() - 1);
+        if k < lo || k > hi || k == ZERO_BUCKET {
+            continue;
         }
+        let below = UPPER_NS[k - 1].max(1) as f64;
+        let frac = (v / below).ln() / (UPPER_NS[k] as f64 / below).ln();
+        let ty = y(k) + rh * (1.0 - frac.clamp(0.0, 1.0));
+        let _ = writeln!(
+            out,
+            "<line class=\"tick\" x1=\"{:.0}\" y1=\"{ty:.1}\" x2=\"{LEFT}\" y2=\"{ty:.1}\" stroke=\"#999\"/>\
+             <text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            LEFT - 4.0,
+            LEFT - 6.0,
+            ty + 4.0,
+            escape(&fmt_ns(v as u64))
+        );
     }
     for (n, (win, cells)) in windows.iter().zip(&columns).enumerate() {
         let x = LEFT + n as f64 * cw;
@@ -173,29 +195,18 @@ pub fn lines(windows: &[&WindowSummary], thresholds: [Option<u64>; Reason::COUNT
         "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{ph}\" fill=\"none\" stroke=\"#ccc\"/>",
         w - LEFT - RIGHT
     );
-    // A grid line per octave, labelled every other one.
-    let mut e = lo as i32;
-    while f64::from(e) <= hi {
-        let ns = 2f64.powi(e) as u64;
-        if ns > 0 {
-            let py = y(ns);
-            let _ = write!(
-                out,
-                "<line x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{:.0}\" y2=\"{py:.1}\" stroke=\"#eee\"/>",
-                w - RIGHT
-            );
-            if e % 2 == 0 {
-                let _ = write!(
-                    out,
-                    "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-                    LEFT - 6.0,
-                    py + 4.0,
-                    escape(&fmt_ns(ns))
-                );
-            }
-            out.push('\n');
-        }
-        e += 1;
+    // A labelled grid line at each round value (see `round_values`).
+    for v in round_values(2f64.powf(lo), 2f64.powf(hi)) {
+        let (ns, py) = (v as u64, y(v as u64));
+        let _ = writeln!(
+            out,
+            "<line x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{:.0}\" y2=\"{py:.1}\" stroke=\"#eee\"/>\
+             <text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            w - RIGHT,
+            LEFT - 6.0,
+            py + 4.0,
+            escape(&fmt_ns(ns))
+        );
     }
     // One dashed line per distinct threshold, named by the reasons it applies to.
     let mut distinct: Vec<u64> = thresholds.iter().flatten().copied().collect();

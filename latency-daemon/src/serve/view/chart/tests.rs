@@ -82,3 +82,33 @@ fn colours_run_light_to_dark() {
     assert_eq!(colour(1000, 1000), "#800026");
     assert_eq!(clock_utc(3_661_000_000_000), "01:01:01");
 }
+
+/// The value axes' labels: `text-anchor="end"` texts (the time axis' end label is a clock).
+fn axis_labels(svg: &str) -> Vec<String> {
+    svg.split("text-anchor=\"end\">")
+        .skip(1)
+        .filter_map(|s| s.split("</text>").next())
+        .filter(|l| !l.ends_with("UTC"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn value_axes_are_labelled_at_round_values() {
+    let round = |label: &str| {
+        let number = label.split(' ').next().unwrap_or("");
+        ["1", "2", "5", "10", "20", "50", "100", "200", "500"].contains(&number)
+    };
+    let a = window(0, &[(Reason::Wakeup, 5_000), (Reason::Preempt, 8_000_000)]);
+    let b = window(2_000_000_000, &[(Reason::Preempt, 12_000_000), (Reason::Wakeup, 953)]);
+    for svg in [heatmap(&[&a, &b]), lines(&[&a, &b], [Some(5_000_000), None])] {
+        let labels = axis_labels(&svg);
+        assert!(labels.len() >= 3, "{labels:?}");
+        assert!(labels.iter().all(|l| round(l)), "{labels:?}");
+        // 1 µs … 10 ms: the data's decades.
+        assert!(labels.iter().any(|l| l == "1 µs") && labels.iter().any(|l| l == "10 ms"), "{labels:?}");
+    }
+    // Under two decades: 1-2-5 steps.
+    assert_eq!(round_values(900.0, 12_000.0), [1_000.0, 2_000.0, 5_000.0, 10_000.0]);
+    assert_eq!(round_values(900.0, 2_000_000.0), [1_000.0, 10_000.0, 100_000.0, 1_000_000.0]);
+}
