@@ -60,8 +60,15 @@ pub fn annotations(release: &Release) -> BTreeMap<String, String> {
     .into_iter()
     .map(|(k, v)| (format!("org.opencontainers.image.{k}"), v))
     .collect();
+    // Where it comes from, its home and its manual: the repository, and its docs at this version.
     if let Some(source) = &release.source {
-        a.insert("org.opencontainers.image.source".to_owned(), source.clone());
+        let source = source.trim_end_matches('/');
+        a.insert("org.opencontainers.image.source".to_owned(), source.to_owned());
+        a.insert("org.opencontainers.image.url".to_owned(), source.to_owned());
+        a.insert(
+            "org.opencontainers.image.documentation".to_owned(),
+            format!("{source}/tree/v{}/docs", release.version),
+        );
     }
     a
 }
@@ -234,8 +241,11 @@ mod tests {
         let a = annotations(&release);
         assert_eq!(a["org.opencontainers.image.version"], "1.2.3");
         assert_eq!(a["org.opencontainers.image.created"], "1970-01-01T00:00:00Z");
-        assert!(!a.contains_key("org.opencontainers.image.source"));
-        let with_source = Release { source: Some("https://src".into()), ..release };
-        assert_eq!(annotations(&with_source)["org.opencontainers.image.source"], "https://src");
+        assert!(!a.contains_key("org.opencontainers.image.source") && !a.contains_key("org.opencontainers.image.url"));
+        let with_source = Release { source: Some("https://src/".into()), ..release };
+        let a = annotations(&with_source);
+        assert_eq!(a["org.opencontainers.image.source"], "https://src");
+        assert_eq!(a["org.opencontainers.image.url"], "https://src");
+        assert_eq!(a["org.opencontainers.image.documentation"], "https://src/tree/v1.2.3/docs");
     }
 }
