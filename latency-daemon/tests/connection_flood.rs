@@ -269,5 +269,9 @@ fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
     for (name, share, ok, all) in shares {
         assert!(share >= MIN_SCRAPES_OK, "{name} scrapes: {ok}/{all} succeeded during the flood");
     }
-    assert!(after <= bound, "RSS {after:.1} MiB {:.1} s after the flood; before {before:.1} MiB, bound {bound:.1} MiB", settled.as_secs_f64());
+    assert!(
+        after <= bound,
+        "RSS {after:.1} MiB {:.1} s after the flood; before {before:.1} MiB, bound {bound:.1} MiB",
+        settled.as_secs_f64()
+    );
 }
