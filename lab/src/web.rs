@@ -3,7 +3,7 @@
 //! up in Prometheus text.
 use std::{
     io::{Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    net::{IpAddr, SocketAddr, TcpListener, TcpStream},
     time::Duration,
 };
 
@@ -28,8 +28,27 @@ impl Response {
 
 /// GET `path` from `addr` with extra request headers (HTTP/1.1, one request per connection).
 pub fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> anyhow::Result<Response> {
+    request(None, addr, path, headers)
+}
+
+/// [`get`] from the source address `from` (Linux routes all of 127.0.0.0/8 to `lo`, so a test can
+/// be many clients to a daemon listening on 127.0.0.1).
+pub fn get_from(from: IpAddr, addr: &str, path: &str, headers: &[(&str, &str)]) -> anyhow::Result<Response> {
+    request(Some(from), addr, path, headers)
+}
+
+fn connect(from: Option<IpAddr>, addr: &str) -> anyhow::Result<TcpStream> {
+    let Some(from) = from else { return Ok(TcpStream::connect(addr)?) };
+    let to: SocketAddr = addr.parse().with_context(|| format!("{addr} is not an IP address and port"))?;
+    let socket = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(from, 0).into()).with_context(|| format!("binding {from}"))?;
+    socket.connect(&to.into())?;
+    Ok(socket.into())
+}
+
+fn request(from: Option<IpAddr>, addr: &str, path: &str, headers: &[(&str, &str)]) -> anyhow::Result<Response> {
     let fetch = || -> anyhow::Result<Response> {
-        let mut s = TcpStream::connect(addr)?;
+        let mut s = connect(from, addr)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
         let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
         for (k, v) in headers {
