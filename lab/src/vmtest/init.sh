@@ -189,17 +189,19 @@ scene() {
 }
 if [ "$THROTTLE" = 1 ]; then
   echo 1 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
-  scene throttle /vmt-throttled /vmt-throttled 2.5
-  # A program's fd (not its link's, which names the program too) counts its runs.
+  scene throttle /vmt-throttled /vmt-throttled 2
+  # A program's fd (not its link's, which names the program too) counts its runs. The BPF
+  # programs' symbols are read out of /proc/kallsyms once (a long read under emulation).
+  grep ' bpf_prog_' /proc/kallsyms > /tmp/bpf.syms
   for info in /proc/"$(cat /tmp/run.pid)"/fdinfo/*; do
     grep -q '^run_cnt:' "$info" 2>/dev/null || continue
     tag=$(awk '/^prog_tag:/ { print $2 }' "$info")
-    name=$(grep -m 1 " bpf_prog_${tag}_" /proc/kallsyms | awk '{ sub(/^bpf_prog_[0-9a-f]*_/, "", $3); print $3 }')
+    name=$(grep -m 1 " bpf_prog_${tag}_" /tmp/bpf.syms | awk '{ sub(/^bpf_prog_[0-9a-f]*_/, "", $3); print $3 }')
     echo "${name:-?} $(awk '/^run_time_ns:/ { t = $2 } /^run_cnt:/ { c = $2 } END { print t + 0, c + 0 }' "$info")"
   done > /tmp/throttle.bpf
   echo 0 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
-  scene pod /vmt-pod /vmt-pod/task 2
-  scene beside /vmt-beside /vmt-beside 2 beside
+  scene pod /vmt-pod /vmt-pod/task 1
+  scene beside /vmt-beside /vmt-beside 1 beside
 fi
 # Stop while the crews are still parked: records report, services detach.
 for name in $CONFIGS; do

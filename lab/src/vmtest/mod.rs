@@ -226,7 +226,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         let paired = !args.smoke && *cpus >= 2 && *cpus == args.cpus;
         let stall = paired && STALL_KERNELS.contains(&kernel.id.as_str());
         // The throttle scenes' loop is pinned to CPU 1: every guest with a second vCPU runs them
-        // (≈ 15 s of guest), the wide one too; the throttled part from the group's own clock
+        // (≈ 10 s of guest), the wide one too; the throttled part from the group's own clock
         // (6.8+) or the throttle hooks' (before).
         let throttle = !args.smoke && *cpus >= 2;
         let guest = Guest {

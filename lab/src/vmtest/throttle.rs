@@ -31,9 +31,9 @@ pub struct Scene {
 
 /// The scenes, in init.sh's order.
 pub const SCENES: [Scene; 3] = [
-    Scene { name: "throttle", limited: "/vmt-throttled", cgroup: "/vmt-throttled", secs: "2.5", beside: false },
-    Scene { name: "pod", limited: "/vmt-pod", cgroup: "/vmt-pod/task", secs: "2", beside: false },
-    Scene { name: "beside", limited: "/vmt-beside", cgroup: "/vmt-beside", secs: "2", beside: true },
+    Scene { name: "throttle", limited: "/vmt-throttled", cgroup: "/vmt-throttled", secs: "2", beside: false },
+    Scene { name: "pod", limited: "/vmt-pod", cgroup: "/vmt-pod/task", secs: "1", beside: false },
+    Scene { name: "beside", limited: "/vmt-beside", cgroup: "/vmt-beside", secs: "1", beside: true },
 ];
 
 impl Scene {
