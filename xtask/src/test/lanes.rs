@@ -49,15 +49,15 @@ const LANES: &[Lane] = &[
     },
     // The daemon's serving, configuration and hardening, and the unit tests: each starts its own
     // daemons, servers and clients on ports it chooses and asserts on what they answer, with
-    // limits of a second or more, using a few seconds of CPU in all.
+    // limits of a second or more, using a few seconds of CPU in all. (The two floods, of
+    // connections and of logins, hold a core or more for half a minute each and judge scrapes
+    // and logins by the second: they run alone.)
     Lane {
         name: "light",
         binaries: &[
             "otlp",
-            "connection_flood",
             "hardening",
             "reload_in_place",
-            "auth_flood",
             "web_config",
             "systemd_unit",
             "secrets",
