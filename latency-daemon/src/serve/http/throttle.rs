@@ -399,7 +399,9 @@ mod tests {
     #[tokio::test]
     async fn a_check_whose_client_left_keeps_its_cost_but_marks_nothing() {
         let t = Throttle::default();
-        t.budgets.lock().unwrap().global.level = 0.0;
+        // Spent for the next ten seconds: at 0.0 the refill between here and `admit` (10 µs on a
+        // loaded machine) would open it again.
+        t.budgets.lock().unwrap().global = Bucket { level: -1.0, at: Instant::now() };
         let admission = t.admit(ip(20)).await.unwrap();
         assert_eq!(admission.reservation.pool, Pool::Fresh);
         drop(admission);
