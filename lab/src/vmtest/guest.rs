@@ -136,6 +136,8 @@ pub fn run(
         boot = qemu::boot(guest, progress)?;
     }
     std::fs::write(guest.dir.join("console.txt"), console_text(&boot))?;
+    // The data port's sections decoded (it carries them gzipped), for whoever reads the report.
+    std::fs::write(guest.dir.join("data.txt"), Sections::parse(&boot.data).render())?;
     Ok(if smoke {
         judge_smoke(guest, &boot, attempts, retried)
     } else {

@@ -38,7 +38,19 @@ for word in $(cat /proc/cmdline); do
 done
 CPUS=$(nproc)
 exec 3> /dev/$PORT
-put() { echo "@@begin $1" >&3; cat "$2" >&3 2>/dev/null; echo "@@end $1 $3" >&3; }
+# NAME FILE [RC]: one section; gzipped in base64 where busybox has both (sections.rs).
+GZ=0
+command -v gzip > /dev/null && command -v base64 > /dev/null && GZ=1
+put() {
+  if [ $GZ = 1 ]; then
+    echo "@@begin $1 gzip" >&3
+    [ -s "$2" ] && gzip -c "$2" | base64 >&3
+  else
+    echo "@@begin $1" >&3
+    cat "$2" >&3 2>/dev/null
+  fi
+  echo "@@end $1 $3" >&3
+}
 now() { read -r up _ < /proc/uptime; echo "$up"; }
 # Our programs in the kernel's symbol table (JIT'ed BPF programs are listed there by name).
 progs() { grep -c ' bpf_prog_[0-9a-f]*_sched_' /proc/kallsyms; }
@@ -125,8 +137,12 @@ until grep -q '"finished"' /tmp/io.json && grep -q '"finished"' /tmp/spin.json; 
   sleep 0.1
 done
 mark loaded
-# Two windows, so the services' last closed window holds the whole load; then scrape.
+# Two windows, so the services' last closed window holds the whole load; then scrape. Meanwhile,
+# on CPU 0 with the crews parked, the BPF programs' symbols out of /proc/kallsyms for the throttle
+# scene's account (a read of seconds under emulation).
+[ "$THROTTLE" = 1 ] && { taskset 1 grep ' bpf_prog_' /proc/kallsyms > /tmp/bpf.syms & SYMS=$!; }
 sleep 2.2
+[ -n "$SYMS" ] && wait $SYMS
 port=9101
 for name in run run-per-task run-alerting run-core; do
   wget -q -O /tmp/$name.prom http://127.0.0.1:$port/metrics
@@ -190,9 +206,8 @@ scene() {
 if [ "$THROTTLE" = 1 ]; then
   echo 1 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
   scene throttle /vmt-throttled /vmt-throttled 2
-  # A program's fd (not its link's, which names the program too) counts its runs. The BPF
-  # programs' symbols are read out of /proc/kallsyms once (a long read under emulation).
-  grep ' bpf_prog_' /proc/kallsyms > /tmp/bpf.syms
+  # A program's fd (not its link's, which names the program too) counts its runs; its name is
+  # its tag's symbol in /tmp/bpf.syms (read above).
   for info in /proc/"$(cat /tmp/run.pid)"/fdinfo/*; do
     grep -q '^run_cnt:' "$info" 2>/dev/null || continue
     tag=$(awk '/^prog_tag:/ { print $2 }' "$info")
