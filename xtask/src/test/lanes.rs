@@ -4,7 +4,8 @@
 //! binaries it built; out: each run once, with `--test-threads=1`, in one of the `LANES` (run
 //! side by side, each one binary after another), and then, alone, every other binary: the
 //! measurements against oracles and the timing tests, and any binary no lane names (new tests
-//! are alone until someone says otherwise).
+//! are alone until someone says otherwise). A lane may take one test of a binary
+//! (`binary::test`, by its exact name): the binary's other tests then run alone without it.
 //!
 //! The first lane prints as `cargo test` does; the others' output goes to a log per binary
 //! under target/test-lanes/, one line each as it ends, the log's end shown if it failed.
@@ -16,8 +17,8 @@ use anyhow::Context as _;
 
 use crate::{build, cmd, workspace_root};
 
-/// A lane: binaries (cargo's target names) run one after another in this order, beside the
-/// other lanes.
+/// A lane: binaries (cargo's target names), or single tests of one (`binary::test`), run one
+/// after another in this order, beside the other lanes.
 struct Lane {
     name: &'static str,
     binaries: &'static [&'static str],
@@ -29,7 +30,12 @@ struct Lane {
 const LANES: &[Lane] = &[
     // 1,000 cgroups a second for a minute, then again with the daemon stopped: its checks count
     // losses and retirements. It opens, alone among the heavy ones but for the package builds.
-    Lane { name: "churn", binaries: &["cgroup_churn"] },
+    // Then half a minute of a 1 ms sleeper under an alert threshold: every alert it may see is
+    // checked against the sleeper's own clock, so a loaded machine cannot fail it, only a lie.
+    Lane {
+        name: "churn",
+        binaries: &["cgroup_churn", "alerting::a_1ms_sleeper_under_the_same_threshold_fires_nothing"],
+    },
     // Packages built, installed and linted; a Prometheus's view of two daemons beside a hog pod;
     // then the dashboards and the live view in Chromium, the record CLI's outputs and xtask's
     // unit tests (a core for 20 s: jsonnet, kubectl): what they check is what was produced, not
@@ -84,6 +90,40 @@ struct Binary {
     path: PathBuf,
     /// Its package's folder: `cargo test` runs a test binary there.
     dir: PathBuf,
+    /// The test harness's arguments: one test (`--exact NAME`) or all but some (`--skip NAME`…).
+    filter: Vec<String>,
+}
+
+impl Binary {
+    /// Only its test `test`, named `binary::test` in lines and logs.
+    fn only(&self, test: &str) -> Binary {
+        Binary {
+            name: format!("{}::{test}", self.name),
+            shown: format!("{} {test}", self.shown),
+            filter: vec!["--exact".into(), test.into()],
+            ..self.clone()
+        }
+    }
+
+    /// Fails unless its harness lists `test` (a lane's single test that no longer exists would
+    /// pass by running nothing).
+    fn has(&self, test: &str) -> anyhow::Result<()> {
+        let listed =
+            cmd::stdout(Command::new(&self.path).current_dir(&self.dir).args(["--list", "--format", "terse"]))?;
+        if !listed.lines().any(|l| l.strip_suffix(": test") == Some(test)) {
+            anyhow::bail!("xtask/src/test/lanes.rs names {}::{test}, which {} does not have", self.name, self.shown);
+        }
+        Ok(())
+    }
+
+    /// All its tests but those of `tests`.
+    fn without(&self, tests: &[&str]) -> Binary {
+        let mut binary = self.clone();
+        for test in tests {
+            binary.filter.extend(["--skip".to_owned(), (*test).to_owned()]);
+        }
+        binary
+    }
 }
 
 /// How one binary went.
@@ -99,16 +139,33 @@ struct Outcome {
 /// they are fresh), then runs them in lanes; fails if any binary failed, naming them all.
 pub fn run(cargo_args: &[String]) -> anyhow::Result<()> {
     let binaries = list(cargo_args)?;
+    let entries = || LANES.iter().flat_map(|lane| lane.binaries.iter().map(|entry| entry.split_once("::")));
     let in_lane = |b: &Binary| LANES.iter().any(|lane| lane.binaries.contains(&b.name.as_str()));
+    for (name, test) in entries().flatten() {
+        binaries.iter().filter(|b| b.name == name).try_for_each(|b| b.has(test))?;
+    }
     let lanes: Vec<(&Lane, Vec<Binary>)> = LANES
         .iter()
         .map(|lane| {
             // In the lane's order: it puts the heavy binaries where they fit beside the others.
-            let named = lane.binaries.iter().flat_map(|name| binaries.iter().filter(move |b| b.name == *name));
-            (lane, named.cloned().collect())
+            let named = lane.binaries.iter().flat_map(|entry| {
+                let (name, test) = entry.split_once("::").map_or((*entry, None), |(b, t)| (b, Some(t)));
+                binaries
+                    .iter()
+                    .filter(move |b| b.name == name)
+                    .map(move |b| test.map_or_else(|| b.clone(), |t| b.only(t)))
+            });
+            (lane, named.collect())
         })
         .collect();
-    let alone: Vec<Binary> = binaries.iter().filter(|b| !in_lane(b)).cloned().collect();
+    let alone: Vec<Binary> = binaries
+        .iter()
+        .filter(|b| !in_lane(b))
+        .map(|b| {
+            let taken: Vec<&str> = entries().flatten().filter(|(name, _)| *name == b.name).map(|(_, t)| t).collect();
+            b.without(&taken)
+        })
+        .collect();
     let sizes: Vec<String> = lanes.iter().map(|(lane, b)| format!("{} {}", b.len(), lane.name)).collect();
     println!(
         "test: {} test binaries: lanes side by side ({}), then {} alone (xtask/src/test/lanes.rs)",
@@ -205,12 +262,12 @@ fn binary_of(message: &serde_json::Value) -> Option<Binary> {
     let source = Path::new(target["src_path"].as_str()?);
     let source = source.strip_prefix(workspace_root()).unwrap_or(source);
     let shown = format!("{} ({})", source.display(), path.display());
-    Some(Binary { name, shown, path, dir })
+    Some(Binary { name, shown, path, dir, filter: Vec::new() })
 }
 
 fn command_of(binary: &Binary) -> Command {
     let mut command = Command::new(&binary.path);
-    command.current_dir(&binary.dir).arg("--test-threads=1").stdin(Stdio::null());
+    command.current_dir(&binary.dir).arg("--test-threads=1").args(&binary.filter).stdin(Stdio::null());
     command
 }
 
