@@ -3,8 +3,11 @@
 //! reconnecting whenever they are cut; three bursts of 3000 connections that send half a head come
 //! on top. Meanwhile two scrapers on the same address GET /metrics every 0.5 s, one on a fresh
 //! connection each time, one on a connection kept alive: at least 95 % of each succeed. The
-//! daemon's RSS, 4 s after the flood ends, is within 20 % of what it was before (plus 2 MiB).
-//! Prints the figures.
+//! daemon's RSS, once the flood ends, comes back within 20 % of what it was before (plus 2 MiB).
+//! Then served clients: 300 on 127.0.0.1 keep their connections alive with a GET /healthz every
+//! 1.5 s, reconnecting at once whenever they are refused or cut: the same two scrapers get in every
+//! time but one in a hundred, the daemon's threads stay within its workers and its capped blocking
+//! pool, and are given back after. Prints the figures.
 //!
 //! `CONNECTION_FLOOD_DAEMON=/path/to/latency-daemon` measures another build (e.g. an older main) with
 //! the same load; the assertions still apply.
@@ -133,17 +136,32 @@ fn scrape_fresh(addr: SocketAddr) -> bool {
     s.write_all(request.as_bytes()).is_ok() && scraped(read_response(&mut s))
 }
 
-/// One scrape on `kept`, opening it first if there is none; dropped after a failure.
+/// One scrape on `kept`, opening it first if there is none; dropped after a failure. As Go's HTTP
+/// client (Prometheus's) does, a GET on a reused connection that the server had closed (no
+/// response at all) is sent once more on a new connection.
 fn scrape_kept(addr: SocketAddr, kept: &mut Option<TcpStream>) -> bool {
-    if kept.is_none() {
+    let reused = kept.is_some();
+    let open = |kept: &mut Option<TcpStream>| {
         *kept = TcpStream::connect_timeout(&addr, SCRAPE_LIMIT).ok();
         if let Some(s) = kept {
             let _ = s.set_read_timeout(Some(SCRAPE_LIMIT));
         }
+    };
+    if kept.is_none() {
+        open(kept);
     }
-    let Some(s) = kept.as_mut() else { return false };
     let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-    let ok = s.write_all(request.as_bytes()).is_ok() && scraped(read_response(s));
+    let Some(s) = kept.as_mut() else { return false };
+    let response = if s.write_all(request.as_bytes()).is_ok() { read_response(s) } else { None };
+    let response = match response {
+        None if reused => {
+            open(kept);
+            let Some(s) = kept.as_mut() else { return false };
+            if s.write_all(request.as_bytes()).is_ok() { read_response(s) } else { None }
+        }
+        response => response,
+    };
+    let ok = scraped(response);
     if !ok {
         *kept = None;
     }
@@ -274,4 +292,149 @@ fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
         "RSS {after:.1} MiB {:.1} s after the flood; before {before:.1} MiB, bound {bound:.1} MiB",
         settled.as_secs_f64()
     );
+}
+
+/// Served keep-alive clients: each sends `GET /healthz` on its connection every
+/// `KEEP_ALIVE_EVERY`, and reconnects at once when refused (503) or cut.
+const KEEP_ALIVE_CLIENTS: usize = 300;
+const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(1500);
+const KEEP_ALIVE_FLOOD: Duration = Duration::from_secs(12);
+/// The issue's bound for scrapes past served keep-alive clients.
+const MIN_SCRAPES_PAST_KEEP_ALIVE: f64 = 0.99;
+
+/// `clients` keep-alive clients in one thread, each asking on its own schedule (staggered over
+/// the period); returns how many connections they opened.
+fn keep_alive_clients(addr: SocketAddr, clients: usize, stop: &AtomicBool) -> u64 {
+    let mut conns: Vec<Option<TcpStream>> = (0..clients).map(|_| None).collect();
+    let started = Instant::now();
+    let mut opened = 0;
+    let mut round = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        for (i, conn) in conns.iter_mut().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let at = started + KEEP_ALIVE_EVERY * round + KEEP_ALIVE_EVERY * i as u32 / clients as u32;
+            thread::sleep(at.saturating_duration_since(Instant::now()));
+            // Refused or cut: at once again, as a client with no backoff does.
+            for _ in 0..3 {
+                if conn.is_none() {
+                    opened += 1;
+                    *conn = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok();
+                    if let Some(s) = conn {
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                    }
+                }
+                let Some(s) = conn.as_mut() else { continue };
+                let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+                let ok = s.write_all(request.as_bytes()).is_ok() && read_response(s).is_some_and(|(st, _)| st == 200);
+                if ok {
+                    break;
+                }
+                *conn = None;
+            }
+        }
+        round += 1;
+    }
+    opened
+}
+
+/// The process's threads now.
+fn threads(pid: u32) -> f64 {
+    status_kib(pid, "Threads:").expect("the daemon's threads")
+}
+
+/// CPU seconds the process has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the daemon's stat");
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
+    // SAFETY: sysconf reads a constant.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn scrapers_get_in_past_served_keep_alive_clients_on_their_own_address() {
+    let daemon_bin = std::env::var("CONNECTION_FLOOD_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
+    let daemon = Daemon::start(&daemon_bin, &[]).unwrap_or_else(|e| panic!("starting the daemon: {e:#}"));
+    let addr: SocketAddr = daemon.addr.parse().unwrap();
+    let pid = daemon.pid();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while daemon.get("/api/v1/snapshot").map(|r| r.status).ok() != Some(200) {
+        assert!(Instant::now() < deadline, "no window closed within 30 s");
+        thread::sleep(Duration::from_millis(250));
+    }
+    let threads_before = threads(pid);
+    let stop = AtomicBool::new(false);
+    let peak_threads = Mutex::new(threads_before);
+    let cpu_before = cpu_seconds(pid);
+    let flood_started = Instant::now();
+    let (opened, (fresh, fresh_failed), (kept, kept_failed)) = thread::scope(|s| {
+        // Four threads of 75 clients; all of them up before the scrapers start.
+        let clients: Vec<_> =
+            (0..4).map(|_| s.spawn(|| keep_alive_clients(addr, KEEP_ALIVE_CLIENTS / 4, &stop))).collect();
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let mut peak = peak_threads.lock().unwrap();
+                *peak = peak.max(threads(pid));
+                drop(peak);
+                thread::sleep(Duration::from_millis(50));
+            }
+        });
+        thread::sleep(KEEP_ALIVE_EVERY * 2);
+        let fresh = s.spawn(|| scraper(addr, &stop, false));
+        let kept = s.spawn(|| scraper(addr, &stop, true));
+        thread::sleep(KEEP_ALIVE_FLOOD);
+        stop.store(true, Ordering::Relaxed);
+        let opened: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+        (opened, fresh.join().unwrap(), kept.join().unwrap())
+    });
+    let flood_took = flood_started.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds(pid) - cpu_before) / flood_took;
+    let metrics = daemon.metrics().unwrap_or_else(|e| panic!("the last scrape: {e:#}"));
+    // The blocking pool lets idle threads go after a second.
+    let ended = Instant::now();
+    let threads_after = loop {
+        let now = threads(pid);
+        if now <= threads_before || ended.elapsed() > Duration::from_secs(5) {
+            break now;
+        }
+        thread::sleep(Duration::from_millis(250));
+    };
+    daemon.stop().unwrap_or_else(|e| panic!("stopping the daemon: {e:#}"));
+
+    let mut report = Vec::new();
+    let mut shares = Vec::new();
+    for (name, mut took, failed) in [("fresh", fresh, fresh_failed), ("kept-alive", kept, kept_failed)] {
+        took.sort();
+        let (ok, all) = (took.len(), took.len() + failed);
+        let share = ok as f64 / all.max(1) as f64;
+        report.push(format!(
+            "{name} {ok}/{all} ({:.1} %), median {:?}, p99 {:?}",
+            share * 100.0,
+            percentile(&took, 50),
+            percentile(&took, 99)
+        ));
+        shares.push((name, share, ok, all));
+    }
+    let peak_threads = peak_threads.into_inner().unwrap();
+    let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    // Workers (2 to 4), the blocking pool's cap, the main thread, the drain thread and one more
+    // (the signal reader, a reload) — whatever the flood does.
+    let thread_bound = cpus.clamp(2, 4) + latency_daemon::cmd::BLOCKING_THREADS + 3;
+    eprintln!(
+        "connection_flood (keep-alive): scrapes {}; {KEEP_ALIVE_CLIENTS} clients opened {opened} connections in \
+         {flood_took:.1} s; evicted {}, busy {}; daemon CPU {:.1} % of a core; threads {threads_before} before, \
+         peak {peak_threads} (bound {thread_bound}), {threads_after} {:.1} s after",
+        report.join("; "),
+        outcome(&metrics, "evicted"),
+        outcome(&metrics, "busy"),
+        cpu * 100.0,
+        ended.elapsed().as_secs_f64(),
+    );
+    for (name, share, ok, all) in shares {
+        assert!(share >= MIN_SCRAPES_PAST_KEEP_ALIVE, "{name} scrapes: {ok}/{all} got in past the keep-alive clients");
+    }
+    assert!(peak_threads <= thread_bound as f64, "{peak_threads} threads during the flood (bound {thread_bound})");
+    assert!(threads_after <= threads_before + 1.0, "{threads_after} threads after the flood, {threads_before} before");
 }

@@ -19,17 +19,26 @@ pub const BAD_INPUT: u8 = 2;
 /// CPUs, between 2 and 4. The drain loop has a thread of its own. Every thread the runtime starts
 /// (its workers, before attach, and its blocking pool) drops every capability first: only the
 /// thread that attaches (`block_on` runs `run` on the calling thread) and the drain thread may hold
-/// one, and both give them up once attached.
+/// one, and both give them up once attached. The blocking pool (handlers running beside the workers,
+/// bcrypt, reloads) is capped at [`BLOCKING_THREADS`] and lets an idle thread go after a second, so a
+/// flood of clients leaves no crowd of threads behind: the handlers past the cap run on the worker
+/// that took their request, which is all a handoff would have bought.
 fn serving_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cpus.clamp(2, 4))
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .thread_name("serve")
         .enable_all()
         .on_thread_start(crate::kernel::privileges::drop_this_thread)
         .build()
         .map_err(|e| fail(&format!("cannot start the runtime: {e}")))
 }
+
+/// The serving runtime's blocking threads at most, beside its workers, the main thread and the drain
+/// thread.
+pub const BLOCKING_THREADS: usize = 16;
 
 /// One thread for `record`'s signals and timers; any thread it starts (its blocking pool) drops
 /// every capability first.

@@ -31,10 +31,16 @@ const LANES: &[Lane] = &[
     // 1,000 cgroups a second for a minute, then again with the daemon stopped: its checks count
     // losses and retirements. It opens, alone among the heavy ones but for the package builds.
     // Then half a minute of a 1 ms sleeper under an alert threshold: every alert it may see is
-    // checked against the sleeper's own clock, so a loaded machine cannot fail it, only a lie.
+    // checked against the sleeper's own clock, so a loaded machine cannot fail it, only a lie. Then
+    // 300 keep-alive clients asking every 1.5 s (a tenth of a core) beside two scrapers allowed 2 s
+    // each, and a thread count.
     Lane {
         name: "churn",
-        binaries: &["cgroup_churn", "alerting::a_1ms_sleeper_under_the_same_threshold_fires_nothing"],
+        binaries: &[
+            "cgroup_churn",
+            "alerting::a_1ms_sleeper_under_the_same_threshold_fires_nothing",
+            "connection_flood::scrapers_get_in_past_served_keep_alive_clients_on_their_own_address",
+        ],
     },
     // Packages built, installed and linted; a Prometheus's view of two daemons beside a hog pod;
     // then the dashboards and the live view in Chromium, the record CLI's outputs and xtask's

@@ -1,7 +1,7 @@
 //! One accepted socket in; a TLS handshake if the web config asks for one, then served by hyper
 //! (each request authenticated when users are configured) until the client leaves, a limit ends
-//! it, a newer connection evicts it before its first head is in, or shutdown — or, when every slot
-//! is taken, a fixed 503 and a close.
+//! it, a newer connection evicts it (before its first head is in, or idle between requests), or
+//! shutdown — or, when every slot is busy, a fixed 503 and a close.
 
 use std::convert::Infallible;
 use std::io;
@@ -119,14 +119,22 @@ where
         let (shared, progress) = (Arc::clone(&shared), Arc::clone(&progress));
         service_fn(move |req: hyper::Request<Incoming>| {
             let (shared, progress, web) = (Arc::clone(&shared), Arc::clone(&progress), Arc::clone(&web));
-            // A complete head: from now on the connection is served, not evictable.
+            // A complete head: from now on the connection is served, and busy (not evictable)
+            // until its response is handed over.
             let promotion = permit.promote();
-            let peer = permit.ip();
+            let permit = Arc::clone(&permit);
             async move {
                 let (mut response, outcome) = match promotion {
-                    Promotion::Served => answer(&req, &shared, &web, peer).await,
+                    Promotion::Served { evicted } => {
+                        if evicted {
+                            shared.stats.record(Outcome::Evicted);
+                        }
+                        answer(&req, &shared, &web, permit.ip()).await
+                    }
                     Promotion::Full | Promotion::Evicted => busy_and_close(req.method() == hyper::Method::HEAD),
                 };
+                // Idle from here until its next head (hyper writes this response meanwhile).
+                permit.rest();
                 for (name, value) in &web.headers {
                     response.headers_mut().insert(name.clone(), value.clone());
                 }

@@ -11,10 +11,12 @@ use super::*;
 use crate::metrics::instruments::http::HttpStatsSnapshot;
 
 /// "/" → a fixed page, "/panic" → panics, "/slow" → blocks 300 ms (counting in `slow_entered` that
-/// it started), anything else → 404.
+/// it started), "/hold" → blocks until `released` (at most PATIENCE, counting in `slow_entered`
+/// too), anything else → 404.
 #[derive(Default)]
 struct Fixture {
     slow_entered: Arc<std::sync::atomic::AtomicUsize>,
+    released: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Handler for Fixture {
@@ -26,6 +28,14 @@ impl Handler for Fixture {
                 self.slow_entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(300));
                 Reply::new(StatusCode::OK, "text/plain", "slow\n")
+            }
+            "/hold" => {
+                self.slow_entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let until = Instant::now() + PATIENCE;
+                while !self.released.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Reply::new(StatusCode::OK, "text/plain", "held\n")
             }
             _ => Reply::new(StatusCode::NOT_FOUND, "text/plain", "no such page\n"),
         }
@@ -39,6 +49,7 @@ struct Server {
     addr: SocketAddr,
     stats: Arc<HttpStats>,
     slow_entered: Arc<std::sync::atomic::AtomicUsize>,
+    released: Arc<std::sync::atomic::AtomicBool>,
     stop: oneshot::Sender<()>,
     done: JoinHandle<Result<(), HttpError>>,
 }
@@ -52,9 +63,10 @@ async fn start(limits: Limits) -> Server {
         let _ = stopped.await;
     };
     let slow_entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let fixture = Fixture { slow_entered: Arc::clone(&slow_entered) };
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fixture = Fixture { slow_entered: Arc::clone(&slow_entered), released: Arc::clone(&released) };
     let done = tokio::spawn(serve(listener, Arc::new(fixture), limits, Arc::clone(&stats), shutdown));
-    Server { addr, stats, slow_entered, stop, done }
+    Server { addr, stats, slow_entered, released, stop, done }
 }
 
 impl Server {
@@ -66,6 +78,29 @@ impl Server {
             assert!(Instant::now() < deadline, "/slow never reached the handler");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// `count` connections, each with a `/hold` request inside the handler: busy until
+    /// [`Server::release`].
+    async fn busy(&self, count: usize) -> Vec<TcpStream> {
+        let mut held = Vec::new();
+        // One after another: a connection is incomplete until its head is in, and a newcomer may
+        // evict an incomplete one.
+        for i in 1..=count {
+            let mut stream = self.connect().await;
+            stream.write_all(b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+            held.push(stream);
+            let deadline = Instant::now() + PATIENCE;
+            while self.slow_entered.load(std::sync::atomic::Ordering::SeqCst) < i {
+                assert!(Instant::now() < deadline, "/hold never reached the handler");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        held
+    }
+
+    fn release(&self) {
+        self.released.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     async fn connect(&self) -> TcpStream {
@@ -279,14 +314,11 @@ async fn an_idle_connection_is_closed_at_request_timeout() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn when_full_a_new_connection_gets_503_at_once() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_slot_is_busy_a_new_connection_gets_503_at_once() {
     let limits = Limits { max_connections: 2, ..Limits::default() };
     let server = start(limits).await;
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        held.push(server.served().await);
-    }
+    let mut held = server.busy(2).await;
     server.wait_for("two open", |s| s.connections == 2).await;
 
     let asked = Instant::now();
@@ -297,11 +329,33 @@ async fn when_full_a_new_connection_gets_503_at_once() {
     time_to_close(&mut third).await;
     assert!(asked.elapsed() < Duration::from_millis(500), "took {:?}", asked.elapsed());
     server.wait_for("one busy", |s| s.rejected_busy == 1).await;
-
+    server.release();
+    for stream in &mut held {
+        assert_eq!(read_response(stream, false).await.status, 200, "the busy ones are answered");
+    }
     // A freed slot is usable again.
     drop(held.pop());
     server.wait_for("one open", |s| s.connections == 1).await;
     let _fourth = server.served().await;
+    server.stop().await;
+}
+
+/// Every slot holds a keep-alive connection between requests: a newcomer is served in the place of
+/// the one idle the longest, which is closed (and counted).
+#[tokio::test]
+async fn when_every_slot_is_idle_a_newcomer_takes_the_place_of_the_longest_idle() {
+    let limits = Limits { max_connections: 2, ..Limits::default() };
+    let server = start(limits).await;
+    let mut first = server.served().await;
+    let mut second = server.served().await;
+    // The first asks again: now the second is idle the longest.
+    assert_eq!(exchange(&mut first, GET).await.status, 200);
+    server.wait_for("two open", |s| s.connections == 2).await;
+    let (_third, response) = server.ask(GET).await;
+    assert_eq!(response.status, 200);
+    time_to_close(&mut second).await;
+    server.wait_for("one evicted, none refused", |s| s.evicted == 1 && s.rejected_busy == 0).await;
+    assert_eq!(exchange(&mut first, GET).await.status, 200, "the other keeps its connection");
     server.stop().await;
 }
 
@@ -358,16 +412,13 @@ async fn invalid_limits_are_refused() {
     assert_eq!(error.to_string(), "HTTP limit max_connections must be at least 1");
 }
 
-/// One address's share of served connections is full: its next connection's request gets 503 and
+/// One address's share of served connections is busy: its next connection's request gets 503 and
 /// a close; another address's is served.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_peer_cannot_take_every_slot() {
     let limits = Limits { max_connections: 8, max_connections_per_peer: 2, ..Limits::default() };
     let server = start(limits).await;
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        held.push(server.served().await);
-    }
+    let _held = server.busy(2).await;
     let (mut third, response) = server.ask(GET).await;
     assert_eq!((response.status, response.header("connection")), (503, Some("close")));
     time_to_close(&mut third).await;
@@ -376,6 +427,23 @@ async fn one_peer_cannot_take_every_slot() {
     other.bind(SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
     let mut other = other.connect(server.addr).await.unwrap();
     assert_eq!(exchange(&mut other, GET).await.status, 200, "another address has its own share");
+    server.release();
+    server.stop().await;
+}
+
+/// Keep-alive clients holding their address's share between requests cannot keep out a scraper
+/// that shares the address: its fresh connection is served in the place of the one idle the
+/// longest.
+#[tokio::test]
+async fn an_address_s_idle_keep_alive_connections_give_way_to_its_newcomer() {
+    let limits = Limits { max_connections: 8, max_connections_per_peer: 2, ..Limits::default() };
+    let server = start(limits).await;
+    let mut oldest = server.served().await;
+    let _younger = server.served().await;
+    let (_scraper, response) = server.ask(GET).await;
+    assert_eq!(response.status, 200);
+    time_to_close(&mut oldest).await;
+    server.wait_for("one evicted", |s| s.evicted == 1 && s.rejected_busy == 0).await;
     server.stop().await;
 }
 
