@@ -98,6 +98,10 @@ pub struct Knobs {
     pub task_group_cfs_rq: u32,
     pub rq_cpu: u32,
     pub task_se_on_rq: u32,
+    /// The capture rings' slots per CPU minus one (a power of two minus one); 0 with the
+    /// recorder off.
+    pub capture_mask: u32,
+    pub _pad: u32,
 }
 
 impl Knobs {
@@ -144,6 +148,8 @@ impl Knobs {
         task_group_cfs_rq: 0,
         rq_cpu: 0,
         task_se_on_rq: 0,
+        capture_mask: 0,
+        _pad: 0,
     };
 }
 
@@ -165,7 +171,7 @@ pub enum Clock {
 /// throttling off); beyond ten minutes a delay says more about a broken stamp than a queue.
 pub const DEFAULT_CEILING_NS: u64 = 600 * 1_000_000_000;
 
-const _: () = assert!(core::mem::size_of::<Knobs>() == 176);
+const _: () = assert!(core::mem::size_of::<Knobs>() == 184);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)] integers only, no padding (size assert above).

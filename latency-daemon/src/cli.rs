@@ -96,6 +96,17 @@ pub struct RecordArgs {
     /// the woken task to the preempted one).
     #[arg(long, value_enum, default_value_t = ClockArg::Monotonic)]
     pub clock: ClockArg,
+
+    /// Also keep every CPU's last scheduler events (each switch, each wakeup with its waker,
+    /// each migration) and write them at the end to FILE as a Perfetto trace, to open in
+    /// ui.perfetto.dev or trace_processor (CPU tracks, thread states, wakeup arrows).
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<std::path::PathBuf>,
+
+    /// Events `--capture` keeps per CPU, the newest (rounded up to a power of two; 96 bytes of
+    /// kernel memory each, per possible CPU).
+    #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(2..=1_048_576))]
+    pub capture_events: u32,
 }
 
 /// A process or thread id that exists right now.

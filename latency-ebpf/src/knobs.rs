@@ -192,3 +192,8 @@ pub fn rq_cpu() -> u32 {
 pub fn task_se_on_rq() -> u32 {
     knob!(task_se_on_rq)
 }
+/// The capture rings' slots per CPU minus one (capture.rs).
+#[inline(always)]
+pub fn capture_mask() -> u32 {
+    knob!(capture_mask)
+}

@@ -4,6 +4,7 @@
 #![no_main]
 
 mod attribute;
+mod capture;
 mod cgroup;
 mod delay;
 mod diag;

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latency_common::maps::{
-    CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason, RunRing,
+    CaptureRecord, CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason, RunRing,
     StampPair, TaskStats, ThrottleClock, WINDOW_SLOTS,
 };
 
@@ -95,6 +95,17 @@ pub static DEPTHS: Array<u32> = Array::with_max_entries(1, 0);
 /// the daemon sizes it to the possible CPUs with `--irq-tracepoints` and to 1 entry otherwise.
 #[map]
 pub static IRQ_CLOCKS: Array<IrqClock> = Array::with_max_entries(1, 0);
+
+/// Per CPU, the capture recorder's ring of the last scheduler events there (capture.rs): slot
+/// `seq & capture_mask`. The daemon sizes it to the slots per CPU (a power of two) when the
+/// recorder is on and to 1 entry otherwise; older records are overwritten, which the daemon
+/// counts from the CPU's head.
+#[map]
+pub static CAPTURE: PerCpuArray<CaptureRecord> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU, how many events the capture recorder has written there (its ring's head).
+#[map]
+pub static CAPTURE_HEAD: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per group and CPU, keyed by the `struct cfs_rq *`: its throttle clock (throttle_hooks.rs), on
 /// kernels before 6.8, whose `cfs_rq` has none of its own. Preallocated (the hooks run under the

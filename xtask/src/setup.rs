@@ -74,6 +74,7 @@ fn checks(parts: &[Part]) -> Vec<Box<dyn Check>> {
                 Box::new(python::KUBERNETES_VALIDATE),
                 Box::new(python::PROMETHEUS_CLIENT),
                 Box::new(python::OPENTELEMETRY_PROTO),
+                Box::new(python::PERFETTO),
                 Box::new(trixie::KUSTOMIZE),
                 Box::new(trixie::VICTORIA_METRICS),
                 Box::new(python::CHECKOV),

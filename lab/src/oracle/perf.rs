@@ -197,3 +197,119 @@ mod tests {
         assert_eq!(count_idle_switches(text), [(0, 1, 1), (1, 1, 0)]);
     }
 }
+
+/// `perf record` of `sched_switch` and `sched_waking` on every CPU: the events one by one, on
+/// CLOCK_BOOTTIME (the clock a capture is on) to set beside a capture's. The kernel will not
+/// time tracepoints on CLOCK_BOOTTIME (not NMI-safe: "wrong clockid"), so perf records on
+/// CLOCK_MONOTONIC and each time is moved by BOOTTIME − MONOTONIC, which changes only across a
+/// suspend.
+#[derive(Debug)]
+pub struct SchedTrace {
+    recording: Recording,
+    file: PathBuf,
+    boot_offset_ns: u64,
+}
+
+/// CLOCK_BOOTTIME − CLOCK_MONOTONIC now.
+fn boot_offset_ns() -> u64 {
+    let read = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid clock id and a timespec to fill.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let mono = read(libc::CLOCK_MONOTONIC);
+    read(libc::CLOCK_BOOTTIME).saturating_sub(mono)
+}
+
+/// One event of a [`SchedTrace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedEvent {
+    Switch { cpu: u32, ts_ns: u64, prev: u32, next: u32 },
+    /// `tid` is the task that woke `woken` (the one running on `cpu`).
+    Waking { cpu: u32, ts_ns: u64, tid: u32, woken: u32, target_cpu: u32 },
+}
+
+impl SchedTrace {
+    pub fn start(file: &Path) -> anyhow::Result<SchedTrace> {
+        let args = ["record", "-e", "sched:sched_switch", "-e", "sched:sched_waking", "-a", "-k", "mono", "-m", "16M", "-o"];
+        let recording = Recording::start(&args, file, "perf record")?;
+        Ok(SchedTrace { recording, file: file.to_owned(), boot_offset_ns: boot_offset_ns() })
+    }
+
+    /// Returns once perf has had the time it needs to open its events.
+    pub fn wait_ready(&mut self) -> anyhow::Result<()> {
+        self.recording.wait_ready()
+    }
+
+    /// SIGINT, then the trace's events in perf's order, and perf's complaint about lost events.
+    pub fn stop(self) -> anyhow::Result<(Vec<SchedEvent>, Option<String>)> {
+        let lost = self.recording.stop()?;
+        let mut script = Command::new("perf");
+        script.args(["script", "--ns", "-F", "tid,cpu,time,event,trace", "-i"]).arg(&self.file);
+        let mut events = parse_sched_script(&cmd::stdout(&mut script)?);
+        for event in &mut events {
+            let (SchedEvent::Switch { ts_ns, .. } | SchedEvent::Waking { ts_ns, .. }) = event;
+            *ts_ns += self.boot_offset_ns;
+        }
+        Ok((events, lost))
+    }
+}
+
+/// `perf script --ns -F tid,cpu,time,event,trace` lines: `  123 [001] 4567.000000123:
+/// sched:sched_switch: prev_comm=a prev_pid=123 … ==> next_comm=b next_pid=456 …`.
+pub fn parse_sched_script(text: &str) -> Vec<SchedEvent> {
+    let mut events = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(cpu_at) = words.iter().position(|w| w.starts_with('[') && w.ends_with(']')) else { continue };
+        let (Some(tid), Some(cpu), Some(time), Some(event)) = (
+            cpu_at.checked_sub(1).and_then(|i| words[i].parse::<u32>().ok()),
+            words[cpu_at].trim_matches(['[', ']']).parse::<u32>().ok(),
+            words.get(cpu_at + 1).map(|t| t.trim_end_matches(':')),
+            words.get(cpu_at + 2),
+        ) else {
+            continue;
+        };
+        let Some((s, ns)) = time.split_once('.') else { continue };
+        let (Ok(s), Ok(ns)) = (s.parse::<u64>(), ns.parse::<u64>()) else { continue };
+        let ts_ns = s * 1_000_000_000 + ns;
+        let field = |key: &str| {
+            words[cpu_at + 3..].iter().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse::<u32>().ok())
+        };
+        match *event {
+            "sched:sched_switch:" => {
+                if let (Some(prev), Some(next)) = (field("prev_pid"), field("next_pid")) {
+                    events.push(SchedEvent::Switch { cpu, ts_ns, prev, next });
+                }
+            }
+            "sched:sched_waking:" => {
+                if let (Some(woken), Some(target_cpu)) = (field("pid"), field("target_cpu")) {
+                    events.push(SchedEvent::Waking { cpu, ts_ns, tid, woken, target_cpu });
+                }
+            }
+            _ => {}
+        }
+    }
+    events
+}
+
+#[cfg(test)]
+mod sched_script_tests {
+    use super::*;
+
+    #[test]
+    fn switches_and_wakings_are_read_with_their_cpu_time_and_tids() {
+        let text = "     0 [001]  4567.000000123: sched:sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 \
+                    prev_state=R ==> next_comm=my thread next_pid=456 next_prio=120\n\
+                    \x20  456 [001]  4567.000001000: sched:sched_waking: comm=sh pid=789 prio=120 target_cpu=000\n\
+                    garbage\n";
+        assert_eq!(
+            parse_sched_script(text),
+            [
+                SchedEvent::Switch { cpu: 1, ts_ns: 4_567_000_000_123, prev: 0, next: 456 },
+                SchedEvent::Waking { cpu: 1, ts_ns: 4_567_000_001_000, tid: 456, woken: 789, target_cpu: 0 },
+            ]
+        );
+    }
+}

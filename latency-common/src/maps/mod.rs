@@ -15,6 +15,7 @@ macro_rules! pod {
 use pod;
 
 mod attribution;
+mod capture;
 mod cause;
 mod cgroup;
 mod counters;
@@ -29,6 +30,7 @@ mod throttle;
 mod window;
 
 pub use attribution::{DEPTH_UNKNOWN, Incident, RUNS_KEPT, Run, RunRing};
+pub use capture::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
 pub use cause::{Cause, Reason};
 pub use cgroup::{CGROUP_BUCKETS, CgroupHist, CgroupSlot, REMOVED_BYTES, cgroup_bucket, cgroup_slot, cgroup_slot_bits};
 pub use counters::{CpuStats, Discard, Lost};

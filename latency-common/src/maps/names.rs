@@ -68,3 +68,15 @@ pub const IRQ_PROGRAMS: [&str; 4] = ["irq_handler_entry", "irq_handler_exit", "s
 /// or unthrottled, never on the scheduler's per-switch path.
 pub const THROTTLE_HOOKS: [(&str, &str, &str); 2] =
     [("throttle_down", "kp_throttle", "tg_throttle_down"), ("unthrottle_up", "kp_unthrottle", "tg_unthrottle_up")];
+/// The capture recorder's ring (`PerCpuArray<CaptureRecord>`, sized to the slots per CPU when the
+/// recorder is on and to 1 entry otherwise) and each CPU's count of events written into it
+/// (`PerCpuArray<u64>`, 1 entry).
+pub const CAPTURE: &str = "CAPTURE";
+pub const CAPTURE_HEAD: &str = "CAPTURE_HEAD";
+/// The capture recorder's programs (attached only when it is on; not part of the bench's floor):
+/// each program's name and the tracepoint it follows.
+pub const CAPTURE_PROGRAMS: [(&str, &str); 3] = [
+    ("capture_switch", "sched_switch"),
+    ("capture_waking", "sched_waking"),
+    ("capture_migrate", "sched_migrate_task"),
+];

@@ -122,6 +122,8 @@ fn check(args: &CheckArgs) -> bool {
             throttle_unknown: true,
             split_stolen: true,
             split_irq: true,
+            // The smallest ring: whether `record --capture` can keep one here.
+            capture_events: 2,
             ..ProbeOptions::default()
         };
         match load::load(&options) {

@@ -166,6 +166,7 @@ mod tests {
             throttle_unknown: true,
             split_stolen: true,
             split_irq: true,
+            capture_events: 64,
             ..ProbeOptions::default()
         }
     }

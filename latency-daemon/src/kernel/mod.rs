@@ -7,6 +7,7 @@
 //! cgroups), `btf` reads struct layouts from the running kernel, and `privileges` drops every
 //! capability once they are attached (the file descriptors held need none).
 pub mod btf;
+pub mod capture;
 pub mod caps;
 pub mod cgroups;
 pub mod drain;

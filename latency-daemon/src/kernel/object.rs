@@ -19,6 +19,9 @@ use super::options::ProbeError;
 pub enum Program {
     /// A BTF tracepoint (`tp_btf/<name>`), verified and attached with the core's.
     Tracepoint(&'static str),
+    /// The BTF tracepoint program `name` on the tracepoint `tracepoint` (a second program on a
+    /// tracepoint the core follows too), verified and attached with the core's.
+    TracepointAs { name: &'static str, tracepoint: &'static str },
     /// A task or map iterator (`iter/<target>`), verified at load but not attached: its feature
     /// attaches it for each run.
     Iter { name: &'static str, target: &'static str },
@@ -64,9 +67,19 @@ where
 
 /// Verify and attach the BTF tracepoint `program` of `ebpf`.
 pub fn attach_with(ebpf: &mut Ebpf, program: &'static str, btf: &aya::Btf) -> Result<Attached, ProbeError> {
+    attach_on(ebpf, program, program, btf)
+}
+
+/// Verify and attach the BTF tracepoint program `program` of `ebpf` on `tracepoint`.
+pub fn attach_on(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    tracepoint: &'static str,
+    btf: &aya::Btf,
+) -> Result<Attached, ProbeError> {
     let prog: &mut BtfTracePoint = program_mut(ebpf, program)?;
     let started = Instant::now();
-    prog.load(program, btf).map_err(|source| rejected(program, source))?;
+    prog.load(tracepoint, btf).map_err(|source| rejected(program, source))?;
     let load = started.elapsed();
     let link = prog.attach().map_err(|source| ProbeError::Attach { program, source })?;
     Ok(Attached { program, link, load })

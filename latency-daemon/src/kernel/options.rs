@@ -44,6 +44,8 @@ pub struct ProbeOptions {
     /// Time device IRQ handlers and softirqs with the irq tracepoints and add that to each wait's
     /// irq+steal part (for kernels that do not account IRQ time).
     pub split_irq: bool,
+    /// The capture recorder's ring, in events per CPU (a power of two); 0: off.
+    pub capture_events: u32,
 }
 
 impl Default for ProbeOptions {
@@ -68,6 +70,7 @@ impl Default for ProbeOptions {
             throttle_unknown: false,
             split_stolen: false,
             split_irq: false,
+            capture_events: 0,
         }
     }
 }

@@ -20,7 +20,7 @@ pub use super::options::{ProbeError, ProbeOptions};
 use super::{
     btf::{Btf, TaskLayout},
     feature::{Feature, Sizes},
-    object::{Program, attach_fexit, attach_kprobe, attach_with, kernel_btf, load_iter, page_size, program_mut},
+    object::{Program, attach_fexit, attach_kprobe, attach_on, attach_with, kernel_btf, load_iter, page_size, program_mut},
 };
 use crate::host::system;
 
@@ -100,8 +100,12 @@ impl Probe {
         let programs: Vec<Program> = probe.on.iter().flat_map(|f| f.room().programs(options)).collect();
         let mut attached = attach(&mut probe.ebpf)?;
         for program in &programs {
-            if let Program::Tracepoint(name) = *program {
-                attached.push(attach_with(&mut probe.ebpf, name, &aya_btf)?);
+            match *program {
+                Program::Tracepoint(name) => attached.push(attach_with(&mut probe.ebpf, name, &aya_btf)?),
+                Program::TracepointAs { name, tracepoint } => {
+                    attached.push(attach_on(&mut probe.ebpf, name, tracepoint, &aya_btf)?);
+                }
+                _ => {}
             }
         }
         probe.loads = attached.iter().map(|a| (a.program, a.load)).collect();

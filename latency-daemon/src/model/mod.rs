@@ -8,6 +8,7 @@ pub mod cgroup_series;
 pub mod container;
 pub mod distribution;
 pub mod exposition;
+pub mod perfetto;
 pub mod report;
 pub mod sink_url;
 pub mod snapshot;

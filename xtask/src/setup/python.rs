@@ -59,6 +59,14 @@ pub const OPENTELEMETRY_PROTO: PipPackage = PipPackage {
     dist_info: "opentelemetry_proto-1.45.2.dist-info",
 };
 
+/// Perfetto's own generated trace classes (`perfetto_trace_pb2`): the reference reader of the
+/// captures `record --capture` writes (tests/capture.rs).
+pub const PERFETTO: PipPackage = PipPackage {
+    name: "perfetto trace classes (PyPI, in a venv)",
+    requirement: "perfetto==0.59.1",
+    dist_info: "perfetto-0.59.1.dist-info",
+};
+
 /// The policy scanner platform teams run on manifests; the tests want zero failed checks.
 pub const CHECKOV: PipPackage = PipPackage {
     name: "checkov (PyPI, in a venv)",

@@ -6,7 +6,12 @@
 //! `waited_by_cause_ns` for the run, each CPU and each task, and `unsplit`.
 mod render;
 
-use std::{io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    io::IsTerminal as _,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
 use latency_common::knobs::Clock;
 use tokio::{signal::unix::SignalKind, time::Instant};
@@ -15,14 +20,16 @@ use crate::{
     cli::RecordArgs,
     host::{cgroups::CgroupNames, clock, system},
     kernel::{
+        capture,
         caps::{self, MissingCaps},
         drain,
-        feature::Feature,
+        feature::{self, Feature},
         load,
-        probe::{ProbeError, ProbeOptions},
+        probe::{Probe, ProbeError, ProbeOptions},
     },
     model::{
         attribution::attribution,
+        perfetto,
         report::{Meta, Report},
         snapshot::{self, Snapshot},
         timeline::WindowSummary,
@@ -46,6 +53,8 @@ pub enum RecordError {
     Output(#[source] std::io::Error),
     #[error("cannot write {}: {source}", path.display())]
     Svg { path: PathBuf, source: std::io::Error },
+    #[error("cannot write the capture {}: {source}", path.display())]
+    Capture { path: PathBuf, source: std::io::Error },
 }
 
 /// `latency-daemon record`: exit 0 with the report printed, 1 when it could not measure.
@@ -77,6 +86,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         throttle_hooks: true,
         throttle_unknown: true,
         split_stolen: true,
+        capture_events: if args.capture.is_some() { args.capture_events } else { 0 },
         ..ProbeOptions::default()
     };
     let (mut probe, degraded) = load::load(&options)?;
@@ -121,6 +131,9 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         std::fs::write(path, chart::figure(&title, &windows, [None, None]))
             .map_err(|source| RecordError::Svg { path: path.clone(), source })?;
     }
+    if let Some(path) = &args.capture {
+        write_capture(&probe, path, options.capture_events)?;
+    }
     let maxima = snapshot::maxima(&drain::window_slot(&probe, 0)?, 0);
     let incidents = drain::incidents(&probe, 0)?;
     drop(probe);
@@ -143,6 +156,38 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).map_err(RecordError::Output)?;
     stdout.flush().map_err(RecordError::Output)
+}
+
+/// `--capture`: every CPU's ring (the recorder detached) as a Perfetto trace in `path`, and one
+/// line saying what it holds.
+fn write_capture(probe: &Probe, path: &Path, events: u32) -> Result<(), RecordError> {
+    if !probe.is_on(Feature::Capture) {
+        log::warn!("no capture written to {}: the recorder was unavailable (see above)", path.display());
+        return Ok(());
+    }
+    let rings = capture::read(probe, feature::capture::slots(events))?;
+    let host = perfetto::Host {
+        release: system::kernel_release(),
+        machine: std::env::consts::ARCH.to_owned(),
+        cpus: drain::possible_cpus() as u32,
+    };
+    std::fs::write(path, perfetto::trace(&rings.records, &host))
+        .map_err(|source| RecordError::Capture { path: path.to_owned(), source })?;
+    let span = match (rings.records.first(), rings.records.last()) {
+        (Some(first), Some(last)) => fmt_ns(last.ts_ns - first.ts_ns),
+        _ => "nothing".to_owned(),
+    };
+    let sum = |f: fn(&capture::CpuRing) -> u64| rings.cpus.iter().map(f).sum::<u64>();
+    log::info!(
+        "capture: {} events on {} CPUs over {span} written to {} ({} older ones overwritten, {} torn; open it in \
+         ui.perfetto.dev)",
+        rings.records.len(),
+        rings.cpus.iter().filter(|c| c.kept > 0).count(),
+        path.display(),
+        sum(|c| c.overwritten),
+        sum(|c| c.torn),
+    );
+    Ok(())
 }
 
 /// `--svg`'s columns: each period's delays, from the snapshot before. Together they hold every

@@ -19,6 +19,7 @@ macro_rules! flag {
 }
 
 pub mod attribution;
+pub mod capture;
 pub mod irq_steal_split;
 pub mod irq_tracepoints;
 pub mod per_cgroup;
@@ -55,10 +56,12 @@ pub enum Feature {
     /// The irq tracepoints' IRQ time in each wait's irq+steal part (`--irq-tracepoints`), where
     /// the kernel does not account IRQ time.
     IrqTracepoints,
+    /// The capture recorder: the last scheduler events on each CPU, kept for a trace.
+    Capture,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 10] = [
+    pub const ALL: [Feature; 11] = [
         Feature::RunQueueClock,
         Feature::PerCgroup,
         Feature::Attribution,
@@ -69,6 +72,7 @@ impl Feature {
         Feature::ThrottleUnknown,
         Feature::IrqStealSplit,
         Feature::IrqTracepoints,
+        Feature::Capture,
     ];
 
     /// The file that says what this feature is.
@@ -84,6 +88,7 @@ impl Feature {
             Feature::ThrottleUnknown => &throttle_unknown::ROOM,
             Feature::IrqStealSplit => &irq_steal_split::ROOM,
             Feature::IrqTracepoints => &irq_tracepoints::ROOM,
+            Feature::Capture => &capture::ROOM,
         }
     }
 
@@ -251,7 +256,8 @@ mod tests {
                 "throttle_hooks",
                 "throttle_unknown",
                 "irq_steal_split",
-                "irq_tracepoints"
+                "irq_tracepoints",
+                "capture"
             ]
         );
         let best_effort: Vec<Feature> = Feature::ALL.into_iter().filter(|f| f.room().best_effort()).collect();

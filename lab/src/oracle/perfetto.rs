@@ -1,0 +1,114 @@
+//! A capture as Perfetto's own generated classes read it (the `perfetto` package's
+//! `perfetto_trace_pb2` in the lab's venv, `cargo xtask setup`): in, a trace file; out, its
+//! scheduler events and threads. Fields the classes do not know (a wrong tag or type) are refused,
+//! as are packets out of order within a CPU.
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+
+/// The venv `cargo xtask setup` fills.
+const PYTHON: &str = "/var/cache/runqlat-tools/venv/bin/python3";
+
+const DECODE: &str = r#"
+import json, sys
+from google.protobuf.unknown_fields import UnknownFieldSet
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+trace = Trace()
+trace.ParseFromString(open(sys.argv[1], "rb").read())
+def unknown(m, path):
+    if len(UnknownFieldSet(m)) > 0:
+        sys.exit(f"unknown fields in {path}")
+    for field, value in m.ListFields():
+        if field.message_type is None:
+            continue
+        items = value if field.is_repeated else [value]
+        for i, item in enumerate(items):
+            unknown(item, f"{path}.{field.name}[{i}]")
+unknown(trace, "trace")
+out = {"switches": [], "wakings": [], "migrations": [], "threads": {}, "release": ""}
+for p in trace.packet:
+    if p.HasField("system_info"):
+        out["release"] = p.system_info.utsname.release
+    if p.HasField("process_tree"):
+        for t in p.process_tree.threads:
+            out["threads"][str(t.tid)] = [t.tgid, t.name]
+    if not p.HasField("ftrace_events"):
+        continue
+    cpu, last = p.ftrace_events.cpu, 0
+    for e in p.ftrace_events.event:
+        if e.timestamp < last:
+            sys.exit(f"cpu {cpu}: event at {e.timestamp} after {last}")
+        last = e.timestamp
+        kind = e.WhichOneof("event")
+        if kind == "sched_switch":
+            s = e.sched_switch
+            out["switches"].append([cpu, e.timestamp, s.prev_pid, s.next_pid, s.prev_state, s.prev_comm, s.next_comm])
+        elif kind == "sched_waking":
+            w = e.sched_waking
+            out["wakings"].append([cpu, e.timestamp, e.pid, w.pid, w.target_cpu, w.comm])
+        elif kind == "sched_migrate_task":
+            m = e.sched_migrate_task
+            out["migrations"].append([cpu, e.timestamp, m.pid, m.orig_cpu, m.dest_cpu])
+        else:
+            sys.exit(f"unexpected event {kind}")
+print(json.dumps(out))
+"#;
+
+/// One `sched_switch`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Switch {
+    pub cpu: u32,
+    pub ts_ns: u64,
+    pub prev: i32,
+    pub next: i32,
+    pub prev_state: i64,
+    pub prev_comm: String,
+    pub next_comm: String,
+}
+
+/// One `sched_waking`, on the waker's CPU.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Waking {
+    pub cpu: u32,
+    pub ts_ns: u64,
+    pub waker: u32,
+    pub woken: i32,
+    pub target_cpu: i32,
+    pub comm: String,
+}
+
+/// One `sched_migrate_task`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Migration {
+    pub cpu: u32,
+    pub ts_ns: u64,
+    pub pid: i32,
+    pub from: i32,
+    pub to: i32,
+}
+
+/// What the classes read.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Capture {
+    pub switches: Vec<Switch>,
+    pub wakings: Vec<Waking>,
+    pub migrations: Vec<Migration>,
+    /// tid → (tgid, name).
+    pub threads: std::collections::BTreeMap<String, (i32, String)>,
+    pub release: String,
+}
+
+/// `path` read with Perfetto's classes.
+pub fn read(path: &Path) -> anyhow::Result<Capture> {
+    let out = Command::new(PYTHON)
+        .args(["-c", DECODE])
+        .arg(path)
+        .output()
+        .with_context(|| format!("{PYTHON} (run `cargo xtask setup`)"))?;
+    if !out.status.success() {
+        bail!("Perfetto's classes refused {}: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    serde_json::from_slice(&out.stdout).context("their JSON")
+}

@@ -1,0 +1,41 @@
+//! The capture recorder's records: what one scheduler event looked like, as the capture programs
+//! write it into their CPU's ring and the daemon reads it back to write a trace.
+
+/// A `sched_switch`: `pid`/`tgid`/`prio`/`comm` are prev's, `other_*` next's, `arg` prev's state
+/// (0: still runnable, so preempted; else the kernel's task state bits).
+pub const CAPTURE_SWITCH: u32 = 1;
+/// A `sched_waking`, on the waker's CPU: `pid`/`tgid`/`prio`/`comm` are the woken task's,
+/// `other_pid`/`other_tgid`/`other_comm` the waker's (the task running there; 0 in an interrupt
+/// of the idle task), `arg` the CPU the woken task last ran on (where it is queued unless moved).
+pub const CAPTURE_WAKING: u32 = 2;
+/// A `sched_migrate_task`: `pid`/`tgid`/`prio`/`comm` are the moved task's, `arg` the CPU it
+/// leaves, `other_arg` the one it goes to; `other_pid` the task running where it happened.
+pub const CAPTURE_MIGRATE: u32 = 3;
+
+/// One event in its CPU's ring. `seq` (the CPU's count of events, from 1) is written first and
+/// `seq_end` last with the same value: a record read while being rewritten shows two different
+/// numbers and is dropped, never guessed. `ts_ns` is CLOCK_BOOTTIME, ftrace's and Perfetto's
+/// default clock, so a capture lines up with a trace taken beside it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaptureRecord {
+    pub seq: u64,
+    pub ts_ns: u64,
+    pub kind: u32,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tgid: u32,
+    pub other_pid: u32,
+    pub other_tgid: u32,
+    pub arg: u32,
+    pub other_arg: u32,
+    pub prio: i32,
+    pub other_prio: i32,
+    pub comm: [u8; 16],
+    pub other_comm: [u8; 16],
+    pub seq_end: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<CaptureRecord>() == 96);
+
+super::pod!(CaptureRecord);

@@ -1,0 +1,101 @@
+//! The capture recorder's rings, read: the loaded probe and the slots per CPU in; every CPU's
+//! records still in its ring, oldest first, and for each CPU how many it wrote, how many the ring
+//! no longer holds and how many were being rewritten as they were read, out. Reading does not
+//! stop the recorder: a record is kept only if both its sequence numbers agree with its slot.
+use aya::maps::PerCpuArray;
+use latency_common::maps::{CaptureRecord, names};
+
+use super::{options::ProbeError, probe::Probe};
+
+/// One CPU's ring as read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuRing {
+    pub cpu: u32,
+    /// Events written on this CPU since the recorder was attached.
+    pub written: u64,
+    /// Records read back.
+    pub kept: u64,
+    /// Written but no longer in the ring (older than its last `slots`).
+    pub overwritten: u64,
+    /// Being rewritten while read: dropped.
+    pub torn: u64,
+}
+
+/// Every CPU's ring.
+#[derive(Clone, Debug, Default)]
+pub struct Rings {
+    /// By time.
+    pub records: Vec<CaptureRecord>,
+    pub cpus: Vec<CpuRing>,
+}
+
+/// Reads every CPU's ring of `slots` records (the power of two the probe was loaded with).
+pub fn read(probe: &Probe, slots: u32) -> Result<Rings, ProbeError> {
+    let map_err = |map| move |source| ProbeError::Map { map, source };
+    let heads: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(probe.map(names::CAPTURE_HEAD)?).map_err(map_err(names::CAPTURE_HEAD))?;
+    let heads = heads.get(&0, 0).map_err(map_err(names::CAPTURE_HEAD))?.to_vec();
+    let ring: PerCpuArray<_, CaptureRecord> =
+        PerCpuArray::try_from(probe.map(names::CAPTURE)?).map_err(map_err(names::CAPTURE))?;
+    let mut per_slot = Vec::with_capacity(slots as usize);
+    for slot in 0..slots {
+        per_slot.push(ring.get(&slot, 0).map_err(map_err(names::CAPTURE))?.to_vec());
+    }
+    Ok(sort(&heads, &per_slot, slots))
+}
+
+/// The rings from each CPU's head and each slot's records (`per_slot[slot][cpu]`).
+fn sort(heads: &[u64], per_slot: &[Vec<CaptureRecord>], slots: u32) -> Rings {
+    let mask = u64::from(slots.max(1) - 1);
+    let mut rings = Rings::default();
+    for (cpu, &head) in heads.iter().enumerate() {
+        let mut ring = CpuRing { cpu: cpu as u32, ..CpuRing::default() };
+        let mut newest = head;
+        for (slot, records) in per_slot.iter().enumerate() {
+            let Some(r) = records.get(cpu) else { continue };
+            if r.seq == 0 && r.seq_end == 0 {
+                continue;
+            }
+            if r.seq != r.seq_end || r.seq & mask != slot as u64 {
+                ring.torn += 1;
+                continue;
+            }
+            newest = newest.max(r.seq);
+            ring.kept += 1;
+            rings.records.push(*r);
+        }
+        ring.written = newest;
+        ring.overwritten = newest.saturating_sub(u64::from(slots)).max(newest.saturating_sub(ring.kept + ring.torn));
+        rings.cpus.push(ring);
+    }
+    rings.records.sort_by_key(|r| (r.ts_ns, r.cpu, r.seq));
+    rings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(cpu: u32, seq: u64, ts_ns: u64) -> CaptureRecord {
+        CaptureRecord { seq, seq_end: seq, cpu, ts_ns, ..CaptureRecord::default() }
+    }
+
+    #[test]
+    fn a_wrapped_ring_keeps_its_last_slots_and_counts_the_rest() {
+        // Four slots; CPU 0 wrote six events (1, 2 overwritten by 5, 6), CPU 1 two, and slot 3
+        // of CPU 0 was being rewritten (7 begun, 3's end still there).
+        let mut torn = record(0, 7, 70);
+        torn.seq_end = 3;
+        let per_slot = vec![
+            vec![record(0, 4, 40), CaptureRecord::default()],
+            vec![record(0, 5, 50), record(1, 1, 15)],
+            vec![record(0, 6, 60), record(1, 2, 25)],
+            vec![torn, CaptureRecord::default()],
+        ];
+        let rings = sort(&[6, 2], &per_slot, 4);
+        let seqs: Vec<(u32, u64)> = rings.records.iter().map(|r| (r.cpu, r.seq)).collect();
+        assert_eq!(seqs, [(1, 1), (1, 2), (0, 4), (0, 5), (0, 6)], "by time");
+        assert_eq!(rings.cpus[0], CpuRing { cpu: 0, written: 6, kept: 3, overwritten: 2, torn: 1 });
+        assert_eq!(rings.cpus[1], CpuRing { cpu: 1, written: 2, kept: 2, overwritten: 0, torn: 0 });
+    }
+}

@@ -1,0 +1,334 @@
+//! A capture as Perfetto's native trace: the recorder's records, the kernel release and the CPU
+//! count in; the bytes of a `perfetto.protos.Trace` out — the scheduler events as ftrace events
+//! in one bundle per CPU (so ui.perfetto.dev and trace_processor show CPU tracks, thread states
+//! and wakeup arrows), and the threads and processes by name. Only the fields written here are
+//! declared; their tags are those of Perfetto's own protos (checked by reading captures back with
+//! Perfetto's generated classes, which refuse nothing they do not know).
+use std::collections::BTreeMap;
+
+use latency_common::maps::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
+use prost::Message as _;
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Trace {
+    #[prost(message, repeated, tag = "1")]
+    packet: Vec<TracePacket>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TracePacket {
+    #[prost(uint64, optional, tag = "8")]
+    timestamp: Option<u64>,
+    #[prost(message, optional, tag = "1")]
+    ftrace_events: Option<FtraceEventBundle>,
+    #[prost(message, optional, tag = "2")]
+    process_tree: Option<ProcessTree>,
+    #[prost(uint32, optional, tag = "10")]
+    trusted_packet_sequence_id: Option<u32>,
+    #[prost(message, optional, tag = "45")]
+    system_info: Option<SystemInfo>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SystemInfo {
+    #[prost(message, optional, tag = "1")]
+    utsname: Option<Utsname>,
+    #[prost(uint32, optional, tag = "8")]
+    num_cpus: Option<u32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Utsname {
+    #[prost(string, optional, tag = "1")]
+    sysname: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    release: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    machine: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct FtraceEventBundle {
+    #[prost(uint32, optional, tag = "1")]
+    cpu: Option<u32>,
+    #[prost(message, repeated, tag = "2")]
+    event: Vec<FtraceEvent>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct FtraceEvent {
+    #[prost(uint64, optional, tag = "1")]
+    timestamp: Option<u64>,
+    #[prost(uint32, optional, tag = "2")]
+    pid: Option<u32>,
+    #[prost(message, optional, tag = "4")]
+    sched_switch: Option<SchedSwitch>,
+    #[prost(message, optional, tag = "20")]
+    sched_waking: Option<SchedWaking>,
+    #[prost(message, optional, tag = "491")]
+    sched_migrate_task: Option<SchedMigrateTask>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SchedSwitch {
+    #[prost(string, optional, tag = "1")]
+    prev_comm: Option<String>,
+    #[prost(int32, optional, tag = "2")]
+    prev_pid: Option<i32>,
+    #[prost(int32, optional, tag = "3")]
+    prev_prio: Option<i32>,
+    #[prost(int64, optional, tag = "4")]
+    prev_state: Option<i64>,
+    #[prost(string, optional, tag = "5")]
+    next_comm: Option<String>,
+    #[prost(int32, optional, tag = "6")]
+    next_pid: Option<i32>,
+    #[prost(int32, optional, tag = "7")]
+    next_prio: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SchedWaking {
+    #[prost(string, optional, tag = "1")]
+    comm: Option<String>,
+    #[prost(int32, optional, tag = "2")]
+    pid: Option<i32>,
+    #[prost(int32, optional, tag = "3")]
+    prio: Option<i32>,
+    #[prost(int32, optional, tag = "4")]
+    success: Option<i32>,
+    #[prost(int32, optional, tag = "5")]
+    target_cpu: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SchedMigrateTask {
+    #[prost(string, optional, tag = "1")]
+    comm: Option<String>,
+    #[prost(int32, optional, tag = "2")]
+    pid: Option<i32>,
+    #[prost(int32, optional, tag = "3")]
+    prio: Option<i32>,
+    #[prost(int32, optional, tag = "4")]
+    orig_cpu: Option<i32>,
+    #[prost(int32, optional, tag = "5")]
+    dest_cpu: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProcessTree {
+    #[prost(message, repeated, tag = "1")]
+    processes: Vec<Process>,
+    #[prost(message, repeated, tag = "2")]
+    threads: Vec<Thread>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Process {
+    #[prost(int32, optional, tag = "1")]
+    pid: Option<i32>,
+    #[prost(string, repeated, tag = "3")]
+    cmdline: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Thread {
+    #[prost(int32, optional, tag = "1")]
+    tid: Option<i32>,
+    #[prost(string, optional, tag = "2")]
+    name: Option<String>,
+    #[prost(int32, optional, tag = "3")]
+    tgid: Option<i32>,
+}
+
+/// The one sequence every packet of a capture is on.
+const SEQUENCE: u32 = 1;
+
+/// What the trace says about where it was taken.
+#[derive(Clone, Debug, Default)]
+pub struct Host {
+    /// `uname -r`.
+    pub release: String,
+    /// `uname -m`.
+    pub machine: String,
+    pub cpus: u32,
+}
+
+/// `comm` as text: up to its first NUL, invalid UTF-8 replaced.
+fn text(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+fn pid(tid: u32) -> Option<i32> {
+    Some(i32::try_from(tid).unwrap_or(i32::MAX))
+}
+
+fn signed(n: u32) -> Option<i32> {
+    Some(i32::try_from(n).unwrap_or(-1))
+}
+
+/// The ftrace event of one record, or none for a kind this build does not know.
+fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
+    let mut e = FtraceEvent { timestamp: Some(r.ts_ns), ..FtraceEvent::default() };
+    match r.kind {
+        CAPTURE_SWITCH => {
+            e.pid = Some(r.pid);
+            e.sched_switch = Some(SchedSwitch {
+                prev_comm: Some(text(&r.comm)),
+                prev_pid: pid(r.pid),
+                prev_prio: Some(r.prio),
+                prev_state: Some(i64::from(r.arg)),
+                next_comm: Some(text(&r.other_comm)),
+                next_pid: pid(r.other_pid),
+                next_prio: Some(r.other_prio),
+            });
+        }
+        CAPTURE_WAKING => {
+            e.pid = Some(r.other_pid);
+            e.sched_waking = Some(SchedWaking {
+                comm: Some(text(&r.comm)),
+                pid: pid(r.pid),
+                prio: Some(r.prio),
+                success: Some(1),
+                target_cpu: signed(r.arg),
+            });
+        }
+        CAPTURE_MIGRATE => {
+            e.pid = Some(r.other_pid);
+            e.sched_migrate_task = Some(SchedMigrateTask {
+                comm: Some(text(&r.comm)),
+                pid: pid(r.pid),
+                prio: Some(r.prio),
+                orig_cpu: signed(r.arg),
+                dest_cpu: signed(r.other_arg),
+            });
+        }
+        _ => return None,
+    }
+    Some(e)
+}
+
+/// The threads the records name (tid → (tgid, comm), the latest comm each), idle tasks left out.
+fn threads(records: &[CaptureRecord]) -> BTreeMap<u32, (u32, String)> {
+    let mut threads = BTreeMap::new();
+    for r in records {
+        let mut seen = |tid: u32, tgid: u32, comm: &[u8; 16]| {
+            if tid != 0 {
+                threads.insert(tid, (tgid, text(comm)));
+            }
+        };
+        seen(r.pid, r.tgid, &r.comm);
+        if r.kind != CAPTURE_MIGRATE || r.other_pid != 0 {
+            seen(r.other_pid, r.other_tgid, &r.other_comm);
+        }
+    }
+    threads
+}
+
+/// The trace of `records` (by time, as the rings are read) taken on `host`.
+pub fn trace(records: &[CaptureRecord], host: &Host) -> Vec<u8> {
+    let first = records.first().map_or(0, |r| r.ts_ns);
+    let packet = |p: TracePacket| TracePacket { trusted_packet_sequence_id: Some(SEQUENCE), ..p };
+    let mut packets = vec![packet(TracePacket {
+        timestamp: Some(first),
+        system_info: Some(SystemInfo {
+            utsname: Some(Utsname {
+                sysname: Some("Linux".into()),
+                release: Some(host.release.clone()),
+                machine: Some(host.machine.clone()),
+            }),
+            num_cpus: Some(host.cpus),
+        }),
+        ..TracePacket::default()
+    })];
+    let threads = threads(records);
+    let mut processes: BTreeMap<u32, String> = BTreeMap::new();
+    for (&tid, (tgid, comm)) in &threads {
+        // A process by its main thread's name where the records name it, else any thread's.
+        if tid == *tgid || !processes.contains_key(tgid) {
+            processes.insert(*tgid, comm.clone());
+        }
+    }
+    packets.push(packet(TracePacket {
+        timestamp: Some(first),
+        process_tree: Some(ProcessTree {
+            processes: processes
+                .into_iter()
+                .map(|(tgid, comm)| Process { pid: pid(tgid), cmdline: vec![comm] })
+                .collect(),
+            threads: threads
+                .into_iter()
+                .map(|(tid, (tgid, comm))| Thread { tid: pid(tid), name: Some(comm), tgid: pid(tgid) })
+                .collect(),
+        }),
+        ..TracePacket::default()
+    }));
+    let mut by_cpu: BTreeMap<u32, Vec<FtraceEvent>> = BTreeMap::new();
+    for r in records {
+        if let Some(e) = event(r) {
+            by_cpu.entry(r.cpu).or_default().push(e);
+        }
+    }
+    for (cpu, events) in by_cpu {
+        packets.push(packet(TracePacket {
+            ftrace_events: Some(FtraceEventBundle { cpu: Some(cpu), event: events }),
+            ..TracePacket::default()
+        }));
+    }
+    Trace { packet: packets }.encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comm(s: &str) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..s.len()].copy_from_slice(s.as_bytes());
+        c
+    }
+
+    #[test]
+    fn records_become_per_cpu_bundles_and_named_threads() {
+        let switch = CaptureRecord {
+            kind: CAPTURE_SWITCH,
+            ts_ns: 100,
+            cpu: 1,
+            pid: 7,
+            tgid: 7,
+            comm: comm("victim"),
+            other_pid: 8,
+            other_tgid: 7,
+            other_comm: comm("hog"),
+            prio: 120,
+            other_prio: 98,
+            ..CaptureRecord::default()
+        };
+        let waking = CaptureRecord {
+            kind: CAPTURE_WAKING,
+            ts_ns: 90,
+            cpu: 0,
+            pid: 7,
+            tgid: 7,
+            comm: comm("victim"),
+            other_pid: 9,
+            other_tgid: 9,
+            other_comm: comm("waker"),
+            arg: 1,
+            ..CaptureRecord::default()
+        };
+        let bytes = trace(&[waking, switch], &Host { release: "6.1.0".into(), machine: "x86_64".into(), cpus: 2 });
+        let t = Trace::decode(bytes.as_slice()).unwrap();
+        assert_eq!(t.packet.len(), 4, "system info, process tree, a bundle per CPU");
+        let tree = t.packet[1].process_tree.as_ref().unwrap();
+        let names: Vec<(Option<i32>, Option<&str>)> = tree.threads.iter().map(|t| (t.tid, t.name.as_deref())).collect();
+        assert_eq!(names, [(Some(7), Some("victim")), (Some(8), Some("hog")), (Some(9), Some("waker"))]);
+        let cpu0 = t.packet[2].ftrace_events.as_ref().unwrap();
+        assert_eq!(cpu0.cpu, Some(0));
+        let w = cpu0.event[0].sched_waking.as_ref().unwrap();
+        assert_eq!((cpu0.event[0].pid, w.pid, w.target_cpu), (Some(9), Some(7), Some(1)), "the waker is the event's pid");
+        let s = t.packet[3].ftrace_events.as_ref().unwrap().event[0].sched_switch.as_ref().unwrap();
+        assert_eq!((s.prev_pid, s.next_pid, s.next_comm.as_deref(), s.prev_state), (Some(7), Some(8), Some("hog"), Some(0)));
+    }
+}

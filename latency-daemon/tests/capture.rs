@@ -1,0 +1,112 @@
+//! `record --capture` against oracles no one here wrote: while two spinners and a 1 ms sleeper
+//! share CPU 1, `perf record` traces `sched_switch` and `sched_waking` on every CPU (its times
+//! moved to CLOCK_BOOTTIME, the capture's clock) and `record --capture` keeps its rings. Perfetto's own
+//! classes read the capture (refusing unknown fields and events out of order); on CPU 1, over
+//! the span both saw, the capture's switches are perf's — the same prev and next tids in the same
+//! order, each within a few microseconds of perf's time — and every waking of the sleeper names
+//! the waker perf saw. Prints the figures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use latency_lab::{
+    guard::{Proc, Scratch},
+    oracle::{
+        bpftool,
+        perf::{SchedEvent, SchedTrace},
+        perfetto,
+    },
+};
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+/// The CPU the workload shares.
+const CPU: u32 = 1;
+/// How far a capture's time may be from perf's for the same switch: both read CLOCK_BOOTTIME, but
+/// perf when the tracepoint fires and the capture program a little later (after the core's
+/// program, on a busy VM).
+const CLOCK_SLACK_NS: u64 = 20_000;
+
+fn spawn(script: &str, what: &str) -> Proc {
+    Proc::spawn(Command::new("taskset").args(["-c", &CPU.to_string(), "sh", "-c", script]), what).expect(what)
+}
+
+#[test]
+fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() {
+    let dir = Scratch::new("runqlat-capture").unwrap();
+    let before = bpftool::stamps_maps().unwrap();
+    let mut perf = SchedTrace::start(&dir.join("perf.data")).expect("perf record");
+    perf.wait_ready().expect("perf record");
+    let _spinners = [spawn("while :; do :; done", "a spinner"), spawn("while :; do :; done", "a spinner")];
+    let sleeper = Proc::spawn(
+        Command::new("taskset").args(["-c", &CPU.to_string(), "perl", "-e", "select(undef, undef, undef, 0.001) while 1"]),
+        "the sleeper",
+    )
+    .unwrap();
+    let capture = dir.join("capture.pftrace");
+    let out = Command::new(DAEMON)
+        .args(["record", "--duration", "2s", "--json", "--capture"])
+        .arg(&capture)
+        .output()
+        .expect("latency-daemon record");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "record failed: {log}");
+    let (perf, lost) = perf.stop().expect("perf script");
+    drop(_spinners);
+    let sleeper_tid = sleeper.pid();
+    drop(sleeper);
+    assert!(lost.is_none(), "perf lost events: {lost:?}");
+    assert!(bpftool::leftovers(&before).unwrap().is_empty(), "the recorder's programs outlived record");
+    let line = log.lines().find(|l| l.contains("capture:")).unwrap_or_else(|| panic!("no capture line: {log}"));
+
+    let ours = perfetto::read(&capture).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(ours.release, std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim());
+    let switches: Vec<_> = ours.switches.iter().filter(|s| s.cpu == CPU).collect();
+    assert!(switches.len() > 100, "{} switches on CPU {CPU} in the capture", switches.len());
+    let theirs: Vec<(u64, u32, u32)> = perf
+        .iter()
+        .filter_map(|e| match *e {
+            SchedEvent::Switch { cpu, ts_ns, prev, next } if cpu == CPU => Some((ts_ns, prev, next)),
+            _ => None,
+        })
+        .collect();
+    // The span both saw: from the capture's first switch on that CPU to its last.
+    let (first, last) = (switches[0].ts_ns, switches[switches.len() - 1].ts_ns);
+    let theirs: Vec<_> =
+        theirs.iter().filter(|(t, ..)| *t + CLOCK_SLACK_NS >= first && *t <= last + CLOCK_SLACK_NS).collect();
+    let pairs = |v: &mut dyn Iterator<Item = (u32, u32)>| v.collect::<Vec<_>>();
+    let ours_pairs = pairs(&mut switches.iter().map(|s| (s.prev as u32, s.next as u32)));
+    let theirs_pairs = pairs(&mut theirs.iter().map(|(_, p, n)| (*p, *n)));
+    assert_eq!(ours_pairs.len(), theirs_pairs.len(), "switches on CPU {CPU}: ours {}, perf's {}", ours_pairs.len(), theirs_pairs.len());
+    if let Some(i) = ours_pairs.iter().zip(&theirs_pairs).position(|(a, b)| a != b) {
+        panic!("switch {i} on CPU {CPU}: ours {:?}, perf's {:?}", ours_pairs[i], theirs_pairs[i]);
+    }
+    let mut gaps: Vec<u64> = switches.iter().zip(&theirs).map(|(s, (t, ..))| s.ts_ns.abs_diff(*t)).collect();
+    gaps.sort_unstable();
+    let (median, worst) = (gaps[gaps.len() / 2], gaps[gaps.len() - 1]);
+    assert!(worst <= CLOCK_SLACK_NS, "a switch {worst} ns from perf's");
+
+    // Every waking of the sleeper: the waker perf saw (the tick's softirq, or whoever ran).
+    let wakers = |woken: u32| -> Vec<(u64, u32)> {
+        perf.iter()
+            .filter_map(|e| match *e {
+                SchedEvent::Waking { ts_ns, tid, woken: w, .. } if w == woken => Some((ts_ns, tid)),
+                _ => None,
+            })
+            .collect()
+    };
+    let perf_wakers = wakers(sleeper_tid);
+    let sleeper_wakings: Vec<_> = ours.wakings.iter().filter(|w| w.woken as u32 == sleeper_tid).collect();
+    assert!(sleeper_wakings.len() > 100, "{} wakings of the sleeper in the capture", sleeper_wakings.len());
+    for w in &sleeper_wakings {
+        let nearest = perf_wakers.iter().min_by_key(|(t, _)| t.abs_diff(w.ts_ns)).expect("perf saw the sleeper woken");
+        assert!(nearest.0.abs_diff(w.ts_ns) <= CLOCK_SLACK_NS, "a waking {} ns from perf's", nearest.0.abs_diff(w.ts_ns));
+        assert_eq!(w.waker, nearest.1, "the waker of the sleeper at {}", w.ts_ns);
+    }
+    eprintln!(
+        "capture: {line}; CPU {CPU}: {} switches, each perf's (median {median} ns, worst {worst} ns from perf's time); \
+         {} wakings of the sleeper, each with perf's waker; {} threads named",
+        ours_pairs.len(),
+        sleeper_wakings.len(),
+        ours.threads.len()
+    );
+}
