@@ -13,6 +13,11 @@
     // /metrics/cadvisor. kubernetes-mixin users with a `job="cadvisor"` set that instead.
     cadvisorSelector: 'job="kubelet", metrics_path="/metrics/cadvisor"',
 
+    // Each alert's `runbook_url` is this with the alert's name in lower case appended: the
+    // alert's section of docs/runbooks.md. The project's address is a placeholder until it is
+    // published; point it at the copy of the docs your on-call reads.
+    runbookURL: 'https://example.org/latency-daemon/blob/main/docs/runbooks.md#',
+
     // RunQueueDelayHigh fires on the window max above this; the dashboard draws it as a line.
     windowMaxAlertSeconds: 0.010,
     // RunQueueDelayP99High fires on the 5-minute p99 above this.

@@ -257,6 +257,30 @@ mod tests {
         }
     }
 
+    /// Every alert links its section of docs/runbooks.md, and that section exists.
+    #[test]
+    fn every_alert_has_a_runbook() {
+        let runbooks = std::fs::read_to_string(workspace_root().join("docs/runbooks.md")).unwrap_or_default();
+        let sections: Vec<String> =
+            runbooks.lines().filter_map(|l| l.strip_prefix("## ")).map(|h| h.trim().to_lowercase()).collect();
+        let groups = rule_groups().unwrap_or_else(|e| panic!("{e:#}"));
+        let alerts: Vec<&serde_json::Value> = groups["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .filter(|r| r.get("alert").is_some())
+            .collect();
+        assert!(alerts.len() >= 9, "{} alerts", alerts.len());
+        for alert in alerts {
+            let name = alert["alert"].as_str().unwrap_or_default();
+            let url = alert["annotations"]["runbook_url"].as_str().unwrap_or_else(|| panic!("{name}: no runbook_url"));
+            let anchor = url.rsplit_once('#').map(|(_, a)| a).unwrap_or_default();
+            assert!(url.contains("docs/runbooks.md#") && anchor == name.to_lowercase(), "{name}: {url}");
+            assert!(sections.iter().any(|s| *s == anchor), "docs/runbooks.md has no `## {name}` section");
+        }
+    }
+
     #[test]
     fn yaml_words_that_need_quotes_are_refused() {
         for word in ["RunqlatDown", "10m", "instance:runqlat_delays:rate5m", "runqlat.rules"] {

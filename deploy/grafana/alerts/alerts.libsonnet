@@ -16,9 +16,11 @@
   prometheusAlerts+:: {
     local c = $._config,
     local sel = c.selector,
+    // Each alert's runbook: its section of docs/runbooks.md (the alert's name in lower case).
+    local withRunbook(rule) = rule { annotations+: { runbook_url: c.runbookURL + std.asciiLower(rule.alert) } },
     groups+: [{
       name: 'runqlat.alerts',
-      rules: [
+      rules: std.map(withRunbook, [
         // The fleet-level backstop. Each daemon can run its own alerting ([alert] in its
         // configuration), which it evaluates on every closed window in the kernel's attributed
         // incidents. Those notifications name the victim task, its cgroup and CPU, and the
@@ -195,7 +197,7 @@
             description: 'Drains of the kernel maps on {{ $labels.instance }} have kept failing for 10m. The log says why ("drain failed: …").',
           },
         },
-      ],
+      ]),
     }],
   },
 }
