@@ -4,18 +4,27 @@
 //! classes read the capture (refusing unknown fields and events out of order); on CPU 1, over
 //! the span both saw, the capture's switches are perf's — the same prev and next tids in the same
 //! order, each within a few microseconds of perf's time — and every waking of the sleeper names
-//! the waker perf saw. Prints the figures.
+//! the waker perf saw. And the daemon's own trigger: a SCHED_FIFO spinner stalls a task on CPU 1
+//! past its cgroup's alert threshold; the alert carries a capture's address, `/api/v1/captures`
+//! lists it behind the same address, and the capture (read back with Perfetto's classes) holds
+//! the spinner taking the CPU, the victim's wakeup and, once its wait ended, the victim getting
+//! the CPU. Prints the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 
+use std::time::{Duration, Instant};
+
 use latency_lab::{
+    daemon::Daemon,
     guard::{Proc, Scratch},
     oracle::{
         bpftool,
         perf::{SchedEvent, SchedTrace},
         perfetto,
     },
+    services::TestCgroup,
+    workload::stall::{Plan, Stall, pin},
 };
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
@@ -38,7 +47,13 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
     perf.wait_ready().expect("perf record");
     let _spinners = [spawn("while :; do :; done", "a spinner"), spawn("while :; do :; done", "a spinner")];
     let sleeper = Proc::spawn(
-        Command::new("taskset").args(["-c", &CPU.to_string(), "perl", "-e", "select(undef, undef, undef, 0.001) while 1"]),
+        Command::new("taskset").args([
+            "-c",
+            &CPU.to_string(),
+            "perl",
+            "-e",
+            "select(undef, undef, undef, 0.001) while 1",
+        ]),
         "the sleeper",
     )
     .unwrap();
@@ -76,7 +91,13 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
     let pairs = |v: &mut dyn Iterator<Item = (u32, u32)>| v.collect::<Vec<_>>();
     let ours_pairs = pairs(&mut switches.iter().map(|s| (s.prev as u32, s.next as u32)));
     let theirs_pairs = pairs(&mut theirs.iter().map(|(_, p, n)| (*p, *n)));
-    assert_eq!(ours_pairs.len(), theirs_pairs.len(), "switches on CPU {CPU}: ours {}, perf's {}", ours_pairs.len(), theirs_pairs.len());
+    assert_eq!(
+        ours_pairs.len(),
+        theirs_pairs.len(),
+        "switches on CPU {CPU}: ours {}, perf's {}",
+        ours_pairs.len(),
+        theirs_pairs.len()
+    );
     if let Some(i) = ours_pairs.iter().zip(&theirs_pairs).position(|(a, b)| a != b) {
         panic!("switch {i} on CPU {CPU}: ours {:?}, perf's {:?}", ours_pairs[i], theirs_pairs[i]);
     }
@@ -99,7 +120,11 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
     assert!(sleeper_wakings.len() > 100, "{} wakings of the sleeper in the capture", sleeper_wakings.len());
     for w in &sleeper_wakings {
         let nearest = perf_wakers.iter().min_by_key(|(t, _)| t.abs_diff(w.ts_ns)).expect("perf saw the sleeper woken");
-        assert!(nearest.0.abs_diff(w.ts_ns) <= CLOCK_SLACK_NS, "a waking {} ns from perf's", nearest.0.abs_diff(w.ts_ns));
+        assert!(
+            nearest.0.abs_diff(w.ts_ns) <= CLOCK_SLACK_NS,
+            "a waking {} ns from perf's",
+            nearest.0.abs_diff(w.ts_ns)
+        );
         assert_eq!(w.waker, nearest.1, "the waker of the sleeper at {}", w.ts_ns);
     }
     eprintln!(
@@ -108,5 +133,101 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
         ours_pairs.len(),
         sleeper_wakings.len(),
         ours.threads.len()
+    );
+}
+
+#[test]
+fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
+    if latency_lab::workload::cpus() < 2 {
+        eprintln!("capture: skipped: needs 2 CPUs (one to stall, one for the daemon)");
+        return;
+    }
+    // The test, the daemon and their children on CPU 0; the stall's tasks pin themselves to CPU 1.
+    assert!(pin(0), "pinning the test to CPU 0");
+    let dir = Scratch::new("runqlat-captures").unwrap();
+    let cg = TestCgroup::new("capture").expect("a test cgroup");
+    let config = dir.join("latency-daemon.toml");
+    std::fs::write(&config, format!("[alert_cgroup_max_delay]\n\"{}\" = \"300ms\"\n", cg.path)).unwrap();
+    let captures = dir.join("captures");
+    let daemon = Daemon::start(
+        DAEMON,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--interval",
+            "100ms",
+            "--window",
+            "1s",
+            "--alert-for",
+            "1",
+            "--capture-dir",
+            captures.to_str().unwrap(),
+        ],
+    )
+    .expect("latency-daemon run");
+    let inside = cg.enter_self().unwrap_or_else(|e| panic!("{e:#}"));
+    let plan =
+        Plan { cpu: 1, priority: 5, spin: Duration::from_secs(2), wake_after: Duration::from_millis(20), again: None };
+    let mut stall = Stall::start(plan).unwrap_or_else(|e| panic!("{e:#}"));
+    let (victim, spinner) = (stall.victim.tid, stall.spinner.pid());
+    stall.spinner.finish().unwrap_or_else(|e| panic!("{e:#}"));
+    drop(stall);
+    drop(inside);
+
+    // The alert that fired for our cgroup, and its capture once the wait that fired it ended.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (url, ours) = loop {
+        let fired = daemon
+            .log()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == "fired" && v["key"]["cgroup"] == cg.path.as_str());
+        if let Some(url) = fired.as_ref().and_then(|f| f["capture"].as_str()) {
+            let file = dir.join("capture.pftrace");
+            let got = daemon.get(url).expect("GET the capture");
+            assert_eq!(got.status, 200, "{url}");
+            std::fs::write(&file, &got.body).unwrap();
+            let ours = perfetto::read(&file).unwrap_or_else(|e| panic!("{e:#}"));
+            let ran = ours.switches.iter().any(|s| s.cpu == 1 && s.next as u32 == victim);
+            if ran || Instant::now() > deadline {
+                break (url.to_owned(), ours);
+            }
+        }
+        assert!(Instant::now() < deadline, "no capture on a fired alert of {}: {:?}", cg.path, daemon.log());
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
+    let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
+    assert!(
+        listed["captures"].as_array().into_iter().flatten().any(|c| c["url"] == url.as_str()),
+        "{url} not listed: {listed}"
+    );
+    let metrics = daemon.metrics().expect("GET /metrics");
+    daemon.stop().expect("SIGTERM");
+
+    let on_cpu1 = |tid: u32| ours.switches.iter().filter(|s| s.cpu == 1 && s.next as u32 == tid).map(|s| s.ts_ns).min();
+    let spinner_in = on_cpu1(spinner).unwrap_or_else(|| panic!("the capture never switches the spinner {spinner} in"));
+    // Its first run after the spinner took the CPU, and the wakeup that it waited from.
+    let ran = ours
+        .switches
+        .iter()
+        .filter(|s| s.cpu == 1 && s.next as u32 == victim && s.ts_ns > spinner_in)
+        .map(|s| s.ts_ns)
+        .min()
+        .unwrap_or_else(|| panic!("the capture never switches the victim {victim} in after the spinner"));
+    let woken = ours.wakings.iter().filter(|w| w.woken as u32 == victim && w.ts_ns < ran).map(|w| w.ts_ns).max();
+    let woken = woken.unwrap_or_else(|| panic!("no waking of the victim {victim} before it ran"));
+    assert!(spinner_in < woken, "the spinner took the CPU before the victim was woken");
+    assert!(ran - woken >= 300_000_000, "the victim waited {} ns in the capture, under the threshold", ran - woken);
+    let written = latency_lab::web::sample(&metrics, "runqlat_captures_total{result=\"written\"}").unwrap_or(0.0);
+    assert!(written >= 1.0, "runqlat_captures_total{{result=\"written\"}} {written}");
+    eprintln!(
+        "capture on alert: {url}; {} switches, {} wakings on {} threads; the victim woken {:.1} ms after the spinner \
+         took CPU 1, ran {:.1} ms later; {written} written",
+        ours.switches.len(),
+        ours.wakings.len(),
+        ours.threads.len(),
+        (woken - spinner_in) as f64 / 1e6,
+        (ran - woken) as f64 / 1e6,
     );
 }

@@ -213,6 +213,12 @@ fn encode_bytes(format: Format) -> Vec<u8> {
     instruments.push.dropped();
     instruments.push.failed(3);
     instruments.push.set_queued(2);
+    // A capture recorder that wrote two captures, suppressed one and rotated one out.
+    instruments.capture.enable();
+    instruments.capture.written();
+    instruments.capture.written();
+    instruments.capture.suppressed();
+    instruments.capture.removed(1);
     let metrics = Metrics::new(latest, &instruments, process);
     metrics.encode(format).expect("encoding cannot fail on a fixed exposition").1
 }
@@ -387,6 +393,7 @@ fn docs_otlp_mapping_matches_the_translation() {
     let e = latest.borrow().clone();
     let instruments = Instruments::default();
     instruments.push.enable();
+    instruments.capture.enable();
     let m = Metrics::new(latest, &instruments, process);
     let families = m.families(&e).expect("encoding cannot fail on a fixed exposition");
     let prometheus: Vec<(String, Vec<String>)> = families

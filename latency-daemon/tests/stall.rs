@@ -31,43 +31,6 @@ const CPU: usize = 1;
 const INTERVAL_NS: u64 = 100_000_000;
 const THRESHOLD_S: f64 = 0.3;
 
-/// The test process in a cgroup of its own while it lives; back where it was on drop (before the
-/// cgroup goes, which kills whatever is still inside).
-struct Inside<'a> {
-    _cgroup: &'a TestCgroup,
-    home: String,
-}
-
-impl<'a> Inside<'a> {
-    fn enter(cgroup: &'a TestCgroup) -> Inside<'a> {
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let home = own.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup v2 line").to_owned();
-        cgroup.enter(std::process::id()).unwrap_or_else(|e| panic!("{e:#}"));
-        Inside { _cgroup: cgroup, home }
-    }
-}
-
-impl Drop for Inside<'_> {
-    fn drop(&mut self) {
-        // The cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host); the
-        // file is written, never created.
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mount = info.lines().find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            right.starts_with("cgroup2 ").then(|| left.split_whitespace().nth(4))?
-        });
-        let Some(mount) = mount else { return eprintln!("stall: no cgroup2 mount to move back to") };
-        let procs = format!("{mount}{}/cgroup.procs", self.home.trim_end_matches('/'));
-        let moved = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&procs)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, std::process::id().to_string().as_bytes()));
-        if let Err(e) = moved {
-            eprintln!("stall: could not move back to {procs}: {e}");
-        }
-    }
-}
-
 /// One look at the daemon: when (CLOCK_MONOTONIC, after the answer came), the wait-in-progress
 /// gauge, and the waits it listed as (tid, waited s).
 #[derive(Debug, Clone)]
@@ -249,7 +212,7 @@ fn a_stall_is_seen_and_alerted_while_it_lasts() {
         ],
     )
     .expect("latency-daemon run");
-    let inside = Inside::enter(&cg);
+    let inside = cg.enter_self().unwrap_or_else(|e| panic!("{e:#}"));
     let trace = latency_lab::guard::Scratch::new("runqlat-stall").expect("a scratch directory");
     let mut perf = Perf::start(&trace.join("perf.data")).expect("perf sched record");
     perf.wait_ready().expect("perf ready");

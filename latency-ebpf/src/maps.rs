@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latency_common::maps::{
-    CaptureRecord, CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason, RunRing,
-    StampPair, TaskStats, ThrottleClock, WINDOW_SLOTS,
+    CaptureRecord, CgroupHist, CgroupSlot, Control, CpuState, FinalRing, Incident, IrqClock, REMOVED_BYTES, Reason,
+    RunRing, StampPair, TaskStats, ThrottleClock, WINDOW_SLOTS,
 };
 
 /// Enqueue stamp per tid, with the cause split's throttle snapshot and migration count (see

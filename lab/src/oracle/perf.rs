@@ -225,14 +225,26 @@ fn boot_offset_ns() -> u64 {
 /// One event of a [`SchedTrace`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchedEvent {
-    Switch { cpu: u32, ts_ns: u64, prev: u32, next: u32 },
+    Switch {
+        cpu: u32,
+        ts_ns: u64,
+        prev: u32,
+        next: u32,
+    },
     /// `tid` is the task that woke `woken` (the one running on `cpu`).
-    Waking { cpu: u32, ts_ns: u64, tid: u32, woken: u32, target_cpu: u32 },
+    Waking {
+        cpu: u32,
+        ts_ns: u64,
+        tid: u32,
+        woken: u32,
+        target_cpu: u32,
+    },
 }
 
 impl SchedTrace {
     pub fn start(file: &Path) -> anyhow::Result<SchedTrace> {
-        let args = ["record", "-e", "sched:sched_switch", "-e", "sched:sched_waking", "-a", "-k", "mono", "-m", "16M", "-o"];
+        let args =
+            ["record", "-e", "sched:sched_switch", "-e", "sched:sched_waking", "-a", "-k", "mono", "-m", "16M", "-o"];
         let recording = Recording::start(&args, file, "perf record")?;
         Ok(SchedTrace { recording, file: file.to_owned(), boot_offset_ns: boot_offset_ns() })
     }

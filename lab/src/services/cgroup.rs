@@ -45,6 +45,16 @@ impl TestCgroup {
         std::fs::write(&procs, pid.to_string()).with_context(|| format!("moving {pid} into {}", procs.display()))
     }
 
+    /// Moves this process into this cgroup until the guard drops, then back where it was (before
+    /// the cgroup goes, which kills whatever is still inside).
+    pub fn enter_self(&self) -> anyhow::Result<Inside<'_>> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").context("reading /proc/self/cgroup")?;
+        let home = own.lines().find_map(|l| l.strip_prefix("0::")).context("no cgroup v2 line in /proc/self/cgroup")?;
+        let home = home.to_owned();
+        self.enter(std::process::id())?;
+        Ok(Inside { _cgroup: self, home })
+    }
+
     /// The contents of one of its files (`cpu.pressure`, `cpu.stat`…).
     pub fn read(&self, file: &str) -> anyhow::Result<String> {
         let path = self.dir.join(file);
@@ -58,6 +68,30 @@ impl TestCgroup {
         let mut command = Command::new("sh");
         command.arg("-c").arg(script).arg("sh").args(argv).stdout(Stdio::null()).stderr(Stdio::null());
         Proc::spawn(&mut command, "cgroup workload")
+    }
+}
+
+/// This process inside a [`TestCgroup`] while it lives (see [`TestCgroup::enter_self`]).
+#[derive(Debug)]
+pub struct Inside<'a> {
+    _cgroup: &'a TestCgroup,
+    home: String,
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        // The file is written, never created.
+        let procs = match cgroup2_mount() {
+            Ok(mount) => mount.join(self.home.trim_start_matches('/')).join("cgroup.procs"),
+            Err(e) => return eprintln!("cgroup: no cgroup2 mount to move back to: {e:#}"),
+        };
+        let moved = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, std::process::id().to_string().as_bytes()));
+        if let Err(e) = moved {
+            eprintln!("cgroup: could not move back to {}: {e}", procs.display());
+        }
     }
 }
 

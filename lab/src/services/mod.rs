@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 pub use alertmanager::Alertmanager;
-pub use cgroup::{CgroupMount, TestCgroup, Waker, cgroup_mounts, cgroup_mounts_in};
+pub use cgroup::{CgroupMount, Inside, TestCgroup, Waker, cgroup_mounts, cgroup_mounts_in};
 pub use containerd::{Containerd, Daemon as ContainerdDaemon, Plugins as ContainerdPlugins};
 pub use kube::{KubePod, pod_from_daemonset};
 pub use podman::{Container, Podman};

@@ -77,6 +77,7 @@ fn gunzip_base64(body: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::io::Write as _;
 

@@ -75,8 +75,5 @@ pub const CAPTURE: &str = "CAPTURE";
 pub const CAPTURE_HEAD: &str = "CAPTURE_HEAD";
 /// The capture recorder's programs (attached only when it is on; not part of the bench's floor):
 /// each program's name and the tracepoint it follows.
-pub const CAPTURE_PROGRAMS: [(&str, &str); 3] = [
-    ("capture_switch", "sched_switch"),
-    ("capture_waking", "sched_waking"),
-    ("capture_migrate", "sched_migrate_task"),
-];
+pub const CAPTURE_PROGRAMS: [(&str, &str); 3] =
+    [("capture_switch", "sched_switch"), ("capture_waking", "sched_waking"), ("capture_migrate", "sched_migrate_task")];

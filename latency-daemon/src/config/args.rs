@@ -161,6 +161,27 @@ settings! {
             apply: Restart,
         },
 
+        #[arg(long, value_name = "PATH")]
+        capture_dir: PathBuf {
+            help: "Keep every CPU's last scheduler events (the capture recorder) and, when an alert fires, \
+                   write them there as a Perfetto trace, served at /api/v1/captures; off without it",
+            more: "The recorder is three programs of their own on sched_switch, sched_waking and \
+                   sched_migrate_task (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU VM). At \
+                   most one capture per 10 s, 32 files and 256 MiB in the directory (oldest removed); \
+                   runqlat_captures_total counts them. See the captures guide.",
+            default: "off",
+            example: "\"/var/lib/latency-daemon/captures\"",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "N")]
+        capture_events: u32 {
+            help: "Events the capture recorder keeps per CPU, the newest, 64 to 1048576 (rounded up to a power \
+                   of two; 96 bytes of kernel memory each, per possible CPU)",
+            default: "4096",
+            apply: Restart,
+        },
+
         #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true",
               value_parser = BoolishValueParser::new())]
         wait_scan: bool {

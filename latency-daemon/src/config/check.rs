@@ -21,6 +21,7 @@ const TOP_CGROUPS: RangeInclusive<usize> = 1..=1000;
 const MAX_CGROUPS: RangeInclusive<u32> = 16..=65536;
 /// As `record` accepts: up to a quarter of the largest possible pid_max (2^22).
 const MAX_TASKS: RangeInclusive<u32> = 1..=1_048_576;
+const CAPTURE_EVENTS: RangeInclusive<u32> = 64..=1_048_576;
 
 /// One thing wrong with one setting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +96,8 @@ pub(super) fn resolve(
         classic_buckets,
         cgroup_buckets,
         per_cgroup: merged.per_cgroup.unwrap_or(d.per_cgroup),
+        capture_dir: merged.capture_dir.clone(),
+        capture_events: merged.capture_events.unwrap_or(d.capture_events),
         wait_scan: merged.wait_scan.unwrap_or(d.wait_scan),
         wait_causes: merged.wait_causes.unwrap_or(d.wait_causes),
         irq_tracepoints: merged.irq_tracepoints.unwrap_or(d.irq_tracepoints),
@@ -141,6 +144,12 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
     );
     within("max_cgroups", c.max_cgroups.to_string(), MAX_CGROUPS.contains(&c.max_cgroups), show(&MAX_CGROUPS));
     within("max_tasks", c.max_tasks.to_string(), MAX_TASKS.contains(&c.max_tasks), show(&MAX_TASKS));
+    within(
+        "capture_events",
+        c.capture_events.to_string(),
+        CAPTURE_EVENTS.contains(&c.capture_events),
+        show(&CAPTURE_EVENTS),
+    );
 
     let (window, interval) = (human(c.window), human(c.interval));
     let window_problem = if c.window < c.interval {

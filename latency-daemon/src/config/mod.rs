@@ -63,6 +63,11 @@ pub struct Config {
     #[serde(serialize_with = "format::ser_cgroup_buckets")]
     pub cgroup_buckets: Vec<u8>,
     pub per_cgroup: bool,
+    /// Where captures go when an alert fires; None: the capture recorder is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_dir: Option<PathBuf>,
+    /// The capture recorder's ring, events per CPU.
+    pub capture_events: u32,
     /// Scan the tasks waiting for a CPU at each drain (waits in progress).
     pub wait_scan: bool,
     /// Split each wait by cause (throttled, irq+steal, holder).
@@ -161,6 +166,9 @@ impl Default for Config {
             classic_buckets: (-20..=6).map(|octave| 8 * octave).collect(),
             cgroup_buckets: (0..buckets::CGROUP.rungs as u8).collect(),
             per_cgroup: true,
+            capture_dir: None,
+            // 384 KiB per CPU: a busy CPU's last tenth of a second or more, a quiet one's minutes.
+            capture_events: 4096,
             wait_scan: true,
             wait_causes: true,
             irq_tracepoints: false,
@@ -235,6 +243,8 @@ impl Config {
                 "interval" => keep(key, &mut config.interval, self.interval, r),
                 "max_cgroups" => keep(key, &mut config.max_cgroups, self.max_cgroups, r),
                 "per_cgroup" => keep(key, &mut config.per_cgroup, self.per_cgroup, r),
+                "capture_dir" => keep(key, &mut config.capture_dir, self.capture_dir.clone(), r),
+                "capture_events" => keep(key, &mut config.capture_events, self.capture_events, r),
                 "wait_scan" => keep(key, &mut config.wait_scan, self.wait_scan, r),
                 "wait_causes" => keep(key, &mut config.wait_causes, self.wait_causes, r),
                 "irq_tracepoints" => keep(key, &mut config.irq_tracepoints, self.irq_tracepoints, r),

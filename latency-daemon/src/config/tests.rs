@@ -642,6 +642,7 @@ fn every_setting_reloads_as_the_table_says() {
             "otlp_compression" => "\"none\"".into(),
             "otlp_temporality" => "\"delta\"".into(),
             "otlp_queue" => "16".into(),
+            "capture_events" => "8192".into(),
             "log_level" => "\"warn\"".into(),
             "log_format" => "\"json\"".into(),
             "path_procfs" | "path_sysfs" | "path_cgroupfs" | "path_rootfs" => "\"/tmp\"".into(),

@@ -72,6 +72,17 @@ fn sort(heads: &[u64], per_slot: &[Vec<CaptureRecord>], slots: u32) -> Rings {
     rings
 }
 
+/// Two readings of the rings as one, by time: a record in both (the same CPU and sequence
+/// number) once.
+pub fn merge(earlier: Vec<CaptureRecord>, later: Vec<CaptureRecord>) -> Vec<CaptureRecord> {
+    let mut all = earlier;
+    all.extend(later);
+    all.sort_by_key(|r| (r.cpu, r.seq));
+    all.dedup_by_key(|r| (r.cpu, r.seq));
+    all.sort_by_key(|r| (r.ts_ns, r.cpu, r.seq));
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +108,13 @@ mod tests {
         assert_eq!(seqs, [(1, 1), (1, 2), (0, 4), (0, 5), (0, 6)], "by time");
         assert_eq!(rings.cpus[0], CpuRing { cpu: 0, written: 6, kept: 3, overwritten: 2, torn: 1 });
         assert_eq!(rings.cpus[1], CpuRing { cpu: 1, written: 2, kept: 2, overwritten: 0, torn: 0 });
+    }
+
+    #[test]
+    fn two_readings_merge_without_repeats() {
+        let merged =
+            merge(vec![record(0, 1, 10), record(0, 2, 20)], vec![record(0, 2, 20), record(0, 3, 30), record(1, 1, 15)]);
+        let seqs: Vec<(u32, u64)> = merged.iter().map(|r| (r.cpu, r.seq)).collect();
+        assert_eq!(seqs, [(0, 1), (1, 1), (0, 2), (0, 3)]);
     }
 }

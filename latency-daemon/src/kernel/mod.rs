@@ -7,8 +7,8 @@
 //! cgroups), `btf` reads struct layouts from the running kernel, and `privileges` drops every
 //! capability once they are attached (the file descriptors held need none).
 pub mod btf;
-pub mod capture;
 pub mod caps;
+pub mod capture;
 pub mod cgroups;
 pub mod drain;
 pub mod feature;

@@ -20,7 +20,9 @@ pub use super::options::{ProbeError, ProbeOptions};
 use super::{
     btf::{Btf, TaskLayout},
     feature::{Feature, Sizes},
-    object::{Program, attach_fexit, attach_kprobe, attach_on, attach_with, kernel_btf, load_iter, page_size, program_mut},
+    object::{
+        Program, attach_fexit, attach_kprobe, attach_on, attach_with, kernel_btf, load_iter, page_size, program_mut,
+    },
 };
 use crate::host::system;
 

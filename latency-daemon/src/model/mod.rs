@@ -3,6 +3,7 @@
 //! aya, no prometheus-client, so every stage is tested without root; the one clock read is the
 //! daemon's wall clock (`wall::now_unix_ns`), kept here so that every layer reads the same one.
 pub mod attribution;
+pub mod capture;
 pub mod causes;
 pub mod cgroup_series;
 pub mod container;

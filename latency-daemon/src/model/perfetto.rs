@@ -327,8 +327,15 @@ mod tests {
         let cpu0 = t.packet[2].ftrace_events.as_ref().unwrap();
         assert_eq!(cpu0.cpu, Some(0));
         let w = cpu0.event[0].sched_waking.as_ref().unwrap();
-        assert_eq!((cpu0.event[0].pid, w.pid, w.target_cpu), (Some(9), Some(7), Some(1)), "the waker is the event's pid");
+        assert_eq!(
+            (cpu0.event[0].pid, w.pid, w.target_cpu),
+            (Some(9), Some(7), Some(1)),
+            "the waker is the event's pid"
+        );
         let s = t.packet[3].ftrace_events.as_ref().unwrap().event[0].sched_switch.as_ref().unwrap();
-        assert_eq!((s.prev_pid, s.next_pid, s.next_comm.as_deref(), s.prev_state), (Some(7), Some(8), Some("hog"), Some(0)));
+        assert_eq!(
+            (s.prev_pid, s.next_pid, s.next_comm.as_deref(), s.prev_state),
+            (Some(7), Some(8), Some("hog"), Some(0))
+        );
     }
 }

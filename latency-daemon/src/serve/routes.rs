@@ -22,7 +22,7 @@ use super::{
 use crate::{
     config::Config,
     metrics::{Format, Metrics, encode::gzip},
-    model::{exposition::Exposition, window::Window},
+    model::{capture::Shelf, exposition::Exposition, window::Window},
 };
 
 /// The last body made from `K` (compared by identity: a new exposition or window is a new Arc).
@@ -111,6 +111,8 @@ pub struct Routes {
     heatmap: Memo<Exposition>,
     /// The landing page; forgotten when the configuration changes, since it shows it.
     landing: Memo<Exposition>,
+    /// Where captures are kept, with the capture recorder on.
+    captures: Option<Arc<dyn Shelf>>,
 }
 
 impl fmt::Debug for Routes {
@@ -129,6 +131,39 @@ impl Routes {
             snapshot: Memo::default(),
             heatmap: Memo::default(),
             landing: Memo::default(),
+            captures: None,
+        }
+    }
+
+    /// Serves the captures on `shelf` at `/api/v1/captures` (a list) and `/api/v1/captures/NAME`.
+    pub fn with_captures(self, shelf: Arc<dyn Shelf>) -> Routes {
+        Routes { captures: Some(shelf), ..self }
+    }
+
+    /// `/api/v1/captures` and `/api/v1/captures/NAME`.
+    fn captures(&self, path: &str) -> Reply {
+        let Some(shelf) = &self.captures else {
+            return Reply::new(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "captures are off (capture_dir)\n");
+        };
+        let trouble = |e: std::io::Error| {
+            log::warn!("captures could not be read: {e}");
+            Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "captures could not be read\n")
+        };
+        match path.strip_prefix("/api/v1/captures").unwrap_or("") {
+            "" | "/" => match shelf.list() {
+                Ok(listed) => {
+                    json(serde_json::to_vec_pretty(&serde_json::json!({ "captures": listed })).map(Bytes::from))
+                }
+                Err(e) => trouble(e),
+            },
+            name => match shelf.read(name.trim_start_matches('/')) {
+                Ok(Some(bytes)) => Reply::new(StatusCode::OK, "application/octet-stream", bytes).with_header(
+                    hyper::header::CONTENT_DISPOSITION,
+                    hyper::header::HeaderValue::from_static("attachment"),
+                ),
+                Ok(None) => Reply::new(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "no such capture\n"),
+                Err(e) => trouble(e),
+            },
         }
     }
 
@@ -261,6 +296,7 @@ impl Handler for Routes {
                     }
                 }
             }
+            path if path == "/api/v1/captures" || path.starts_with("/api/v1/captures/") => self.captures(path),
             _ => Reply::new(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n"),
         }
     }

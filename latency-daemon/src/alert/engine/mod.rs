@@ -51,6 +51,10 @@ pub struct Alert {
     /// finally ran (see [`Transition::Updated`]). Left out of JSON when false.
     #[serde(skip_serializing_if = "is_false")]
     pub ran_after_waiting: bool,
+    /// Where the capture of the CPUs' last scheduler events taken when it fired is served
+    /// (`/api/v1/captures/…`), with the capture recorder on. Left out of JSON when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -67,6 +71,7 @@ impl Alert {
             worst: worst.clone(),
             resolved_unix_ns: None,
             ran_after_waiting: false,
+            capture: None,
         }
     }
 }

@@ -45,7 +45,7 @@ fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAle
             labels.insert(k, v.clone());
         }
     }
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         ("summary", text::summary(alert)),
         ("description", text::description(alert)),
         ("victim", text::victim(a)),
@@ -63,6 +63,10 @@ fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAle
         // "true": `delay` is a wait so far and `at` when it was seen; the task had not run yet.
         ("still_waiting", a.waiting.to_string()),
     ]);
+    // The CPUs' last scheduler events when it fired, on the daemon that sent it.
+    if let Some(capture) = &alert.capture {
+        annotations.insert("capture", capture.clone());
+    }
     PostableAlert {
         labels,
         annotations,

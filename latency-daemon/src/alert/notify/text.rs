@@ -347,6 +347,7 @@ pub(super) mod tests {
             },
             resolved_unix_ns: None,
             ran_after_waiting: false,
+            capture: None,
         }
     }
 

@@ -20,9 +20,8 @@ use crate::{
     cli::RecordArgs,
     host::{cgroups::CgroupNames, clock, system},
     kernel::{
-        capture,
         caps::{self, MissingCaps},
-        drain,
+        capture, drain,
         feature::{self, Feature},
         load,
         probe::{Probe, ProbeError, ProbeOptions},

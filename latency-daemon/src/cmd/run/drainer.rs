@@ -12,6 +12,7 @@ use std::{
 use latency_common::Lost;
 use tokio::sync::watch;
 
+use super::capturer::Capturer;
 use crate::{
     alert::notify::Notifier,
     config::Config,
@@ -79,6 +80,8 @@ pub(super) struct Drainer {
     /// Failed retirements, as last added to the drain errors.
     retire_errors: u64,
     notifier: Option<Notifier>,
+    /// The capture trigger, with the capture recorder on.
+    capturer: Option<Capturer>,
     pipeline: Pipeline,
     /// The last wait scan failed (logged once until one succeeds).
     scan_failing: bool,
@@ -137,10 +140,16 @@ impl Drainer {
             removals_swept: 0,
             retire_errors: 0,
             notifier,
+            capturer: None,
             pipeline,
             scan_failing: false,
             steal_failing: false,
         }
+    }
+
+    /// With the capture trigger: an alert that fires takes a capture.
+    pub(super) fn with_capturer(self, capturer: Option<Capturer>) -> Drainer {
+        Drainer { capturer, ..self }
     }
 
     pub(super) fn run(mut self, inbox: &mpsc::Receiver<Command>) {
@@ -238,6 +247,9 @@ impl Drainer {
                 Ok(rings) => transitions.extend(self.pipeline.finals(&rings)),
                 Err(e) => log::debug!("final delays not read: {e}"),
             }
+        }
+        if let Some(capturer) = &mut self.capturer {
+            capturer.annotate(&self.probe, &mut transitions);
         }
         for t in transitions {
             if let Some(n) = &self.notifier {

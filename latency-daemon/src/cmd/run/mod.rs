@@ -1,5 +1,6 @@
 //! The `run` command: check the configuration, bind, attach once, start the drain thread
 //! (`drainer`) and the HTTP server, reload on SIGHUP, detach and exit on SIGTERM/SIGINT.
+mod capturer;
 mod drainer;
 mod signals;
 
@@ -18,7 +19,7 @@ use crate::{
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
         caps::{self, MissingCaps},
-        feature::Feature,
+        feature::{self, Feature},
         load, privileges,
         probe::{Probe, ProbeError, ProbeOptions},
     },
@@ -114,12 +115,17 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
     // Bind before attaching: a port in use must not leave a program loaded, even briefly.
     let listener = http::bind(config.listen).await?;
     let names = cgroup_names(&config);
-    let Attached { probe, config, features } = attach(config, names.is_some())?;
+    let Attached { probe, config, features, capture_slots } = attach(config, names.is_some())?;
     let (published, latest) = watch::channel(Arc::new(first_exposition(&config, features)));
     let instruments = Instruments::default();
     let metrics = Arc::new(Metrics::new(latest.clone(), &instruments, procstat::sample));
     start_otlp(&config, &metrics, &latest, &instruments);
-    let routes = Arc::new(Routes::new(metrics, latest, Arc::new(config.clone())));
+    let (capturer, shelf) = start_captures(&config, capture_slots, &instruments);
+    let mut routes = Routes::new(metrics, latest, Arc::new(config.clone()));
+    if let Some(shelf) = shelf {
+        routes = routes.with_captures(shelf);
+    }
+    let routes = Arc::new(routes);
     let (commands, inbox) = mpsc::channel();
     let notifier = start_notifier(&config, &instruments);
     let drainer = Drainer::new(
@@ -130,7 +136,8 @@ async fn run(config: Config, args: RunArgs) -> Result<(), RunError> {
         instruments.drain.clone(),
         notifier.clone(),
         commands.clone(),
-    );
+    )
+    .with_capturer(capturer);
     let drain_thread =
         thread::Builder::new().name("drain".into()).spawn(move || drainer.run(&inbox)).map_err(RunError::Thread)?;
     let server = start_http(listener, &config, Arc::clone(&routes), &instruments);
@@ -165,6 +172,8 @@ struct Attached {
     probe: Probe,
     config: Config,
     features: Vec<(&'static str, &'static str)>,
+    /// The capture recorder's slots per CPU, when it is on.
+    capture_slots: Option<u32>,
 }
 
 /// Loads and attaches the kernel program with what `config` asks (what this kernel lacks
@@ -185,6 +194,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         throttle_unknown: config.wait_causes,
         split_stolen: config.wait_causes,
         split_irq: config.wait_causes && config.irq_tracepoints,
+        capture_events: if config.capture_dir.is_some() { config.capture_events } else { 0 },
         ..ProbeOptions::default()
     };
     if config.irq_tracepoints && !config.wait_causes {
@@ -213,7 +223,8 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
         config.listen
     );
     let features = load::states(&options, &degraded).into_iter().map(|(f, state)| (f.name(), state)).collect();
-    Ok(Attached { probe, config, features })
+    let capture_slots = probe.is_on(Feature::Capture).then(|| feature::capture::slots(options.capture_events));
+    Ok(Attached { probe, config, features, capture_slots })
 }
 
 /// What a scrape shows before the first drain: the build, the kernel, the clock and the features.
@@ -244,6 +255,33 @@ fn start_otlp(
         Ok(None) => {}
         // Checked with the configuration; only a CA bundle that changed since could get here.
         Err(e) => log::error!("OTLP push is off: {e}"),
+    }
+}
+
+/// The capture trigger and the shelf the routes serve captures from, when the recorder is on and
+/// its directory can be made; neither otherwise (said in one line).
+fn start_captures(
+    config: &Config,
+    slots: Option<u32>,
+    instruments: &Instruments,
+) -> (Option<capturer::Capturer>, Option<Arc<dyn crate::model::capture::Shelf>>) {
+    let (Some(dir), Some(slots)) = (&config.capture_dir, slots) else { return (None, None) };
+    let started = host::captures::Store::open(dir).and_then(|store| {
+        let shelf = host::captures::Store::open(dir)?;
+        Ok((capturer::Capturer::start(store, slots, instruments.capture.clone())?, shelf))
+    });
+    match started {
+        Ok((capturer, shelf)) => {
+            log::info!(
+                "captures on: {slots} events per CPU kept, written to {} when an alert fires, served at /api/v1/captures",
+                dir.display()
+            );
+            (Some(capturer), Some(Arc::new(shelf)))
+        }
+        Err(e) => {
+            log::error!("captures off: cannot use {}: {e}", dir.display());
+            (None, None)
+        }
     }
 }
 

@@ -31,7 +31,10 @@ pub const ROOM: Room = Room {
         vec![(names::CAPTURE, slots), (names::CAPTURE_HEAD, 1)]
     },
     programs: |_| {
-        names::CAPTURE_PROGRAMS.into_iter().map(|(name, tracepoint)| Program::TracepointAs { name, tracepoint }).collect()
+        names::CAPTURE_PROGRAMS
+            .into_iter()
+            .map(|(name, tracepoint)| Program::TracepointAs { name, tracepoint })
+            .collect()
     },
     without: "no capture of the scheduler's events",
     ..Room::new(

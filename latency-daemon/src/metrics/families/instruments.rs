@@ -1,6 +1,6 @@
 //! The instruments the daemon keeps about itself (`Instruments`) in; registered in a registry
 //! as families out: the drain and encode durations, the HTTP server's requests, the alert
-//! sinks' deliveries and the OTLP exporter's pushes.
+//! sinks' deliveries, the OTLP exporter's pushes and the captures.
 use std::{fmt, sync::Arc};
 
 use prometheus_client::{
@@ -13,6 +13,7 @@ use prometheus_client::{
 use super::{counter, gauge};
 use crate::metrics::instruments::{
     Instruments,
+    capture::CaptureStats,
     http::HttpStats,
     notify::NotifyStats,
     push::{FAILURES, PushStats},
@@ -33,6 +34,42 @@ pub fn register(registry: &mut Registry, instruments: &Instruments) {
     registry.register_collector(Box::new(HttpCollector(instruments.http.clone())));
     registry.register_collector(Box::new(NotifyCollector(instruments.notify.clone())));
     registry.register_collector(Box::new(PushCollector(instruments.push.clone())));
+    registry.register_collector(Box::new(CaptureCollector(instruments.capture.clone())));
+}
+
+/// The capture trigger's counters as metrics, once the recorder runs.
+#[derive(Debug)]
+struct CaptureCollector(Arc<CaptureStats>);
+
+impl Collector for CaptureCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let Some(s) = self.0.snapshot() else { return Ok(()) };
+        let mut family = encoder.encode_descriptor(
+            "runqlat_captures",
+            "Captures of the CPUs' last scheduler events when an alert fired, by result: written (to the capture \
+             directory), suppressed (too soon after the last one, or the writer still busy), failed (not read or \
+             not written: the log says why).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, n) in [("written", s.written), ("suppressed", s.suppressed), ("failed", s.failed)] {
+            family.encode_family(&[("result", result)])?.encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+        }
+        counter(
+            &mut encoder,
+            "runqlat_captures_removed",
+            "Older captures removed from the capture directory to keep it within its caps (32 files, 256 MiB).",
+            s.removed,
+        )?;
+        counter(
+            &mut encoder,
+            "runqlat_capture_torn_records",
+            "Scheduler events left out of a capture because they were being rewritten as they were read \
+             (dropped, never guessed).",
+            s.torn,
+        )?;
+        Ok(())
+    }
 }
 
 /// The HTTP server's own counters as metrics.

@@ -1,7 +1,9 @@
 //! What the daemon counts about itself, created once by `cmd::run` and shared with whoever
 //! observes it: the drain thread (drain), the HTTP server (`http`), the alert sinks (`notify`),
-//! the OTLP exporter (`push`); a scrape reads them (`families::instruments`). Plain atomics and
+//! the OTLP exporter (`push`), the capture
+//! trigger (`capture`); a scrape reads them (`families::instruments`). Plain atomics and
 //! histograms: no counting side waits on a scrape, nor a scrape on it.
+pub mod capture;
 pub mod http;
 pub mod notify;
 pub mod push;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 
 use prometheus_client::metrics::histogram::Histogram;
 
+use self::capture::CaptureStats;
 use self::http::HttpStats;
 use self::notify::NotifyStats;
 use self::push::PushStats;
@@ -26,6 +29,7 @@ pub struct Instruments {
     pub http: Arc<HttpStats>,
     pub notify: Arc<NotifyStats>,
     pub push: Arc<PushStats>,
+    pub capture: Arc<CaptureStats>,
 }
 
 impl Default for Instruments {
@@ -36,6 +40,7 @@ impl Default for Instruments {
             http: Arc::default(),
             notify: Arc::default(),
             push: Arc::default(),
+            capture: Arc::default(),
         }
     }
 }
