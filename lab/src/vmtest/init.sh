@@ -1,6 +1,6 @@
 #!/bin/sh
 # The vmtest guest's /init (busybox sh). In: the initramfs (latency-daemon, xtask, busybox) and
-# `vmt.secs=S vmt.port=TTY [vmt.smoke=1] [vmt.stall=1] [vmt.throttle=1]` on the kernel command
+# `vmt.secs=S vmt.port=TTY [vmt.smoke=1] [vmt.stall=1] [vmt.throttle=1 [vmt.beside=1]]` on the kernel command
 # line; out: `@@ PHASE uptime=…` markers on the console and every result as `@@begin NAME` …
 # `@@end NAME RC` sections on the data port (x86_64: ttyS1, arm64: ttyAMA1), then power off. A
 # smoke boot writes `meta` only.
@@ -27,6 +27,7 @@ PORT=ttyS1
 SMOKE=0
 STALL=0
 THROTTLE=0
+BESIDE=0
 for word in $(cat /proc/cmdline); do
   case $word in
     vmt.secs=*) SECS=${word#vmt.secs=} ;;
@@ -34,6 +35,7 @@ for word in $(cat /proc/cmdline); do
     vmt.smoke=*) SMOKE=${word#vmt.smoke=} ;;
     vmt.stall=*) STALL=${word#vmt.stall=} ;;
     vmt.throttle=*) THROTTLE=${word#vmt.throttle=} ;;
+    vmt.beside=*) BESIDE=${word#vmt.beside=} ;;
   esac
 done
 CPUS=$(nproc)
@@ -216,7 +218,8 @@ if [ "$THROTTLE" = 1 ]; then
   done > /tmp/throttle.bpf
   echo 0 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
   scene pod /vmt-pod /vmt-pod/task 1
-  scene beside /vmt-beside /vmt-beside 1 beside
+  # The neighbour scene in one guest per source of the throttled part (vmtest's BESIDE_KERNELS).
+  [ "$BESIDE" = 1 ] && scene beside /vmt-beside /vmt-beside 1 beside
 fi
 # Stop while the crews are still parked: records report, services detach.
 for name in $CONFIGS; do

@@ -102,6 +102,10 @@ pub struct Args {
 /// The kernels whose guests run the stall (`stall::GUEST_PLAN`): x86_64 without the fair server
 /// (before 6.12 an RT spinner with throttling off starves a normal task for as long as it spins).
 pub const STALL_KERNELS: [&str; 2] = ["5.10", "6.1"];
+/// The guests that run the throttle scene beside a busy neighbour too (`vmt.beside=1`): one per
+/// source of the throttled part — the throttle hooks as fexit programs (5.10, 6.1), as kprobes
+/// (arm64 6.1), the group's own clock (6.12) — in its 2-vCPU guest.
+pub const BESIDE_KERNELS: [&str; 4] = ["5.10", "6.1", "6.1-arm64", "6.12"];
 
 /// The default report folder.
 pub fn default_out() -> PathBuf {
@@ -229,17 +233,19 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         // (≈ 10 s of guest), the wide one too; the throttled part from the group's own clock
         // (6.8+) or the throttle hooks' (before).
         let throttle = !args.smoke && *cpus >= 2;
+        let beside = throttle && paired && BESIDE_KERNELS.contains(&kernel.id.as_str());
         let guest = Guest {
             kernel,
             initramfs,
             cpus: *cpus,
             accel: &accel.name,
             append: format!(
-                "vmt.secs={}{}{}{}",
+                "vmt.secs={}{}{}{}{}",
                 args.secs,
                 if args.smoke { " vmt.smoke=1" } else { "" },
                 if stall { " vmt.stall=1" } else { "" },
-                if throttle { " vmt.throttle=1" } else { "" }
+                if throttle { " vmt.throttle=1" } else { "" },
+                if beside { " vmt.beside=1" } else { "" }
             ),
             dir: guests_dir.join(format!("{}-{cpus}cpu", kernel.id)),
             deadline: deadline(kernel.arch, *cpus, args.smoke),

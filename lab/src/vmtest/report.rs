@@ -130,7 +130,9 @@ fn shares(g: &GuestResult) -> String {
             format!("{share:.1}{}", if failed { " ✘" } else { "" })
         })
         .collect();
-    format!("{} %", parts.join(" / "))
+    // The neighbour scene runs in one guest per source of the throttled part only.
+    let beside = g.throttles.iter().any(|t| t.scene == "beside");
+    format!("{} %{}", parts.join(" / "), if beside { "" } else { " / —" })
 }
 
 /// A feature's state for the table: `on`, `unavailable` (the reason is in report.md), `not needed`
