@@ -239,10 +239,12 @@ done > /tmp/schedstat
 exec 4>&- 5>&-
 wait $IO $SPIN
 mark stopped
-# Programs are freed after an RCU grace period: give them a moment.
+# Programs are freed after an RCU grace period: give them a moment (each look is a read of
+# /proc/kallsyms, a second or two under emulation: the last one is the answer).
 i=0
-while [ "$(progs)" != 0 ] && [ $i -lt 30 ]; do i=$((i + 1)); sleep 0.1; done
-progs > /tmp/progs.after
+left=$(progs)
+while [ "$left" != 0 ] && [ $i -lt 30 ]; do i=$((i + 1)); sleep 0.1; left=$(progs); done
+echo "$left" > /tmp/progs.after
 ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c 'bpf-prog' > /tmp/fds.after
 
 # A kernel without BTF (Debian's before 5.10): hide this one's and ask again; both must say so
