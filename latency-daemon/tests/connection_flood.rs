@@ -194,6 +194,27 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted.get((sorted.len() * p).div_ceil(100).saturating_sub(1)).copied().unwrap_or(Duration::MAX)
 }
 
+/// Each scraper's (name, successful scrapes' times, failures): a line each for the report, and
+/// (name, share that succeeded, succeeded, all) for the assertions.
+type Shares = Vec<(&'static str, f64, usize, usize)>;
+fn scrapes(scrapers: [(&'static str, Vec<Duration>, usize); 2]) -> (Vec<String>, Shares) {
+    let mut report = Vec::new();
+    let mut shares = Vec::new();
+    for (name, mut took, failed) in scrapers {
+        took.sort();
+        let (ok, all) = (took.len(), took.len() + failed);
+        let share = ok as f64 / all.max(1) as f64;
+        report.push(format!(
+            "{name} {ok}/{all} ({:.1} %), median {:?}, p99 {:?}",
+            share * 100.0,
+            percentile(&took, 50),
+            percentile(&took, 99)
+        ));
+        shares.push((name, share, ok, all));
+    }
+    (report, shares)
+}
+
 /// The sample of `runqlat_http_requests_total` with this outcome, 0 if there is none.
 fn outcome(metrics: &str, outcome: &str) -> f64 {
     let needle = format!("runqlat_http_requests_total{{outcome=\"{outcome}\"}} ");
@@ -259,20 +280,7 @@ fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
     let metrics = daemon.metrics().unwrap_or_else(|e| panic!("the last scrape: {e:#}"));
     daemon.stop().unwrap_or_else(|e| panic!("stopping the daemon: {e:#}"));
 
-    let mut report = Vec::new();
-    let mut shares = Vec::new();
-    for (name, mut took, failed) in [("fresh", fresh, fresh_failed), ("kept-alive", kept, kept_failed)] {
-        took.sort();
-        let (ok, all) = (took.len(), took.len() + failed);
-        let share = ok as f64 / all.max(1) as f64;
-        report.push(format!(
-            "{name} {ok}/{all} ({:.1} %), median {:?}, p99 {:?}",
-            share * 100.0,
-            percentile(&took, 50),
-            percentile(&took, 99)
-        ));
-        shares.push((name, share, ok, all));
-    }
+    let (report, shares) = scrapes([("fresh", fresh, fresh_failed), ("kept-alive", kept, kept_failed)]);
     eprintln!(
         "connection_flood: scrapes {}; evicted {}, busy {}, timeout {}; {} trickler reconnects, {} burst \
          connections; RSS before {before:.1} MiB, peak {peak:.1} MiB, {:.1} s after the flood {after:.1} MiB",
@@ -403,20 +411,7 @@ fn scrapers_get_in_past_served_keep_alive_clients_on_their_own_address() {
     };
     daemon.stop().unwrap_or_else(|e| panic!("stopping the daemon: {e:#}"));
 
-    let mut report = Vec::new();
-    let mut shares = Vec::new();
-    for (name, mut took, failed) in [("fresh", fresh, fresh_failed), ("kept-alive", kept, kept_failed)] {
-        took.sort();
-        let (ok, all) = (took.len(), took.len() + failed);
-        let share = ok as f64 / all.max(1) as f64;
-        report.push(format!(
-            "{name} {ok}/{all} ({:.1} %), median {:?}, p99 {:?}",
-            share * 100.0,
-            percentile(&took, 50),
-            percentile(&took, 99)
-        ));
-        shares.push((name, share, ok, all));
-    }
+    let (report, shares) = scrapes([("fresh", fresh, fresh_failed), ("kept-alive", kept, kept_failed)]);
     let peak_threads = peak_threads.into_inner().unwrap();
     let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     // Workers (2 to 4), the blocking pool's cap, the main thread, the drain thread and one more

@@ -13,19 +13,9 @@ const PYTHON: &str = "/var/cache/runqlat-tools/venv/bin/python3";
 
 const DECODE: &str = r#"
 import json, sys
-from google.protobuf.unknown_fields import UnknownFieldSet
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 trace = Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
-def unknown(m, path):
-    if len(UnknownFieldSet(m)) > 0:
-        sys.exit(f"unknown fields in {path}")
-    for field, value in m.ListFields():
-        if field.message_type is None:
-            continue
-        items = value if field.is_repeated else [value]
-        for i, item in enumerate(items):
-            unknown(item, f"{path}.{field.name}[{i}]")
 unknown(trace, "trace")
 out = {"switches": [], "wakings": [], "migrations": [], "threads": {}, "release": ""}
 for p in trace.packet:
@@ -103,7 +93,7 @@ pub struct Capture {
 /// `path` read with Perfetto's classes.
 pub fn read(path: &Path) -> anyhow::Result<Capture> {
     let out = Command::new(PYTHON)
-        .args(["-c", DECODE])
+        .args(["-c", &format!("{}{DECODE}", super::REFUSE_UNKNOWN)])
         .arg(path)
         .output()
         .with_context(|| format!("{PYTHON} (run `cargo xtask setup`)"))?;
