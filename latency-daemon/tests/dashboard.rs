@@ -113,13 +113,16 @@ fn check(name: &str, setup: &Setup, prom: &Prometheus, addr: &str, start: f64, e
     }
 
     // Where both forms are stored, the rules count each delay once: the recorded rate equals the
-    // classic count's rate over the same window, not twice it.
+    // classic count's rate over the same window, not twice it (2) nor half (0.5). The recorded
+    // rate is the rule's last evaluation, a moment older than the query's own rate over a few
+    // seconds of data, so under a changing load the two part by up to a fifth or more (0.77 seen
+    // on a loaded CI run): the bounds sit between that and the errors they are here to catch.
     if native && classic {
         let ratio = format!(
             "instance:runqlat_delays:rate5m / on (instance) sum by (instance) (rate(runqlat_delay_seconds_count{{{SELECTOR}}}[5m]))"
         );
         match prom.scalar(&ratio) {
-            Ok(Some(r)) if (0.8..1.25).contains(&r) => {}
+            Ok(Some(r)) if (0.6..1.5).contains(&r) => {}
             other => fail(format!("recorded delays/s against the classic count: {other:?}")),
         }
     }
