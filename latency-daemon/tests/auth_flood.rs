@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use latency_lab::{daemon::Daemon, guard::Scratch, web};
+use latency_lab::{daemon::Daemon, guard::Scratch, oracle::run_delay::process_cpu_seconds, web};
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 const USER: &str = "prometheus";
@@ -38,17 +38,6 @@ fn basic(user: &str, password: &str) -> String {
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }
 
-/// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command (which may hold spaces) start at the state, field 3.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf reads a constant of the system; no memory is passed.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    ticks as f64 / hz as f64
-}
-
 #[test]
 fn a_wrong_password_flood_neither_starves_scrapes_nor_burns_the_cpu() {
     let dir = Scratch::new("runqlat-auth-flood").unwrap();
@@ -64,7 +53,7 @@ fn a_wrong_password_flood_neither_starves_scrapes_nor_burns_the_cpu() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let (sent, statuses) = (Arc::new(AtomicU64::new(0)), Arc::new(std::sync::Mutex::new(Vec::new())));
-    let cpu0 = cpu_seconds(daemon.pid());
+    let cpu0 = process_cpu_seconds(daemon.pid()).unwrap();
     let started = Instant::now();
     let flooders: Vec<_> = (0..CLIENTS)
         .map(|i| {
@@ -94,7 +83,7 @@ fn a_wrong_password_flood_neither_starves_scrapes_nor_burns_the_cpu() {
         }
         thread::sleep(next.saturating_duration_since(Instant::now()));
     }
-    let (cpu1, wall) = (cpu_seconds(daemon.pid()), started.elapsed().as_secs_f64());
+    let (cpu1, wall) = (process_cpu_seconds(daemon.pid()).unwrap(), started.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
     for f in flooders {
         f.join().unwrap();
@@ -182,7 +171,7 @@ fn a_new_login_gets_in_at_once_while_other_addresses_flood() {
     // flooding addresses are as new to it as the logins that follow.
     let stop = Arc::new(AtomicBool::new(false));
     let statuses = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<u16, u64>::new()));
-    let cpu0 = cpu_seconds(daemon.pid());
+    let cpu0 = process_cpu_seconds(daemon.pid()).unwrap();
     let started = Instant::now();
     let flooders: Vec<_> = (0..FLOODING_ADDRESSES)
         .flat_map(|a| (0..CONNECTIONS_PER_ADDRESS).map(move |c| (a, c)))
@@ -213,7 +202,7 @@ fn a_new_login_gets_in_at_once_while_other_addresses_flood() {
         results.push((user.clone(), from, began, tries, answers));
     }
     thread::sleep(NEWCOMER_FLOOD.saturating_sub(started.elapsed()));
-    let (cpu1, wall) = (cpu_seconds(daemon.pid()), started.elapsed().as_secs_f64());
+    let (cpu1, wall) = (process_cpu_seconds(daemon.pid()).unwrap(), started.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
     for f in flooders {
         f.join().unwrap();

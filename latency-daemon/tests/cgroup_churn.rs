@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use latency_lab::{
     daemon::Daemon,
+    oracle::run_delay::process_cpu_seconds,
     services::{TestCgroup, Waker},
     web::sample,
 };
@@ -32,16 +33,6 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 fn rss_kib(pid: u32) -> f64 {
     latency_lab::daemon::status_kib(pid, "VmRSS:").unwrap_or_else(|e| panic!("{e:#}"))
-}
-
-/// CPU time the process has used (user + system), in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // After the command name in parentheses: state is field 3, utime and stime are 14 and 15.
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    // SAFETY: sysconf reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / hz
 }
 
 fn metric(text: &str, series: &str) -> f64 {
@@ -121,7 +112,7 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
     std::thread::sleep(Duration::from_secs(2));
     let rss_before = rss_kib(daemon.pid());
 
-    let cpu_before = cpu_seconds(daemon.pid());
+    let cpu_before = process_cpu_seconds(daemon.pid()).unwrap();
     let started = Instant::now();
     let mut rss_mid = 0.0;
     let created = churn(&parent, &home, rate, seconds, || {
@@ -129,7 +120,7 @@ fn cgroups_coming_and_going_fast_lose_nothing() {
         rss_mid = rss_kib(daemon.pid());
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu = (cpu_seconds(daemon.pid()) - cpu_before) / elapsed;
+    let cpu = (process_cpu_seconds(daemon.pid()).unwrap() - cpu_before) / elapsed;
     // A window closes after the last removal: the removed cgroups' last deltas are in `other`.
     std::thread::sleep(Duration::from_secs(7));
     let text = daemon.metrics().unwrap();

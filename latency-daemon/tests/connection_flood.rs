@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use latency_lab::daemon::{Daemon, status_kib};
+use latency_lab::{
+    daemon::{Daemon, status_kib},
+    oracle::run_delay::process_cpu_seconds,
+};
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
 /// The scene: more trickling connections than one address's quarter of the slots (256).
@@ -225,8 +228,9 @@ fn rss_mib(pid: u32) -> f64 {
     status_kib(pid, "VmRSS:").expect("the daemon's RSS") / 1024.0
 }
 
-#[test]
-fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
+/// The daemon under test (`CONNECTION_FLOOD_DAEMON`, for an earlier build, or this one), its
+/// address and pid, once its first window has closed.
+fn started() -> (Daemon, SocketAddr, u32) {
     let daemon_bin = std::env::var("CONNECTION_FLOOD_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
     let daemon = Daemon::start(&daemon_bin, &[]).unwrap_or_else(|e| panic!("starting the daemon: {e:#}"));
     let addr: SocketAddr = daemon.addr.parse().unwrap();
@@ -236,6 +240,12 @@ fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
         assert!(Instant::now() < deadline, "no window closed within 30 s");
         thread::sleep(Duration::from_millis(250));
     }
+    (daemon, addr, pid)
+}
+
+#[test]
+fn scrapers_survive_a_flood_from_their_own_address_and_memory_comes_back() {
+    let (daemon, addr, pid) = started();
     // Warm-up: both scrapers as they will run during the flood, so what they cost is in the baseline.
     let warm = AtomicBool::new(false);
     thread::scope(|s| {
@@ -352,30 +362,13 @@ fn threads(pid: u32) -> f64 {
     status_kib(pid, "Threads:").expect("the daemon's threads")
 }
 
-/// CPU seconds the process has used (user and system).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the daemon's stat");
-    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
-    // SAFETY: sysconf reads a constant.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
-
 #[test]
 fn scrapers_get_in_past_served_keep_alive_clients_on_their_own_address() {
-    let daemon_bin = std::env::var("CONNECTION_FLOOD_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
-    let daemon = Daemon::start(&daemon_bin, &[]).unwrap_or_else(|e| panic!("starting the daemon: {e:#}"));
-    let addr: SocketAddr = daemon.addr.parse().unwrap();
-    let pid = daemon.pid();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while daemon.get("/api/v1/snapshot").map(|r| r.status).ok() != Some(200) {
-        assert!(Instant::now() < deadline, "no window closed within 30 s");
-        thread::sleep(Duration::from_millis(250));
-    }
+    let (daemon, addr, pid) = started();
     let threads_before = threads(pid);
     let stop = AtomicBool::new(false);
     let peak_threads = Mutex::new(threads_before);
-    let cpu_before = cpu_seconds(pid);
+    let cpu_before = process_cpu_seconds(pid).unwrap();
     let flood_started = Instant::now();
     let (opened, (fresh, fresh_failed), (kept, kept_failed)) = thread::scope(|s| {
         // Four threads of 75 clients; all of them up before the scrapers start.
@@ -398,7 +391,7 @@ fn scrapers_get_in_past_served_keep_alive_clients_on_their_own_address() {
         (opened, fresh.join().unwrap(), kept.join().unwrap())
     });
     let flood_took = flood_started.elapsed().as_secs_f64();
-    let cpu = (cpu_seconds(pid) - cpu_before) / flood_took;
+    let cpu = (process_cpu_seconds(pid).unwrap() - cpu_before) / flood_took;
     let metrics = daemon.metrics().unwrap_or_else(|e| panic!("the last scrape: {e:#}"));
     // The blocking pool lets idle threads go after a second.
     let ended = Instant::now();

@@ -37,6 +37,21 @@ fn read(path: &str) -> anyhow::Result<Schedstat> {
     Schedstat::parse(&text).with_context(|| format!("{path} holds `{}`", text.trim()))
 }
 
+/// CPU time of process `pid` so far, seconds, threads that exited included: utime + stime from
+/// /proc/PID/stat, in clock ticks (10 ms at 100 Hz), for spans of seconds.
+pub fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // After the command name in parentheses (which may hold anything): the state is field 3,
+    // utime and stime fields 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let (user, system) = ticks(11).zip(ticks(12)).with_context(|| format!("{path} has no utime and stime"))?;
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Ok((user + system) as f64 / hz as f64)
+}
+
 /// CPU time of every thread of `pid` so far, ns. Threads that exited are not counted.
 pub fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
     let dir = format!("/proc/{pid}/task");
