@@ -41,6 +41,18 @@ pub enum Command {
     /// Print the seccomp profile `run` needs on this architecture (the one shipped in
     /// deploy/seccomp), or write it to a file: for a node's kubelet before the daemon starts.
     SeccompProfile(SeccompArgs),
+    /// Ask the running daemon (started with capture_dir) for a capture of every CPU's scheduling:
+    /// it reads its rings now and for capture_demand after, then lists it at /api/v1/captures.
+    /// The same as sending it SIGUSR1.
+    Capture(CaptureArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    /// The daemon's process id; without it, the one `latency-daemon run` on this host (or in
+    /// this container's PID namespace).
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -99,7 +111,8 @@ pub struct RecordArgs {
 
     /// Also keep every CPU's last scheduler events (each switch, each wakeup with its waker,
     /// each migration) and write them at the end to FILE as a Perfetto trace, to open in
-    /// ui.perfetto.dev or trace_processor (CPU tracks, thread states, wakeup arrows).
+    /// ui.perfetto.dev or trace_processor (CPU tracks, thread states, wakeup arrows), and an SVG
+    /// timeline of it beside FILE (its extension replaced by .svg).
     #[arg(long, value_name = "FILE")]
     pub capture: Option<std::path::PathBuf>,
 

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
             Command::Record(args) => cmd::record::main(args),
             Command::Run(args) => cmd::run::main(args),
             Command::SeccompProfile(args) => cmd::seccomp::main(args),
+            Command::Capture(args) => cmd::capture::main(&args),
         },
         Err(e) => cmd::usage_error(e, &args),
     }

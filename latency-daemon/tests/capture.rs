@@ -35,6 +35,30 @@ const CPU: u32 = 1;
 /// program, on a busy VM).
 const CLOCK_SLACK_NS: u64 = 20_000;
 
+/// An SVG as Python's own XML parser reads it: each element's tag (namespace dropped), class and
+/// text (its `<title>`'s for a shape), or why it is not well-formed XML.
+fn svg_elements(svg: &[u8]) -> Vec<(String, String, String)> {
+    const READ: &str = r#"
+import json, sys, xml.etree.ElementTree as ET
+root = ET.fromstring(sys.stdin.buffer.read())
+def text(e):
+    t = e.find("{http://www.w3.org/2000/svg}title")
+    return (t.text if t is not None else e.text) or ""
+print(json.dumps([[e.tag.split("}")[-1], e.get("class", ""), text(e)] for e in root.iter()]))
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", READ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), svg).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the picture is not well-formed XML: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn spawn(script: &str, what: &str) -> Proc {
     Proc::spawn(Command::new("taskset").args(["-c", &CPU.to_string(), "sh", "-c", script]), what).expect(what)
 }
@@ -208,12 +232,29 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     };
     let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
-    assert!(
-        listed["captures"].as_array().into_iter().flatten().any(|c| c["url"] == url.as_str()),
-        "{url} not listed: {listed}"
-    );
+    let entry = listed["captures"].as_array().into_iter().flatten().find(|c| c["url"] == url.as_str());
+    let entry = entry.unwrap_or_else(|| panic!("{url} not listed: {listed}"));
+    let picture_url = entry["picture_url"].as_str().unwrap_or_else(|| panic!("no picture listed: {entry}")).to_owned();
+    let picture = daemon.get(&picture_url).expect("GET the picture");
+    assert_eq!((picture.status, picture.header("content-type")), (200, Some("image/svg+xml")), "{picture_url}");
+    let page = daemon.get("/").expect("GET /");
+    let page = String::from_utf8_lossy(&page.body);
+    assert!(page.contains(&format!("id=\"capture-picture\" src=\"{picture_url}\"")), "the live view shows it");
     let metrics = daemon.metrics().expect("GET /metrics");
     daemon.stop().expect("SIGTERM");
+
+    // The picture: the wait drawn on CPU 1, the spinner holding it, the victim's wakeup marked.
+    if let Ok(keep) = std::env::var("CAPTURE_PICTURE") {
+        std::fs::write(keep, &picture.body).unwrap();
+    }
+    let elements = svg_elements(&picture.body);
+    let has = |tag: &str, class: &str, text: &str| {
+        elements.iter().any(|(t, c, x)| t == tag && c == class && x.contains(text))
+    };
+    assert!(has("rect", "wait", "the wait: "), "no wait drawn: {elements:?}");
+    assert!(has("rect", "run", &format!("(tid {spinner}) ran")), "the spinner not drawn: {elements:?}");
+    assert!(has("g", "wakeup", "woken by"), "the victim's wakeup not marked: {elements:?}");
+    assert!(has("text", "holder", &format!("(tid {spinner})")), "the spinner not named as holder: {elements:?}");
 
     let on_cpu1 = |tid: u32| ours.switches.iter().filter(|s| s.cpu == 1 && s.next as u32 == tid).map(|s| s.ts_ns).min();
     let spinner_in = on_cpu1(spinner).unwrap_or_else(|| panic!("the capture never switches the spinner {spinner} in"));
@@ -229,6 +270,20 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     let woken = woken.unwrap_or_else(|| panic!("no waking of the victim {victim} before it ran"));
     assert!(spinner_in < woken, "the spinner took the CPU before the victim was woken");
     assert!(ran - woken >= 300_000_000, "the victim waited {} ns in the capture, under the threshold", ran - woken);
+    // The wait on the victim's own track, where Perfetto shows its thread states: from its wakeup
+    // to its run, as the daemon measured them, with the cgroup it fired for.
+    let begin = ours.slices.iter().find(|s| s.tid == i64::from(victim) && s.kind == 1);
+    let begin = begin.unwrap_or_else(|| panic!("no slice begins on the victim's track: {:?}", ours.slices));
+    let end = ours.slices.iter().find(|s| s.tid == i64::from(victim) && s.kind == 2).expect("the slice's end");
+    let near = |a: u64, b: u64| a.abs_diff(b) < 1_000_000;
+    assert!(
+        near(begin.ts_ns, woken) && near(end.ts_ns, ran),
+        "the wait's slice {}..{} against the capture's wakeup {woken} and run {ran}",
+        begin.ts_ns,
+        end.ts_ns
+    );
+    assert_eq!(begin.notes.get("cgroup").and_then(|v| v.as_str()), Some(cg.path.as_str()), "{:?}", begin.notes);
+    assert!(begin.name.starts_with("run-queue wait "), "{}", begin.name);
     let written = latency_lab::web::sample(&metrics, "runqlat_captures_total{result=\"written\"}").unwrap_or(0.0);
     assert!(written >= 1.0, "runqlat_captures_total{{result=\"written\"}} {written}");
     eprintln!(

@@ -17,8 +17,15 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 trace = Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
 unknown(trace, "trace")
-out = {"switches": [], "wakings": [], "migrations": [], "threads": {}, "release": ""}
+out = {"switches": [], "wakings": [], "migrations": [], "threads": {}, "release": "", "slices": []}
+tracks = {}
 for p in trace.packet:
+    if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread"):
+        tracks[p.track_descriptor.uuid] = p.track_descriptor.thread.tid
+    if p.HasField("track_event"):
+        e = p.track_event
+        notes = {a.name: (a.string_value if a.HasField("string_value") else a.uint_value) for a in e.debug_annotations}
+        out["slices"].append([tracks.get(e.track_uuid, -1), p.timestamp, int(e.type), e.name, notes])
     if p.HasField("system_info"):
         out["release"] = p.system_info.utsname.release
     if p.HasField("process_tree"):
@@ -79,6 +86,19 @@ pub struct Migration {
     pub to: i32,
 }
 
+/// A `TrackEvent` slice's begin or end on a thread's track.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct SliceEvent {
+    /// The thread its track descriptor names; -1 for a track with none.
+    pub tid: i64,
+    pub ts_ns: u64,
+    /// 1: begin, 2: end.
+    pub kind: i32,
+    pub name: String,
+    /// Its debug annotations, by name: text or a number.
+    pub notes: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
 /// What the classes read.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Capture {
@@ -88,6 +108,7 @@ pub struct Capture {
     /// tid → (tgid, name).
     pub threads: std::collections::BTreeMap<String, (i32, String)>,
     pub release: String,
+    pub slices: Vec<SliceEvent>,
 }
 
 /// `path` read with Perfetto's classes.

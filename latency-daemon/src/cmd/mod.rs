@@ -1,6 +1,7 @@
 //! Where each command starts: `check`, `record`, `run` and `seccomp-profile`, each an entry that returns the process's
 //! exit code (0 ok, 1 the machine or kernel said no, 2 bad input), and what they share: the tokio
 //! runtime, the logger, one-line error reporting, and usage errors from clap.
+pub mod capture;
 pub mod check;
 pub mod logger;
 pub mod record;

@@ -166,9 +166,9 @@ settings! {
             help: "Keep every CPU's last scheduler events (the capture recorder) and, when an alert fires, \
                    write them there as a Perfetto trace, served at /api/v1/captures; off without it",
             more: "The recorder is three programs of their own on sched_switch, sched_waking and \
-                   sched_migrate_task (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU VM). At \
-                   most one capture per 10 s, 32 files and 256 MiB in the directory (oldest removed); \
-                   runqlat_captures_total counts them. See the captures guide.",
+                   sched_migrate_task (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU VM). Each \
+                   capture is a trace and an SVG picture; capture_interval, capture_max_files and \
+                   capture_max_mib bound them, runqlat_captures_total counts them. See the captures guide.",
             default: "off",
             example: "\"/var/lib/latency-daemon/captures\"",
             apply: Restart,
@@ -179,6 +179,40 @@ settings! {
             help: "Events the capture recorder keeps per CPU, the newest, 64 to 1048576 (rounded up to a power \
                    of two; 96 bytes of kernel memory each, per possible CPU)",
             default: "4096",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero)]
+        #[serde(deserialize_with = "super::format::de_duration_or_zero")]
+        capture_interval: Duration {
+            help: "At most one new capture per this long in all (and one per minute per CPU, so a CPU in a storm \
+                   leaves room for the others); 0s: no limit but the writer's (one capture at a time, two waiting)",
+            default: "10s",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "N")]
+        capture_max_files: u32 {
+            help: "Captures kept in capture_dir, 1 to 100000; beyond it the oldest are removed \
+                   (runqlat_captures_removed_total)",
+            default: "32",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "MIB")]
+        capture_max_mib: u32 {
+            help: "MiB of captures kept in capture_dir, 1 to 1048576; beyond it the oldest are removed (the newest \
+                   always stays)",
+            default: "256",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[serde(deserialize_with = "super::format::de_duration")]
+        capture_demand: Duration {
+            help: "How long a capture asked for with SIGUSR1 (or `latency-daemon capture`) keeps reading: every \
+                   CPU's events from the rings' reach before the signal to this long after it, 1s to 10m",
+            default: "10s",
             apply: Restart,
         },
 

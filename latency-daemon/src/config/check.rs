@@ -22,6 +22,9 @@ const MAX_CGROUPS: RangeInclusive<u32> = 16..=65536;
 /// As `record` accepts: up to a quarter of the largest possible pid_max (2^22).
 const MAX_TASKS: RangeInclusive<u32> = 1..=1_048_576;
 const CAPTURE_EVENTS: RangeInclusive<u32> = 64..=1_048_576;
+const CAPTURE_MAX_FILES: RangeInclusive<u32> = 1..=100_000;
+const CAPTURE_MAX_MIB: RangeInclusive<u32> = 1..=1_048_576;
+const CAPTURE_DEMAND: RangeInclusive<Duration> = Duration::from_secs(1)..=Duration::from_secs(600);
 
 /// One thing wrong with one setting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +101,10 @@ pub(super) fn resolve(
         per_cgroup: merged.per_cgroup.unwrap_or(d.per_cgroup),
         capture_dir: merged.capture_dir.clone(),
         capture_events: merged.capture_events.unwrap_or(d.capture_events),
+        capture_interval: merged.capture_interval.unwrap_or(d.capture_interval),
+        capture_max_files: merged.capture_max_files.unwrap_or(d.capture_max_files),
+        capture_max_mib: merged.capture_max_mib.unwrap_or(d.capture_max_mib),
+        capture_demand: merged.capture_demand.unwrap_or(d.capture_demand),
         wait_scan: merged.wait_scan.unwrap_or(d.wait_scan),
         wait_causes: merged.wait_causes.unwrap_or(d.wait_causes),
         irq_tracepoints: merged.irq_tracepoints.unwrap_or(d.irq_tracepoints),
@@ -149,6 +156,24 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
         c.capture_events.to_string(),
         CAPTURE_EVENTS.contains(&c.capture_events),
         show(&CAPTURE_EVENTS),
+    );
+    within(
+        "capture_max_files",
+        c.capture_max_files.to_string(),
+        CAPTURE_MAX_FILES.contains(&c.capture_max_files),
+        show(&CAPTURE_MAX_FILES),
+    );
+    within(
+        "capture_max_mib",
+        c.capture_max_mib.to_string(),
+        CAPTURE_MAX_MIB.contains(&c.capture_max_mib),
+        show(&CAPTURE_MAX_MIB),
+    );
+    within(
+        "capture_demand",
+        human(c.capture_demand),
+        CAPTURE_DEMAND.contains(&c.capture_demand),
+        format!("{}..={}", human(*CAPTURE_DEMAND.start()), human(*CAPTURE_DEMAND.end())),
     );
 
     let (window, interval) = (human(c.window), human(c.interval));

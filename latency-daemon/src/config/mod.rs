@@ -68,6 +68,14 @@ pub struct Config {
     pub capture_dir: Option<PathBuf>,
     /// The capture recorder's ring, events per CPU.
     pub capture_events: u32,
+    /// At most one new capture per this long in all (zero: no limit).
+    #[serde(serialize_with = "format::ser_duration")]
+    pub capture_interval: Duration,
+    pub capture_max_files: u32,
+    pub capture_max_mib: u32,
+    /// How long a capture on demand keeps reading.
+    #[serde(serialize_with = "format::ser_duration")]
+    pub capture_demand: Duration,
     /// Scan the tasks waiting for a CPU at each drain (waits in progress).
     pub wait_scan: bool,
     /// Split each wait by cause (throttled, irq+steal, holder).
@@ -169,6 +177,10 @@ impl Default for Config {
             capture_dir: None,
             // 384 KiB per CPU: a busy CPU's last tenth of a second or more, a quiet one's minutes.
             capture_events: 4096,
+            capture_interval: Duration::from_secs(10),
+            capture_max_files: 32,
+            capture_max_mib: 256,
+            capture_demand: Duration::from_secs(10),
             wait_scan: true,
             wait_causes: true,
             irq_tracepoints: false,
@@ -245,6 +257,10 @@ impl Config {
                 "per_cgroup" => keep(key, &mut config.per_cgroup, self.per_cgroup, r),
                 "capture_dir" => keep(key, &mut config.capture_dir, self.capture_dir.clone(), r),
                 "capture_events" => keep(key, &mut config.capture_events, self.capture_events, r),
+                "capture_interval" => keep(key, &mut config.capture_interval, self.capture_interval, r),
+                "capture_max_files" => keep(key, &mut config.capture_max_files, self.capture_max_files, r),
+                "capture_max_mib" => keep(key, &mut config.capture_max_mib, self.capture_max_mib, r),
+                "capture_demand" => keep(key, &mut config.capture_demand, self.capture_demand, r),
                 "wait_scan" => keep(key, &mut config.wait_scan, self.wait_scan, r),
                 "wait_causes" => keep(key, &mut config.wait_causes, self.wait_causes, r),
                 "irq_tracepoints" => keep(key, &mut config.irq_tracepoints, self.irq_tracepoints, r),

@@ -83,6 +83,19 @@ pub fn merge(earlier: Vec<CaptureRecord>, later: Vec<CaptureRecord>) -> Vec<Capt
     all
 }
 
+/// Records missing from inside `records` (as [`merge`] leaves them): on each CPU, the sequence
+/// numbers between its first and last that are not there — the ring wrapped between readings.
+pub fn gaps(records: &[CaptureRecord]) -> u64 {
+    let mut spans: std::collections::BTreeMap<u32, (u64, u64, u64)> = std::collections::BTreeMap::new();
+    for r in records {
+        let s = spans.entry(r.cpu).or_insert((r.seq, r.seq, 0));
+        s.0 = s.0.min(r.seq);
+        s.1 = s.1.max(r.seq);
+        s.2 += 1;
+    }
+    spans.values().map(|(first, last, n)| (last - first + 1).saturating_sub(*n)).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +129,7 @@ mod tests {
             merge(vec![record(0, 1, 10), record(0, 2, 20)], vec![record(0, 2, 20), record(0, 3, 30), record(1, 1, 15)]);
         let seqs: Vec<(u32, u64)> = merged.iter().map(|r| (r.cpu, r.seq)).collect();
         assert_eq!(seqs, [(0, 1), (1, 1), (0, 2), (0, 3)]);
+        assert_eq!(gaps(&merged), 0);
+        assert_eq!(gaps(&merge(merged, vec![record(0, 9, 90), record(1, 3, 35)])), 5 + 1, "4..=8 on CPU 0, 2 on CPU 1");
     }
 }

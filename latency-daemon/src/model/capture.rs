@@ -8,12 +8,22 @@ pub fn name(unix_ns: u64, cpu: u32, tid: u32) -> String {
     format!("capture-{:013}-cpu{cpu}-tid{tid}.pftrace", unix_ns / 1_000_000)
 }
 
-/// Whether `name` can be one of ours: what [`name`] makes, nothing that could leave the
-/// directory or name another file.
+/// The name of a capture taken on demand (every CPU, no one victim).
+pub fn demand_name(unix_ns: u64) -> String {
+    format!("capture-{:013}-demand.pftrace", unix_ns / 1_000_000)
+}
+
+/// The picture (an SVG timeline) kept beside capture `name`.
+pub fn picture(name: &str) -> String {
+    format!("{}.svg", name.strip_suffix(".pftrace").unwrap_or(name))
+}
+
+/// Whether `name` can be one of ours — a capture or its picture, as [`name`], [`demand_name`] and
+/// [`picture`] make them —, nothing that could leave the directory or name another file.
 pub fn is_name(name: &str) -> bool {
     name.len() <= 96
         && name.starts_with("capture-")
-        && name.ends_with(".pftrace")
+        && (name.ends_with(".pftrace") || name.ends_with(".svg"))
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && !name.contains("..")
 }
@@ -22,9 +32,65 @@ pub fn is_name(name: &str) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Listed {
     pub name: String,
+    /// The trace's and its picture's.
     pub bytes: u64,
-    /// Where it is served, under the same authentication as the rest.
+    /// Where the trace is served, under the same authentication as the rest.
     pub url: String,
+    /// Where its picture is served; None for a capture kept without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub picture_url: Option<String>,
+}
+
+/// The wait a capture was taken for, as the trace marks it on the victim's thread and the
+/// picture on its CPU. Times are CLOCK_BOOTTIME ns, the records' clock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wait {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub cpu: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Still waiting when this was known (`end_ns` is when it was seen).
+    pub waiting: bool,
+    /// `wakeup`, `preempted`.
+    pub reason: String,
+    /// The cause split: (part, ns) in the order the dashboards show them, zero parts left out.
+    pub parts: Vec<(&'static str, u64)>,
+    pub cgroup: String,
+    /// `namespace/pod/container`, where the cgroup is a container's.
+    pub pod: String,
+}
+
+impl Wait {
+    /// The wait of `a` (a delay's attribution), its clock moved to the records' by `boot_minus_mono_ns`.
+    pub fn of(a: &super::attribution::Attribution, boot_minus_mono_ns: u64) -> Wait {
+        let end_ns = a.end_ns.saturating_add(boot_minus_mono_ns);
+        let parts = [
+            ("throttled", a.throttled_ns),
+            ("irq+steal", a.irq_steal_ns),
+            ("unknown", a.unknown_ns),
+            ("held", a.held_ns()),
+        ];
+        let n = &a.names;
+        Wait {
+            tid: a.victim_tid,
+            pid: a.victim_pid,
+            comm: a.victim_comm.clone(),
+            cpu: a.cpu,
+            start_ns: end_ns.saturating_sub(a.delay_ns),
+            end_ns,
+            waiting: a.waiting,
+            reason: a.reason.name().to_owned(),
+            parts: parts.into_iter().filter(|(_, ns)| *ns > 0).collect(),
+            cgroup: a.cgroup.clone(),
+            pod: if n.pod.is_empty() { String::new() } else { format!("{}/{}/{}", n.namespace, n.pod, n.container) },
+        }
+    }
+
+    pub fn delay_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
 }
 
 /// Where captures are kept, as the HTTP routes reach it.
@@ -50,6 +116,8 @@ mod tests {
         assert_eq!(a, "capture-1796514477640-cpu1-tid4242.pftrace");
         assert!(name(999_000_000, 0, 1) < a, "fixed width");
         assert!(is_name(&a));
+        assert_eq!(picture(&a), "capture-1796514477640-cpu1-tid4242.svg");
+        assert!(is_name(&picture(&a)) && is_name(&demand_name(1_796_514_477_640_459_961)));
         for bad in
             ["../etc/passwd", "capture-1/../x.pftrace", "capture-1.pftrace/", "x.pftrace", "capture-A.pftrace", ""]
         {

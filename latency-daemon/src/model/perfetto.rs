@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use latency_common::maps::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
 use prost::Message as _;
 
+use super::{capture::Wait, units::fmt_ns};
+
 #[derive(Clone, PartialEq, prost::Message)]
 struct Trace {
     #[prost(message, repeated, tag = "1")]
@@ -27,6 +29,58 @@ struct TracePacket {
     trusted_packet_sequence_id: Option<u32>,
     #[prost(message, optional, tag = "45")]
     system_info: Option<SystemInfo>,
+    #[prost(message, optional, tag = "11")]
+    track_event: Option<TrackEvent>,
+    #[prost(message, optional, tag = "60")]
+    track_descriptor: Option<TrackDescriptor>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TrackDescriptor {
+    #[prost(uint64, optional, tag = "1")]
+    uuid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    name: Option<String>,
+    #[prost(message, optional, tag = "4")]
+    thread: Option<ThreadDescriptor>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ThreadDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pid: Option<i32>,
+    #[prost(int64, optional, tag = "2")]
+    tid: Option<i64>,
+    #[prost(string, optional, tag = "5")]
+    thread_name: Option<String>,
+}
+
+/// `TrackEvent.Type`: TYPE_SLICE_BEGIN, TYPE_SLICE_END.
+const SLICE_BEGIN: i32 = 1;
+const SLICE_END: i32 = 2;
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct TrackEvent {
+    #[prost(message, repeated, tag = "4")]
+    debug_annotations: Vec<DebugAnnotation>,
+    #[prost(int32, optional, tag = "9")]
+    r#type: Option<i32>,
+    #[prost(uint64, optional, tag = "11")]
+    track_uuid: Option<u64>,
+    #[prost(string, repeated, tag = "22")]
+    categories: Vec<String>,
+    #[prost(string, optional, tag = "23")]
+    name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct DebugAnnotation {
+    #[prost(uint64, optional, tag = "3")]
+    uint_value: Option<u64>,
+    #[prost(string, optional, tag = "6")]
+    string_value: Option<String>,
+    #[prost(string, optional, tag = "10")]
+    name: Option<String>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -226,8 +280,71 @@ fn threads(records: &[CaptureRecord]) -> BTreeMap<u32, (u32, String)> {
     threads
 }
 
-/// The trace of `records` (by time, as the rings are read) taken on `host`.
-pub fn trace(records: &[CaptureRecord], host: &Host) -> Vec<u8> {
+/// The victim's thread track: a uuid no thread track of another producer is likely to take.
+fn wait_track(tid: u32) -> u64 {
+    0x7275_6e71_6c61_0000_u64 ^ u64::from(tid) << 16
+}
+
+/// The wait as a slice on its thread's track (merged by Perfetto with the thread's scheduling
+/// states), named by its length, annotated with its reason, cause split, cgroup and pod.
+fn wait_packets(w: &Wait) -> [TracePacket; 3] {
+    let uuid = wait_track(w.tid);
+    let text = |name: &str, value: &str| DebugAnnotation {
+        name: Some(name.to_owned()),
+        string_value: Some(value.to_owned()),
+        ..DebugAnnotation::default()
+    };
+    let number = |name: &str, value: u64| DebugAnnotation {
+        name: Some(name.to_owned()),
+        uint_value: Some(value),
+        ..DebugAnnotation::default()
+    };
+    let mut annotations =
+        vec![text("reason", &w.reason), number("cpu", u64::from(w.cpu)), number("delay_ns", w.delay_ns())];
+    annotations.extend(w.parts.iter().map(|(part, ns)| number(&format!("{}_ns", part.replace('+', "_")), *ns)));
+    annotations.push(text("cgroup", &w.cgroup));
+    if !w.pod.is_empty() {
+        annotations.push(text("pod", &w.pod));
+    }
+    if w.waiting {
+        annotations.push(text("state", "still waiting when captured"));
+    }
+    let name = format!("run-queue wait {}{}", fmt_ns(w.delay_ns()), if w.waiting { " (still waiting)" } else { "" });
+    [
+        TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(uuid),
+                name: Some(w.comm.clone()),
+                thread: Some(ThreadDescriptor {
+                    pid: pid(w.pid),
+                    tid: Some(i64::from(w.tid)),
+                    thread_name: Some(w.comm.clone()),
+                }),
+            }),
+            ..TracePacket::default()
+        },
+        TracePacket {
+            timestamp: Some(w.start_ns),
+            track_event: Some(TrackEvent {
+                debug_annotations: annotations,
+                r#type: Some(SLICE_BEGIN),
+                track_uuid: Some(uuid),
+                categories: vec!["runqlat".into()],
+                name: Some(name),
+            }),
+            ..TracePacket::default()
+        },
+        TracePacket {
+            timestamp: Some(w.end_ns),
+            track_event: Some(TrackEvent { r#type: Some(SLICE_END), track_uuid: Some(uuid), ..TrackEvent::default() }),
+            ..TracePacket::default()
+        },
+    ]
+}
+
+/// The trace of `records` (by time, as the rings are read) taken on `host`, the `wait` it was
+/// taken for (if one) marked on its thread.
+pub fn trace(records: &[CaptureRecord], host: &Host, wait: Option<&Wait>) -> Vec<u8> {
     let first = records.first().map_or(0, |r| r.ts_ns);
     let packet = |p: TracePacket| TracePacket { trusted_packet_sequence_id: Some(SEQUENCE), ..p };
     let mut packets = vec![packet(TracePacket {
@@ -276,6 +393,9 @@ pub fn trace(records: &[CaptureRecord], host: &Host) -> Vec<u8> {
             ..TracePacket::default()
         }));
     }
+    if let Some(w) = wait {
+        packets.extend(wait_packets(w).map(packet));
+    }
     Trace { packet: packets }.encode_to_vec()
 }
 
@@ -318,7 +438,8 @@ mod tests {
             arg: 1,
             ..CaptureRecord::default()
         };
-        let bytes = trace(&[waking, switch], &Host { release: "6.1.0".into(), machine: "x86_64".into(), cpus: 2 });
+        let bytes =
+            trace(&[waking, switch], &Host { release: "6.1.0".into(), machine: "x86_64".into(), cpus: 2 }, None);
         let t = Trace::decode(bytes.as_slice()).unwrap();
         assert_eq!(t.packet.len(), 4, "system info, process tree, a bundle per CPU");
         let tree = t.packet[1].process_tree.as_ref().unwrap();
@@ -337,5 +458,47 @@ mod tests {
             (s.prev_pid, s.next_pid, s.next_comm.as_deref(), s.prev_state),
             (Some(7), Some(8), Some("hog"), Some(0))
         );
+    }
+
+    #[test]
+    fn the_wait_is_a_slice_on_its_thread_with_its_causes() {
+        let wait = Wait {
+            tid: 7,
+            pid: 7,
+            comm: "victim".into(),
+            cpu: 1,
+            start_ns: 1_000_000,
+            end_ns: 6_000_000,
+            reason: "wakeup".into(),
+            parts: vec![("throttled", 4_000_000), ("held", 999_000)],
+            cgroup: "/kubepods/x".into(),
+            pod: "default/web/app".into(),
+            ..Wait::default()
+        };
+        let bytes = trace(&[], &Host::default(), Some(&wait));
+        let t = Trace::decode(bytes.as_slice()).unwrap();
+        let track = t.packet.iter().find_map(|p| p.track_descriptor.as_ref()).unwrap();
+        assert_eq!(track.thread.as_ref().and_then(|t| t.tid), Some(7));
+        let events: Vec<(u64, &TrackEvent)> =
+            t.packet.iter().filter_map(|p| Some((p.timestamp?, p.track_event.as_ref()?))).collect();
+        assert_eq!(events.len(), 2);
+        assert_eq!((events[0].0, events[0].1.r#type), (1_000_000, Some(SLICE_BEGIN)));
+        assert_eq!((events[1].0, events[1].1.r#type), (6_000_000, Some(SLICE_END)));
+        assert!(events.iter().all(|(_, e)| e.track_uuid == track.uuid));
+        let annotated: Vec<(&str, String)> = events[0]
+            .1
+            .debug_annotations
+            .iter()
+            .map(|a| {
+                let value = a.string_value.clone().or(a.uint_value.map(|n| n.to_string())).unwrap_or_default();
+                (a.name.as_deref().unwrap_or(""), value)
+            })
+            .collect();
+        for want in
+            [("throttled_ns", "4000000"), ("held_ns", "999000"), ("pod", "default/web/app"), ("reason", "wakeup")]
+        {
+            assert!(annotated.iter().any(|(n, v)| (*n, v.as_str()) == want), "{want:?} in {annotated:?}");
+        }
+        assert!(events[0].1.name.as_deref().unwrap().starts_with("run-queue wait 5 ms"), "{:?}", events[0].1.name);
     }
 }

@@ -66,6 +66,7 @@ fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAle
     // The CPUs' last scheduler events when it fired, on the daemon that sent it.
     if let Some(capture) = &alert.capture {
         annotations.insert("capture", capture.clone());
+        annotations.insert("capture_picture", crate::model::capture::picture(capture));
     }
     PostableAlert {
         labels,

@@ -170,19 +170,23 @@ fn write_capture(probe: &Probe, path: &Path, events: u32) -> Result<(), RecordEr
         machine: std::env::consts::ARCH.to_owned(),
         cpus: drain::possible_cpus() as u32,
     };
-    std::fs::write(path, perfetto::trace(&rings.records, &host))
+    std::fs::write(path, perfetto::trace(&rings.records, &host, None))
         .map_err(|source| RecordError::Capture { path: path.to_owned(), source })?;
+    let picture = path.with_extension("svg");
+    std::fs::write(&picture, crate::serve::view::capture::picture(&rings.records, None))
+        .map_err(|source| RecordError::Capture { path: picture.clone(), source })?;
     let span = match (rings.records.first(), rings.records.last()) {
         (Some(first), Some(last)) => fmt_ns(last.ts_ns - first.ts_ns),
         _ => "nothing".to_owned(),
     };
     let sum = |f: fn(&capture::CpuRing) -> u64| rings.cpus.iter().map(f).sum::<u64>();
     log::info!(
-        "capture: {} events on {} CPUs over {span} written to {} ({} older ones overwritten, {} torn; open it in \
-         ui.perfetto.dev)",
+        "capture: {} events on {} CPUs over {span} written to {} and its picture to {} ({} older ones overwritten, \
+         {} torn; open it in ui.perfetto.dev)",
         rings.records.len(),
         rings.cpus.iter().filter(|c| c.kept > 0).count(),
         path.display(),
+        picture.display(),
         sum(|c| c.overwritten),
         sum(|c| c.torn),
     );

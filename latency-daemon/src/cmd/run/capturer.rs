@@ -1,11 +1,13 @@
-//! The capture trigger, on the drain thread: the alert transitions of one drain in; for an alert
-//! that fires, every CPU's ring of scheduler events read (a few milliseconds) and handed to a
-//! writer thread that turns it into a Perfetto trace in the capture directory, and the capture's
-//! address set on that alert's transitions from then on (so sinks and re-sends carry it). When
-//! the alert's wait in progress ends (`Updated`), the rings are read once more and the capture
-//! rewritten with both readings, so a stall longer than a ring's reach is kept whole from its
-//! start to its end. At most one new capture per `MIN_GAP`; while the writer is busy a capture is
-//! suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
+//! The capture trigger, on the drain thread: the alert transitions of one drain (and the
+//! operator's asks) in; for an alert that fires, every CPU's ring of scheduler events read (a few
+//! milliseconds) and handed to a writer thread that turns it into a Perfetto trace and an SVG
+//! picture in the capture directory, and the capture's address set on that alert's transitions
+//! from then on (so sinks and re-sends carry it). When the alert's wait in progress ends
+//! (`Updated`), the rings are read once more and the capture rewritten with both readings, so a
+//! stall longer than a ring's reach is kept whole from its start to its end. A capture on demand
+//! (SIGUSR1) reads now and at every drain until `capture_demand` has passed. At most one new
+//! capture per `capture_interval` in all and one per `CPU_GAP` per CPU; while the writer is busy a
+//! capture is suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -17,11 +19,12 @@ use crate::{
     host::captures::Store,
     kernel::{capture, drain, probe::Probe},
     metrics::instruments::capture::CaptureStats,
-    model::{self, perfetto},
+    model::{self, capture::Wait, perfetto, wall},
+    serve::view,
 };
 
-/// New captures at most this often (re-reading for an alert that already has one excepted).
-const MIN_GAP: Duration = Duration::from_secs(10);
+/// New captures of one CPU's waits at most this often, so a CPU in a storm leaves room for others.
+const CPU_GAP: Duration = Duration::from_secs(60);
 /// Captures the writer may have waiting.
 const QUEUE: usize = 2;
 /// Readings the writer keeps to merge a capture rewritten when its wait ends.
@@ -30,20 +33,55 @@ const KEPT: usize = 4;
 struct Job {
     name: String,
     records: Vec<CaptureRecord>,
+    wait: Option<Wait>,
+    /// A new capture (counted as written), not a later reading of one.
+    fresh: bool,
+}
+
+/// A capture on demand still reading.
+struct Demand {
+    name: String,
+    until: Instant,
 }
 
 pub(super) struct Capturer {
     slots: u32,
+    interval: Duration,
+    demand_for: Duration,
     jobs: mpsc::SyncSender<Job>,
     stats: Arc<CaptureStats>,
     last: Option<Instant>,
+    last_on: HashMap<u32, Instant>,
     /// Each firing alert's capture, until it resolves.
     names: HashMap<AlertKey, String>,
+    demand: Option<Demand>,
+}
+
+/// CLOCK_BOOTTIME − CLOCK_MONOTONIC now (time suspended): the records' clock from the delays'.
+fn boot_minus_mono_ns() -> u64 {
+    let read = |clock| {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `t` is a valid timespec for the call to fill.
+        unsafe { libc::clock_gettime(clock, &raw mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    };
+    read(libc::CLOCK_BOOTTIME).saturating_sub(read(libc::CLOCK_MONOTONIC))
+}
+
+/// How captures are limited and how long one on demand reads.
+pub(super) struct Limits {
+    pub interval: Duration,
+    pub demand: Duration,
 }
 
 impl Capturer {
     /// The trigger for rings of `slots` records, writing into `store` on a thread of its own.
-    pub(super) fn start(store: Store, slots: u32, stats: Arc<CaptureStats>) -> std::io::Result<Capturer> {
+    pub(super) fn start(
+        store: Store,
+        slots: u32,
+        limits: Limits,
+        stats: Arc<CaptureStats>,
+    ) -> std::io::Result<Capturer> {
         let (jobs, inbox) = mpsc::sync_channel::<Job>(QUEUE);
         let host = perfetto::Host {
             release: crate::host::system::kernel_release(),
@@ -55,21 +93,36 @@ impl Capturer {
             .name("capture".into())
             .spawn(move || write(&store, &host, &inbox, &writer_stats))?;
         stats.enable();
-        Ok(Capturer { slots, jobs, stats, last: None, names: HashMap::new() })
+        Ok(Capturer {
+            slots,
+            interval: limits.interval,
+            demand_for: limits.demand,
+            jobs,
+            stats,
+            last: None,
+            last_on: HashMap::new(),
+            names: HashMap::new(),
+            demand: None,
+        })
     }
 
-    /// Takes the captures this drain's transitions call for and sets their addresses on them.
+    /// Takes the captures this drain's transitions call for and sets their addresses on them;
+    /// reads again for a capture on demand still going.
     pub(super) fn annotate(&mut self, probe: &Probe, transitions: &mut [Transition]) {
         for t in transitions {
             match t {
                 Transition::Fired(a) => {
-                    if self.last.is_some_and(|at| at.elapsed() < MIN_GAP) {
+                    let cpu = a.worst.cpu;
+                    let too_soon = |at: Option<&Instant>, gap| at.is_some_and(|at| at.elapsed() < gap);
+                    if too_soon(self.last.as_ref(), self.interval) || too_soon(self.last_on.get(&cpu), CPU_GAP) {
                         self.stats.suppressed();
                         continue;
                     }
-                    let name = model::capture::name(a.worst.end_unix_ns, a.worst.cpu, a.worst.victim_tid);
-                    if self.take(probe, &name) {
+                    let name = model::capture::name(a.worst.end_unix_ns, cpu, a.worst.victim_tid);
+                    let wait = Wait::of(&a.worst, boot_minus_mono_ns());
+                    if self.take(probe, &name, Some(wait), true) {
                         self.last = Some(Instant::now());
+                        self.last_on.insert(cpu, Instant::now());
                         a.capture = Some(model::capture::url(&name));
                         self.names.insert(a.key.clone(), name);
                     }
@@ -77,7 +130,7 @@ impl Capturer {
                 Transition::Updated(a) => {
                     if let Some(name) = self.names.get(&a.key).cloned() {
                         // Its wait has ended: the rest of it, into the same capture.
-                        self.take(probe, &name);
+                        self.take(probe, &name, Some(Wait::of(&a.worst, boot_minus_mono_ns())), false);
                         a.capture = Some(model::capture::url(&name));
                     }
                 }
@@ -85,10 +138,37 @@ impl Capturer {
                 Transition::Resolved(a) => a.capture = self.names.remove(&a.key).map(|n| model::capture::url(&n)),
             }
         }
+        if let Some(d) = &self.demand {
+            let name = d.name.clone();
+            let done = Instant::now() >= d.until;
+            self.take(probe, &name, None, false);
+            if done {
+                log::info!("capture on demand written: {}", model::capture::url(&name));
+                self.demand = None;
+            }
+        }
+    }
+
+    /// A capture of every CPU asked for by the operator: read now and at each drain for
+    /// `capture_demand`. One at a time; not limited by `capture_interval`.
+    pub(super) fn ask(&mut self, probe: &Probe) {
+        if let Some(d) = &self.demand {
+            log::warn!("a capture on demand is already reading ({}); this ask is ignored", d.name);
+            return;
+        }
+        let name = model::capture::demand_name(wall::now_unix_ns());
+        if self.take(probe, &name, None, true) {
+            log::info!(
+                "capture on demand: reading every CPU's events for {}, to {}",
+                humantime::format_duration(self.demand_for),
+                model::capture::url(&name)
+            );
+            self.demand = Some(Demand { name, until: Instant::now() + self.demand_for });
+        }
     }
 
     /// Reads the rings and queues them as capture `name`; whether it was queued.
-    fn take(&self, probe: &Probe, name: &str) -> bool {
+    fn take(&self, probe: &Probe, name: &str, wait: Option<Wait>, fresh: bool) -> bool {
         let rings = match capture::read(probe, self.slots) {
             Ok(rings) => rings,
             Err(e) => {
@@ -98,31 +178,40 @@ impl Capturer {
             }
         };
         self.stats.torn(rings.cpus.iter().map(|c| c.torn).sum());
-        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records }) {
+        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records, wait, fresh }) {
             Ok(()) => true,
             Err(_) => {
-                self.stats.suppressed();
+                if fresh {
+                    self.stats.suppressed();
+                }
                 false
             }
         }
     }
 }
 
-/// The writer thread: each reading merged with the earlier ones of the same capture, encoded and
-/// stored, until the trigger is gone.
+/// The writer thread: each reading merged with the earlier ones of the same capture, encoded,
+/// drawn and stored, until the trigger is gone.
 fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stats: &CaptureStats) {
-    let mut kept: VecDeque<(String, Vec<CaptureRecord>)> = VecDeque::new();
+    let mut kept: VecDeque<(String, Vec<CaptureRecord>, u64)> = VecDeque::new();
     for job in inbox {
-        let records = match kept.iter().position(|(name, _)| *name == job.name) {
+        let (records, lost_before) = match kept.iter().position(|(name, _, _)| *name == job.name) {
             Some(i) => {
-                let (_, earlier) = kept.remove(i).unwrap_or_default();
-                capture::merge(earlier, job.records)
+                let (_, earlier, lost) = kept.remove(i).unwrap_or_default();
+                (capture::merge(earlier, job.records), lost)
             }
-            None => job.records,
+            None => (job.records, 0),
         };
-        match store.write(&job.name, &perfetto::trace(&records, host)) {
+        // Only what this reading newly lost is counted: a capture read ten times counts a gap once.
+        let lost = capture::gaps(&records);
+        stats.overwritten(lost.saturating_sub(lost_before));
+        let trace = perfetto::trace(&records, host, job.wait.as_ref());
+        let picture = view::capture::picture(&records, job.wait.as_ref());
+        match store.write(&job.name, &trace, Some(picture.as_bytes())) {
             Ok(removed) => {
-                stats.written();
+                if job.fresh {
+                    stats.written();
+                }
                 stats.removed(removed);
             }
             Err(e) => {
@@ -134,7 +223,7 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
                 stats.failed();
             }
         }
-        kept.push_back((job.name, records));
+        kept.push_back((job.name, records, lost));
         if kept.len() > KEPT {
             kept.pop_front();
         }

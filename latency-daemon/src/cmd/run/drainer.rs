@@ -36,6 +36,8 @@ pub(super) enum Command {
     Reload(Box<Config>),
     /// From the removal reader: cgroups it retired (their series go when the window closes).
     Removed(Vec<u64>),
+    /// The operator asked for a capture (SIGUSR1).
+    Capture,
     Stop,
 }
 
@@ -164,6 +166,13 @@ impl Drainer {
                 }
                 Ok(Command::Removed(ids)) => {
                     self.pipeline.removed(ids);
+                    continue;
+                }
+                Ok(Command::Capture) => {
+                    match &mut self.capturer {
+                        Some(capturer) => capturer.ask(&self.probe),
+                        None => log::warn!("SIGUSR1 asks for a capture, but captures are off (capture_dir); ignored"),
+                    }
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}

@@ -266,9 +266,14 @@ fn start_captures(
     instruments: &Instruments,
 ) -> (Option<capturer::Capturer>, Option<Arc<dyn crate::model::capture::Shelf>>) {
     let (Some(dir), Some(slots)) = (&config.capture_dir, slots) else { return (None, None) };
-    let started = host::captures::Store::open(dir).and_then(|store| {
-        let shelf = host::captures::Store::open(dir)?;
-        Ok((capturer::Capturer::start(store, slots, instruments.capture.clone())?, shelf))
+    let caps = host::captures::Caps {
+        files: config.capture_max_files as usize,
+        bytes: u64::from(config.capture_max_mib) << 20,
+    };
+    let limits = capturer::Limits { interval: config.capture_interval, demand: config.capture_demand };
+    let started = host::captures::Store::open(dir, caps).and_then(|store| {
+        let shelf = host::captures::Store::open(dir, caps)?;
+        Ok((capturer::Capturer::start(store, slots, limits, instruments.capture.clone())?, shelf))
     });
     match started {
         Ok((capturer, shelf)) => {

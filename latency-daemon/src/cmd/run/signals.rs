@@ -1,6 +1,6 @@
 //! The running daemon and the process's signals in; SIGHUP reloads (the files read on a blocking
-//! worker, the result handed to the HTTP server, the sinks and the drain thread), SIGUSR1/2 are
-//! logged and ignored, and SIGTERM or SIGINT ends the wait, handing back the drain thread's
+//! worker, the result handed to the HTTP server, the sinks and the drain thread), SIGUSR1 asks the
+//! drain thread for a capture on demand, SIGUSR2 is logged and ignored, and SIGTERM or SIGINT ends the wait, handing back the drain thread's
 //! channel for the stop.
 use std::sync::{Arc, mpsc};
 
@@ -34,7 +34,9 @@ pub(super) async fn serve_until_stopped(
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = sigusr1.recv() => log::info!("SIGUSR1 received: it has no meaning here; ignored"),
+            _ = sigusr1.recv() => {
+                let _ = running.commands.send(Command::Capture);
+            }
             _ = sigusr2.recv() => log::info!("SIGUSR2 received: it has no meaning here; ignored"),
             _ = sighup.recv(), if reloading.is_none() => {
                 reloading = Some(start_reload(&running.config, &args));

@@ -46,9 +46,10 @@ impl Collector for CaptureCollector {
         let Some(s) = self.0.snapshot() else { return Ok(()) };
         let mut family = encoder.encode_descriptor(
             "runqlat_captures",
-            "Captures of the CPUs' last scheduler events when an alert fired, by result: written (to the capture \
-             directory), suppressed (too soon after the last one, or the writer still busy), failed (not read or \
-             not written: the log says why).",
+            "Captures of the CPUs' last scheduler events when an alert fired or one was asked for, by result: \
+             written (to the capture directory), suppressed (within capture_interval of the last one, within a \
+             minute of the last one on that CPU, or the writer still busy), failed (not read or not written: \
+             the log says why).",
             None,
             MetricType::Counter,
         )?;
@@ -58,7 +59,8 @@ impl Collector for CaptureCollector {
         counter(
             &mut encoder,
             "runqlat_captures_removed",
-            "Older captures removed from the capture directory to keep it within its caps (32 files, 256 MiB).",
+            "Older captures removed from the capture directory to keep it within capture_max_files and \
+             capture_max_mib.",
             s.removed,
         )?;
         counter(
@@ -67,6 +69,13 @@ impl Collector for CaptureCollector {
             "Scheduler events left out of a capture because they were being rewritten as they were read \
              (dropped, never guessed).",
             s.torn,
+        )?;
+        counter(
+            &mut encoder,
+            "runqlat_capture_overwritten_records",
+            "Scheduler events missing from inside a capture: the ring wrapped between two readings of a long \
+             wait (a larger capture_events keeps more).",
+            s.overwritten,
         )?;
         Ok(())
     }

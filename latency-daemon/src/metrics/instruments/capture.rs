@@ -12,6 +12,7 @@ pub struct CaptureStats {
     failed: AtomicU64,
     removed: AtomicU64,
     torn: AtomicU64,
+    overwritten: AtomicU64,
 }
 
 /// One reading of [`CaptureStats`].
@@ -22,6 +23,7 @@ pub struct CaptureCounts {
     pub failed: u64,
     pub removed: u64,
     pub torn: u64,
+    pub overwritten: u64,
 }
 
 impl CaptureStats {
@@ -55,6 +57,11 @@ impl CaptureStats {
         self.torn.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Records missing from inside a capture (the ring wrapped between two readings).
+    pub fn overwritten(&self, n: u64) {
+        self.overwritten.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// None until the recorder runs.
     pub fn snapshot(&self) -> Option<CaptureCounts> {
         if !self.enabled.load(Ordering::Relaxed) {
@@ -66,6 +73,7 @@ impl CaptureStats {
             failed: self.failed.load(Ordering::Relaxed),
             removed: self.removed.load(Ordering::Relaxed),
             torn: self.torn.load(Ordering::Relaxed),
+            overwritten: self.overwritten.load(Ordering::Relaxed),
         })
     }
 }

@@ -4,6 +4,7 @@
 //! max per reason against the alert thresholds, the last window's figures and top cgroups, the last
 //! alert with its attribution, then the links and the effective configuration. Every value that
 //! comes from the machine (cgroup paths, thread names) is HTML-escaped.
+pub mod capture;
 pub mod chart;
 
 use std::fmt::Write as _;
@@ -12,6 +13,7 @@ use latency_common::{Reason, maps::Cause};
 
 use crate::{
     config::Config,
+    model::capture::Listed,
     model::{
         attribution::Attribution,
         causes::{self, Causes},
@@ -60,8 +62,8 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td.name,th.name{tex
 #status.firing{background:#fbe3e3;color:#8b1a1a}#status.off{background:#f0f0f0;color:#555}\
 td.over{background:#fbe3e3;color:#8b1a1a;font-weight:bold}";
 
-/// The whole page.
-pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
+/// The whole page; `capture`, the newest capture on the shelf, if any.
+pub fn page(e: &Exposition, config: &Config, config_json: &str, capture: Option<&Listed>) -> String {
     let refresh = e.window_seconds.round().clamp(2.0, 30.0);
     let last_drain = if e.drains == 0 {
         "none yet".to_string()
@@ -112,6 +114,9 @@ pub fn page(e: &Exposition, config: &Config, config_json: &str) -> String {
     }
     waiting_now(&mut out, e);
     alerts(&mut out, e, config);
+    if let Some(c) = capture {
+        newest_capture(&mut out, c);
+    }
     let _ = write!(
         out,
         "<h2 id=\"about\">Endpoints</h2>\n<ul><li><a href=\"/metrics\">/metrics</a></li>\
@@ -404,6 +409,27 @@ fn waiting_now(out: &mut String, e: &Exposition) {
         );
     }
     out.push_str("</table>\n");
+}
+
+/// The newest capture: its picture (served beside it, under the same authentication) and links.
+fn newest_capture(out: &mut String, c: &Listed) {
+    let _ = write!(
+        out,
+        "<h2 id=\"capture\">The newest capture</h2>\n<p><a href=\"{}\">{}</a> ({}; open it in \
+         ui.perfetto.dev) · <a href=\"/api/v1/captures\">all captures</a></p>\n",
+        escape(&c.url),
+        escape(&c.name),
+        escape(&format!("{} KiB", c.bytes.div_ceil(1024))),
+    );
+    if let Some(picture) = &c.picture_url {
+        let _ = writeln!(
+            out,
+            "<p><a href=\"{0}\"><img id=\"capture-picture\" src=\"{0}\" alt=\"the timeline of capture {1}\" \
+             style=\"max-width:100%\"></a></p>",
+            escape(picture),
+            escape(&c.name),
+        );
+    }
 }
 
 fn alerts(out: &mut String, e: &Exposition, config: &Config) {

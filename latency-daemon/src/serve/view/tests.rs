@@ -127,7 +127,7 @@ fn config() -> Config {
 
 #[test]
 fn the_page_shows_the_last_window_exactly() {
-    let html = page(&exposition(), &config(), "{\"window\": \"2s\"}");
+    let html = page(&exposition(), &config(), "{\"window\": \"2s\"}", None);
     assert!(html.starts_with("<!doctype html>") && html.ends_with("</html>\n"));
     assert!(html.contains("<meta http-equiv=\"refresh\" content=\"2\">"));
     // The ring kept the 4 newest windows; the table is the newest.
@@ -153,7 +153,7 @@ fn value_after(html: &str, marker: &str) -> Option<u64> {
 
 #[test]
 fn why_it_waited_holds_six_causes_that_add_up_to_the_delays() {
-    let html = page(&exposition(), &config(), "{}");
+    let html = page(&exposition(), &config(), "{}", None);
     let why = html.split("id=\"why-waited\"").nth(1).expect("the why-waited table").split("</table>").next().unwrap();
     let mut sum = 0;
     for cause in Cause::ALL {
@@ -184,7 +184,7 @@ fn why_it_waited_holds_six_causes_that_add_up_to_the_delays() {
 
 #[test]
 fn hostile_names_are_escaped_everywhere() {
-    let html = page(&exposition(), &config(), "</pre><script>");
+    let html = page(&exposition(), &config(), "</pre><script>", None);
     assert!(!html.contains("<script>"), "{html}");
     assert!(!html.contains("<b>victim"));
     assert!(html.contains("/&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;"));
@@ -195,7 +195,7 @@ fn hostile_names_are_escaped_everywhere() {
 
 #[test]
 fn pods_are_named_where_known_and_paths_shown_otherwise() {
-    let html = page(&exposition(), &config(), "{}");
+    let html = page(&exposition(), &config(), "{}", None);
     // The top cgroups: the pod by name (its path in the tooltip), a plain cgroup by its path.
     assert!(
         html.contains(
@@ -215,7 +215,7 @@ fn pods_are_named_where_known_and_paths_shown_otherwise() {
 #[test]
 fn before_the_first_window_and_without_alerting() {
     let e = Exposition { version: "test", ..Exposition::default() };
-    let html = page(&e, &Config::default(), "{}");
+    let html = page(&e, &Config::default(), "{}", None);
     assert!(html.contains("id=\"waiting\""));
     assert!(html.contains("0 drains, none yet."));
     assert!(html.contains("Alerting is off"));
@@ -225,7 +225,7 @@ fn before_the_first_window_and_without_alerting() {
 #[test]
 fn the_status_line_says_what_fires_first_and_colours_what_crossed_its_threshold() {
     // An alert firing: red, the count, the reason and where (escaped), a link to the alerts.
-    let html = page(&exposition(), &config(), "{}");
+    let html = page(&exposition(), &config(), "{}", None);
     let status = html.split("<p id=\"status\"").nth(1).and_then(|s| s.split("</p>").next()).expect("a status line");
     assert!(status.starts_with(" class=\"firing\" data-alerts=\"1\">1 alert firing: wakeup in "), "{status}");
     assert!(status.contains("href=\"#alerts\"") && !status.contains("<script>"), "{status}");
@@ -235,12 +235,12 @@ fn the_status_line_says_what_fires_first_and_colours_what_crossed_its_threshold(
     assert!(!html.contains("<td class=\"over\" data-field=\"preempt.max_ns\""));
     // Nothing firing: green, naming the window's worst delay.
     let quiet = Exposition { alerts_active: Vec::new(), ..exposition() };
-    let html = page(&quiet, &config(), "{}");
+    let html = page(&quiet, &config(), "{}", None);
     assert!(html.contains(
         "<p id=\"status\" class=\"ok\" data-alerts=\"0\">OK: no alert firing; the last window's worst delay"
     ));
     // Alerting off: grey, and no cell coloured.
-    let html = page(&quiet, &Config::default(), "{}");
+    let html = page(&quiet, &Config::default(), "{}", None);
     assert!(html.contains("<p id=\"status\" class=\"off\" data-alerts=\"0\">Alerting is off"), "{html}");
     assert!(!html.contains("class=\"over\""));
 }
