@@ -296,3 +296,135 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
         (ran - woken) as f64 / 1e6,
     );
 }
+
+/// Captures' counters as the daemon shows them: written, suppressed, failed, removed.
+fn capture_counts(metrics: &str) -> [u64; 4] {
+    let sample = |series: &str| latency_lab::web::sample(metrics, series).unwrap_or(0.0) as u64;
+    [
+        sample("runqlat_captures_total{result=\"written\"}"),
+        sample("runqlat_captures_total{result=\"suppressed\"}"),
+        sample("runqlat_captures_total{result=\"failed\"}"),
+        sample("runqlat_captures_removed_total"),
+    ]
+}
+
+#[test]
+fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_for() {
+    const CGROUPS: usize = 6;
+    const MAX_FILES: usize = 3;
+    if latency_lab::workload::cpus() < 2 {
+        eprintln!("capture storm: skipped: needs 2 CPUs");
+        return;
+    }
+    let dir = Scratch::new("runqlat-capture-storm").unwrap();
+    let cgroups: Vec<TestCgroup> =
+        (0..CGROUPS).map(|i| TestCgroup::new(&format!("storm{i}")).expect("a test cgroup")).collect();
+    let thresholds: String = cgroups.iter().map(|cg| format!("\"{}\" = \"100us\"\n", cg.path)).collect();
+    let config = dir.join("latency-daemon.toml");
+    std::fs::write(&config, format!("[alert_cgroup_max_delay]\n{thresholds}")).unwrap();
+    let captures = dir.join("captures");
+    let max_files = MAX_FILES.to_string();
+    let daemon = Daemon::start(
+        DAEMON,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--interval",
+            "100ms",
+            "--window",
+            "500ms",
+            "--alert-for",
+            "1",
+            "--alert-resolve-after",
+            "1",
+            "--alert-cooldown",
+            "0s",
+            "--capture-dir",
+            captures.to_str().unwrap(),
+            "--capture-interval",
+            "0s",
+            "--capture-cpu-interval",
+            "0s",
+            "--capture-max-files",
+            &max_files,
+            "--capture-demand",
+            "1s",
+        ],
+    )
+    .expect("latency-daemon run");
+
+    // Two spinners and, in each cgroup, a 1 ms sleeper, all on CPU 1: every sleeper waits past
+    // its threshold again and again, and each of its alerts fires, resolves and fires anew.
+    let spinners = [spawn("while :; do :; done", "a spinner"), spawn("while :; do :; done", "a spinner")];
+    let cpu = CPU.to_string();
+    let sleep = "select(undef, undef, undef, 0.001) while 1";
+    let sleepers: Vec<Proc> =
+        cgroups.iter().map(|cg| cg.spawn(&["taskset", "-c", &cpu, "perl", "-e", sleep]).expect("a sleeper")).collect();
+    let storm = Instant::now();
+    let mut scrapes = 0;
+    while storm.elapsed() < Duration::from_secs(6) {
+        let m = daemon.metrics().expect("a scrape during the storm");
+        assert!(m.contains("runqlat_captures_total"), "a scrape during the storm without the captures' counters");
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(sleepers);
+    drop(spinners);
+
+    // Asked for by the command a user types, after the storm: every CPU for a second.
+    let asked = Command::new(DAEMON).args(["capture", "--pid", &daemon.pid().to_string()]).output().unwrap();
+    assert!(asked.status.success(), "latency-daemon capture: {}", String::from_utf8_lossy(&asked.stderr));
+    daemon.wait_for_log("capture on demand written", Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e:#}"));
+
+    // Counters settle once the writer has written what it was given.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (fired, counts) = loop {
+        let m = daemon.metrics().expect("GET /metrics");
+        let fired: f64 = ["wakeup", "preempt"]
+            .iter()
+            .filter_map(|r| latency_lab::web::sample(&m, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
+            .sum();
+        let counts = capture_counts(&m);
+        if counts[0] + counts[1] + counts[2] == fired as u64 + 1 || Instant::now() > deadline {
+            break (fired as u64, counts);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
+    let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
+    daemon.stop().expect("SIGTERM");
+
+    let [written, suppressed, failed, removed] = counts;
+    assert!(fired >= 2 * CGROUPS as u64, "no storm: {fired} alerts fired");
+    assert_eq!(
+        written + suppressed + failed,
+        fired + 1,
+        "every capture asked for (each alert fired, and the one on demand) counted once: written {written}, \
+         suppressed {suppressed}, failed {failed}"
+    );
+    assert_eq!(failed, 0);
+    let mut files: Vec<String> =
+        std::fs::read_dir(&captures).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    let traces: Vec<&String> = files.iter().filter(|f| f.ends_with(".pftrace")).collect();
+    assert_eq!(traces.len(), MAX_FILES.min(written as usize), "the directory's cap: {files:?}");
+    assert_eq!(files.len(), 2 * traces.len(), "a picture beside each trace, nothing half-written: {files:?}");
+    assert_eq!(removed, written - traces.len() as u64, "every capture removed counted");
+    let listed = listed["captures"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), traces.len());
+    let demand = listed.iter().filter_map(|c| c["name"].as_str()).find(|n| n.ends_with("-demand.pftrace"));
+    let demand = demand.unwrap_or_else(|| panic!("the capture on demand is not the newest kept: {listed:?}"));
+    let read = perfetto::read(&captures.join(demand)).unwrap_or_else(|e| panic!("{e:#}"));
+    let span = read.switches.last().map_or(0, |s| s.ts_ns) - read.switches.first().map_or(0, |s| s.ts_ns);
+    let cpus: std::collections::BTreeSet<u32> = read.switches.iter().map(|s| s.cpu).collect();
+    assert!(cpus.len() >= 2, "every CPU in the capture on demand: {cpus:?}");
+    eprintln!(
+        "capture storm: {fired} alerts fired in {CGROUPS} cgroups over 6 s ({scrapes} scrapes answered); captures \
+         written {written}, suppressed {suppressed}, failed {failed}, removed {removed}, {} kept; on demand: {} \
+         switches on {} CPUs over {:.2} s",
+        traces.len(),
+        read.switches.len(),
+        cpus.len(),
+        span as f64 / 1e9
+    );
+}

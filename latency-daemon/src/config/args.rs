@@ -185,9 +185,18 @@ settings! {
         #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero)]
         #[serde(deserialize_with = "super::format::de_duration_or_zero")]
         capture_interval: Duration {
-            help: "At most one new capture per this long in all (and one per minute per CPU, so a CPU in a storm \
-                   leaves room for the others); 0s: no limit but the writer's (one capture at a time, two waiting)",
+            help: "At most one new capture of an alert per this long in all; 0s: no limit but the writer's (one \
+                   capture at a time, two waiting)",
             default: "10s",
+            apply: Restart,
+        },
+
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero)]
+        #[serde(deserialize_with = "super::format::de_duration_or_zero")]
+        capture_cpu_interval: Duration {
+            help: "At most one new capture of an alert per this long for waits on one CPU, so a CPU in a storm \
+                   leaves room for the others; 0s: no limit per CPU",
+            default: "1m",
             apply: Restart,
         },
 

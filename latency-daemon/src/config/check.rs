@@ -102,6 +102,7 @@ pub(super) fn resolve(
         capture_dir: merged.capture_dir.clone(),
         capture_events: merged.capture_events.unwrap_or(d.capture_events),
         capture_interval: merged.capture_interval.unwrap_or(d.capture_interval),
+        capture_cpu_interval: merged.capture_cpu_interval.unwrap_or(d.capture_cpu_interval),
         capture_max_files: merged.capture_max_files.unwrap_or(d.capture_max_files),
         capture_max_mib: merged.capture_max_mib.unwrap_or(d.capture_max_mib),
         capture_demand: merged.capture_demand.unwrap_or(d.capture_demand),

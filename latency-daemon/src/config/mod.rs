@@ -71,6 +71,9 @@ pub struct Config {
     /// At most one new capture per this long in all (zero: no limit).
     #[serde(serialize_with = "format::ser_duration")]
     pub capture_interval: Duration,
+    /// At most one new capture per this long for one CPU's waits (zero: no limit).
+    #[serde(serialize_with = "format::ser_duration")]
+    pub capture_cpu_interval: Duration,
     pub capture_max_files: u32,
     pub capture_max_mib: u32,
     /// How long a capture on demand keeps reading.
@@ -178,6 +181,7 @@ impl Default for Config {
             // 384 KiB per CPU: a busy CPU's last tenth of a second or more, a quiet one's minutes.
             capture_events: 4096,
             capture_interval: Duration::from_secs(10),
+            capture_cpu_interval: Duration::from_secs(60),
             capture_max_files: 32,
             capture_max_mib: 256,
             capture_demand: Duration::from_secs(10),
@@ -258,6 +262,7 @@ impl Config {
                 "capture_dir" => keep(key, &mut config.capture_dir, self.capture_dir.clone(), r),
                 "capture_events" => keep(key, &mut config.capture_events, self.capture_events, r),
                 "capture_interval" => keep(key, &mut config.capture_interval, self.capture_interval, r),
+                "capture_cpu_interval" => keep(key, &mut config.capture_cpu_interval, self.capture_cpu_interval, r),
                 "capture_max_files" => keep(key, &mut config.capture_max_files, self.capture_max_files, r),
                 "capture_max_mib" => keep(key, &mut config.capture_max_mib, self.capture_max_mib, r),
                 "capture_demand" => keep(key, &mut config.capture_demand, self.capture_demand, r),

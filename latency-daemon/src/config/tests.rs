@@ -644,6 +644,7 @@ fn every_setting_reloads_as_the_table_says() {
             "otlp_queue" => "16".into(),
             "capture_events" => "8192".into(),
             "capture_interval" => "\"1m\"".into(),
+            "capture_cpu_interval" => "\"5m\"".into(),
             "capture_max_files" => "5".into(),
             "capture_max_mib" => "64".into(),
             "capture_demand" => "\"30s\"".into(),

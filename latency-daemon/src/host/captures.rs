@@ -46,6 +46,11 @@ impl Store {
         self.prune()
     }
 
+    /// Whether capture `name` is still kept (the caps may have removed it since it was written).
+    pub fn has(&self, name: &str) -> bool {
+        capture::is_name(name) && self.dir.join(name).is_file()
+    }
+
     fn put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let temporary = self.dir.join(format!(".{name}.partial"));
         std::fs::write(&temporary, bytes)?;

@@ -6,8 +6,8 @@
 //! (`Updated`), the rings are read once more and the capture rewritten with both readings, so a
 //! stall longer than a ring's reach is kept whole from its start to its end. A capture on demand
 //! (SIGUSR1) reads now and at every drain until `capture_demand` has passed. At most one new
-//! capture per `capture_interval` in all and one per `CPU_GAP` per CPU; while the writer is busy a
-//! capture is suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
+//! capture per `capture_interval` in all and one per `capture_cpu_interval` per CPU; while the
+//! writer is busy a capture is suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -23,8 +23,6 @@ use crate::{
     serve::view,
 };
 
-/// New captures of one CPU's waits at most this often, so a CPU in a storm leaves room for others.
-const CPU_GAP: Duration = Duration::from_secs(60);
 /// Captures the writer may have waiting.
 const QUEUE: usize = 2;
 /// Readings the writer keeps to merge a capture rewritten when its wait ends.
@@ -44,14 +42,38 @@ struct Demand {
     until: Instant,
 }
 
+/// How often new captures of alerts may be taken: in all, and per CPU of the waits.
+#[derive(Debug, Default)]
+struct Limiter {
+    interval: Duration,
+    cpu_interval: Duration,
+    last: Option<Instant>,
+    last_on: HashMap<u32, Instant>,
+}
+
+impl Limiter {
+    /// Whether a capture of a wait on `cpu` may be taken at `now`.
+    fn allows(&self, cpu: u32, now: Instant) -> bool {
+        let clear = |at: Option<&Instant>, gap: Duration| at.is_none_or(|at| now.saturating_duration_since(*at) >= gap);
+        clear(self.last.as_ref(), self.interval) && clear(self.last_on.get(&cpu), self.cpu_interval)
+    }
+
+    /// A capture of a wait on `cpu` was taken at `now`.
+    fn took(&mut self, cpu: u32, now: Instant) {
+        self.last = Some(now);
+        self.last_on.insert(cpu, now);
+        // Forget CPUs past their gap, so the map stays as small as the CPUs in a storm.
+        let gap = self.cpu_interval;
+        self.last_on.retain(|_, at| now.saturating_duration_since(*at) < gap || *at == now);
+    }
+}
+
 pub(super) struct Capturer {
     slots: u32,
-    interval: Duration,
     demand_for: Duration,
     jobs: mpsc::SyncSender<Job>,
     stats: Arc<CaptureStats>,
-    last: Option<Instant>,
-    last_on: HashMap<u32, Instant>,
+    limiter: Limiter,
     /// Each firing alert's capture, until it resolves.
     names: HashMap<AlertKey, String>,
     demand: Option<Demand>,
@@ -71,6 +93,7 @@ fn boot_minus_mono_ns() -> u64 {
 /// How captures are limited and how long one on demand reads.
 pub(super) struct Limits {
     pub interval: Duration,
+    pub cpu_interval: Duration,
     pub demand: Duration,
 }
 
@@ -95,12 +118,10 @@ impl Capturer {
         stats.enable();
         Ok(Capturer {
             slots,
-            interval: limits.interval,
             demand_for: limits.demand,
             jobs,
             stats,
-            last: None,
-            last_on: HashMap::new(),
+            limiter: Limiter { interval: limits.interval, cpu_interval: limits.cpu_interval, ..Limiter::default() },
             names: HashMap::new(),
             demand: None,
         })
@@ -113,16 +134,14 @@ impl Capturer {
             match t {
                 Transition::Fired(a) => {
                     let cpu = a.worst.cpu;
-                    let too_soon = |at: Option<&Instant>, gap| at.is_some_and(|at| at.elapsed() < gap);
-                    if too_soon(self.last.as_ref(), self.interval) || too_soon(self.last_on.get(&cpu), CPU_GAP) {
+                    if !self.limiter.allows(cpu, Instant::now()) {
                         self.stats.suppressed();
                         continue;
                     }
                     let name = model::capture::name(a.worst.end_unix_ns, cpu, a.worst.victim_tid);
                     let wait = Wait::of(&a.worst, boot_minus_mono_ns());
                     if self.take(probe, &name, Some(wait), true) {
-                        self.last = Some(Instant::now());
-                        self.last_on.insert(cpu, Instant::now());
+                        self.limiter.took(cpu, Instant::now());
                         a.capture = Some(model::capture::url(&name));
                         self.names.insert(a.key.clone(), name);
                     }
@@ -195,6 +214,11 @@ impl Capturer {
 fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stats: &CaptureStats) {
     let mut kept: VecDeque<(String, Vec<CaptureRecord>, u64)> = VecDeque::new();
     for job in inbox {
+        if !job.fresh && !store.has(&job.name) {
+            // The caps removed it since (newer captures came): a later reading does not bring it back.
+            kept.retain(|(name, _, _)| *name != job.name);
+            continue;
+        }
         let (records, lost_before) = match kept.iter().position(|(name, _, _)| *name == job.name) {
             Some(i) => {
                 let (_, earlier, lost) = kept.remove(i).unwrap_or_default();
@@ -227,5 +251,28 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
         if kept.len() > KEPT {
             kept.pop_front();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_are_limited_in_all_and_per_cpu() {
+        let s = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let mut l = Limiter { interval: 10 * s, cpu_interval: 60 * s, ..Limiter::default() };
+        assert!(l.allows(1, t0));
+        l.took(1, t0);
+        assert!(!l.allows(2, t0 + 9 * s), "within the interval in all");
+        assert!(l.allows(2, t0 + 10 * s), "another CPU after the interval");
+        assert!(!l.allows(1, t0 + 59 * s), "the same CPU within its interval");
+        l.took(2, t0 + 10 * s);
+        assert!(l.allows(1, t0 + 60 * s));
+        l.took(3, t0 + 65 * s);
+        assert_eq!(l.last_on.len(), 2, "CPU 1, past its gap, forgotten: {:?}", l.last_on.keys());
+        let none = Limiter::default();
+        assert!(none.allows(1, t0) && none.allows(1, t0), "zero intervals: no limit");
     }
 }

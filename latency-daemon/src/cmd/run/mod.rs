@@ -270,7 +270,11 @@ fn start_captures(
         files: config.capture_max_files as usize,
         bytes: u64::from(config.capture_max_mib) << 20,
     };
-    let limits = capturer::Limits { interval: config.capture_interval, demand: config.capture_demand };
+    let limits = capturer::Limits {
+        interval: config.capture_interval,
+        cpu_interval: config.capture_cpu_interval,
+        demand: config.capture_demand,
+    };
     let started = host::captures::Store::open(dir, caps).and_then(|store| {
         let shelf = host::captures::Store::open(dir, caps)?;
         Ok((capturer::Capturer::start(store, slots, limits, instruments.capture.clone())?, shelf))

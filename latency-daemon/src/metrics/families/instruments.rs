@@ -47,9 +47,9 @@ impl Collector for CaptureCollector {
         let mut family = encoder.encode_descriptor(
             "runqlat_captures",
             "Captures of the CPUs' last scheduler events when an alert fired or one was asked for, by result: \
-             written (to the capture directory), suppressed (within capture_interval of the last one, within a \
-             minute of the last one on that CPU, or the writer still busy), failed (not read or not written: \
-             the log says why).",
+             written (to the capture directory), suppressed (within capture_interval of the last one or \
+             capture_cpu_interval of the last on that CPU, or the writer still busy), failed (not read or not \
+             written: the log says why).",
             None,
             MetricType::Counter,
         )?;
