@@ -296,6 +296,9 @@ fn write(out: &std::path::Path, report: &Report) -> anyhow::Result<()> {
     let mut files = vec![("report.md", md), ("report.json", json + "\n"), ("delays.svg", figure::svg(&series))];
     if let Some(a) = &report.stall_alert {
         files.push(("stall-alert.svg", timeline::svg(a)));
+        if let Some(picture) = &a.capture_picture {
+            files.push(("stall-capture.svg", picture.clone()));
+        }
     }
     if let Some(c) = &report.causes {
         files.push(("causes.svg", causes::figure::svg(c)));

@@ -51,6 +51,9 @@ pub struct StallAlert {
     pub watched: Watched,
     /// The first alert on a wait in progress on that CPU that fired while the victim waited.
     pub fired: Option<Fired>,
+    /// The picture of the capture the first alert on that CPU took (the daemon's own SVG).
+    #[serde(skip)]
+    pub capture_picture: Option<String>,
 }
 
 impl StallAlert {
@@ -129,7 +132,20 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
     if crate::workload::cpus() < 2 {
         bail!("needs 2 CPUs: the daemon and the watcher run on CPU 0, the stall on CPU 1");
     }
-    let args = ["--interval", INTERVAL, "--window", "1s", "--alert-max-delay", THRESHOLD, "--alert-for", "1"];
+    let captures = crate::guard::Scratch::new("runqlat-demo-captures")?;
+    let dir = captures.path().to_str().unwrap_or_default();
+    let args = [
+        "--interval",
+        INTERVAL,
+        "--window",
+        "1s",
+        "--alert-max-delay",
+        THRESHOLD,
+        "--alert-for",
+        "1",
+        "--capture-dir",
+        dir,
+    ];
     let d = Daemon::start(daemon, &args)?;
     let watched = pin_away(d.pid()).and_then(|()| watch(&d.addr, PLAN));
     let (_, log) = d.stop_with_log()?;
@@ -138,6 +154,7 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
         bail!("{e}");
     }
     let fired = fired(&log, &watched, PLAN.cpu as u32);
+    let capture_picture = capture_picture(&log, PLAN.cpu as u32, captures.path());
     Ok(StallAlert {
         cpu: PLAN.cpu,
         spin_ns: watched.ends_ns - watched.began_ns,
@@ -146,7 +163,18 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
         interval: INTERVAL,
         watched,
         fired,
+        capture_picture,
     })
+}
+
+/// The picture beside the capture of the first alert fired on `cpu` that took one.
+fn capture_picture(log: &[String], cpu: u32, dir: &Path) -> Option<String> {
+    let url = log.iter().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find_map(|v| {
+        let ours = v["event"] == "fired" && v["worst"]["cpu"].as_u64() == Some(u64::from(cpu));
+        ours.then(|| v["capture"].as_str().map(str::to_owned)).flatten()
+    })?;
+    let name = url.rsplit('/').next()?.strip_suffix(".pftrace")?;
+    std::fs::read_to_string(dir.join(format!("{name}.svg"))).ok()
 }
 
 /// The first `fired` event on a wait in progress on the stalled CPU while the victim waited (the
