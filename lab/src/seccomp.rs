@@ -35,7 +35,8 @@ const ALWAYS: [&str; 5] = ["exit", "exit_group", "rt_sigreturn", "restart_syscal
 const RUNTIME: [&str; 5] = ["fstatfs", "getpid", "tgkill", "nanosleep", "sched_yield"];
 
 /// The system calls `daemon` makes across check, record and a scraped, reloaded, stopped run (with
-/// alerting on, so the attribution programs and the alert log are in it too).
+/// alerting on, so the attribution programs and the alert log are in it too, and captures: the
+/// directory made, each capture written and renamed into place, the older one removed by the cap).
 pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
     let scratch = Scratch::new("runqlat-seccomp")?;
     let mut calls = BTreeSet::new();
@@ -43,14 +44,18 @@ pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
     calls.extend(strace_to_end(&scratch, "check", daemon, &["check"])?);
     println!("seccomp: tracing `record --duration 1s`");
     calls.extend(strace_to_end(&scratch, "record", daemon, &["record", "--duration", "1s"])?);
-    println!("seccomp: tracing `run` (scrapes in every format, SIGHUP, SIGUSR1/2, SIGPIPE, SIGTERM)");
-    calls.extend(trace_run(daemon, &["--alert-max-delay", "1us"])?);
+    println!("seccomp: tracing `run` (scrapes in every format, SIGHUP, SIGUSR1/2, SIGPIPE, SIGTERM; captures)");
+    let captures = scratch.join("captures");
+    let captures = captures.to_str().context("the scratch directory's path")?;
+    let capture = ["--capture-dir", captures, "--capture-max-files", "1", "--capture-demand", "1s"];
+    calls.extend(trace_run(daemon, &[&["--alert-max-delay", "1us"][..], &capture].concat())?);
     Ok(calls)
 }
 
 /// The system calls of `daemon run ARGS` from start to exit: attach, drain, scrapes of every
-/// endpoint and format, SIGHUP (reload), the signals it ignores (SIGUSR1, SIGUSR2, SIGPIPE), and
-/// SIGTERM (detach). Fails if it dies on any but the last.
+/// endpoint and format, SIGHUP (reload), SIGUSR1 (a capture on demand, with a capture directory),
+/// the signals it ignores (SIGUSR2, SIGPIPE), and SIGTERM (detach). Fails if it dies on any but
+/// the last.
 pub fn trace_run(daemon: &Path, args: &[&str]) -> anyhow::Result<BTreeSet<String>> {
     let scratch = Scratch::new("runqlat-seccomp")?;
     let addr = format!("127.0.0.1:{}", web::free_port()?);

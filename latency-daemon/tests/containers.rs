@@ -516,9 +516,9 @@ fn the_daemons_image_runs_with_two_capabilities_and_the_shipped_seccomp_profile(
         // (0700), and reading a file one owns needs no capability (nobody would need
         // CAP_DAC_READ_SEARCH, and Kubernetes gives a non-root container no ambient capabilities).
         &[
-            &["run", "-d", "--name", &name, "--network=host", "--user=0"][..],
+            &["run", "-d", "--name", &name, "--network=host", "--user=0", "--tmpfs=/captures"][..],
             &confined,
-            &[&tag, "run", &listen, "--window", "1s"],
+            &[&tag, "run", &listen, "--window", "1s", "--capture-dir=/captures/runqlat", "--capture-demand=1s"],
         ]
         .concat(),
     );
@@ -540,16 +540,31 @@ fn the_daemons_image_runs_with_two_capabilities_and_the_shipped_seccomp_profile(
             break Ok(());
         }
         if Instant::now() > deadline {
-            let log = podman.podman(&["logs", &name]).unwrap_or_default();
+            let log = podman.logs(&name).unwrap_or_else(|e| format!("{e:#}"));
             break Err(format!("no series with {want} within 30 s; last scrape: {text:?}; daemon log:\n{log}"));
         }
         std::thread::sleep(Duration::from_millis(500));
     };
     let caps = podman.podman(&["exec", &name, "/latency-daemon", "--version"]).map(drop);
+    // A capture on demand under the profile: its directory made, written, renamed into place.
+    let asked = podman.podman(&["kill", "--signal", "USR1", &name]).map(drop);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let captured = loop {
+        let log = podman.logs(&name).unwrap_or_else(|e| format!("{e:#}"));
+        if log.contains("capture on demand written") || log.contains("not written") || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     stop(&podman);
     podman.remove(&victim).unwrap_or_else(|e| panic!("{e:#}"));
     found.unwrap_or_else(|e| panic!("{e}"));
     caps.unwrap_or_else(|e| panic!("the image has the daemon as its only program: {e:#}"));
+    asked.unwrap_or_else(|e| panic!("podman kill --signal USR1: {e:#}"));
+    assert!(
+        captured.contains("capture on demand written") && !captured.contains("not written"),
+        "a capture under the shipped seccomp profile: {captured}"
+    );
 }
 
 /// The DaemonSet itself: its pod template, as shipped (securityContext, seccomp profile, read-only

@@ -24,7 +24,7 @@ pub const GENERIC_UNISTD: &str = "/usr/include/asm-generic/unistd.h";
 /// x86_64 calls arm64 does not have → what the C libraries (glibc, musl) call there instead; an
 /// empty list where nothing replaces it. Every x86_64 call that the profile allows and arm64 lacks
 /// must be here, or the translation fails.
-const REPLACED: [(&str, &[&str]); 20] = [
+const REPLACED: [(&str, &[&str]); 21] = [
     ("access", &["faccessat"]),
     // x86_64's TLS register set-up; arm64 sets its thread pointer without a system call.
     ("arch_prctl", &[]),
@@ -42,6 +42,8 @@ const REPLACED: [(&str, &[&str]); 20] = [
     ("pipe", &["pipe2"]),
     ("poll", &["ppoll"]),
     ("readlink", &["readlinkat"]),
+    // glibc calls renameat where the kernel has it (arm64 does), musl too; renameat2 where not.
+    ("rename", &["renameat", "renameat2"]),
     ("select", &["pselect6"]),
     ("stat", &["newfstatat"]),
     ("unlink", &["unlinkat"]),

@@ -171,6 +171,16 @@ impl Podman {
         cmd::stdout(&mut c)
     }
 
+    /// Container `name`'s log: what it wrote on stdout and on stderr (`podman logs` replays each on
+    /// its own stream).
+    pub fn logs(&self, name: &str) -> anyhow::Result<String> {
+        let mut c = self.command();
+        c.args(["logs", name]);
+        let out = c.output().with_context(|| cmd::show(&c))?;
+        anyhow::ensure!(out.status.success(), "{}: {}", cmd::show(&c), String::from_utf8_lossy(&out.stderr).trim());
+        Ok(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+
     /// A path in this guard's scratch directory.
     pub fn scratch_file(&self, name: &str) -> PathBuf {
         self.scratch.join(name)
