@@ -45,11 +45,18 @@ pub fn trace(daemon: &Path) -> anyhow::Result<BTreeSet<String>> {
     println!("seccomp: tracing `record --duration 1s`");
     calls.extend(strace_to_end(&scratch, "record", daemon, &["record", "--duration", "1s"])?);
     println!("seccomp: tracing `run` (scrapes in every format, SIGHUP, SIGUSR1/2, SIGPIPE, SIGTERM; captures)");
-    let captures = scratch.join("captures");
-    let captures = captures.to_str().context("the scratch directory's path")?;
-    let capture = ["--capture-dir", captures, "--capture-max-files", "1", "--capture-demand", "1s"];
-    calls.extend(trace_run(daemon, &[&["--alert-max-delay", "1us"][..], &capture].concat())?);
+    let args = run_args(&scratch.join("captures"));
+    calls.extend(trace_run(daemon, &args.iter().map(String::as_str).collect::<Vec<_>>())?);
     Ok(calls)
+}
+
+/// The flags `run` is traced with: an alert at 1 µs (so the attribution programs and the alert
+/// log run) and captures into `captures` (an alert's, and one on demand that a cap of one prunes).
+pub fn run_args(captures: &Path) -> Vec<String> {
+    let captures = captures.to_string_lossy().into_owned();
+    ["--alert-max-delay", "1us", "--capture-dir", &captures, "--capture-max-files", "1", "--capture-demand", "1s"]
+        .map(str::to_owned)
+        .to_vec()
 }
 
 /// The system calls of `daemon run ARGS` from start to exit: attach, drain, scrapes of every

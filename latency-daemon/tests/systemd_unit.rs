@@ -82,8 +82,11 @@ fn exposure_level_is_at_most_readmes_figure() {
 #[test]
 fn every_system_call_of_the_daemon_passes_the_units_filter() {
     let allowed = unit_filter();
-    let used = latency_lab::seccomp::trace_run(DAEMON.as_ref(), &["--alert-max-delay", "1us"])
+    let scratch = latency_lab::guard::Scratch::new("runqlat-unit-filter").unwrap();
+    let args = latency_lab::seccomp::run_args(&scratch.join("captures"));
+    let used = latency_lab::seccomp::trace_run(DAEMON.as_ref(), &args.iter().map(String::as_str).collect::<Vec<_>>())
         .unwrap_or_else(|e| panic!("latency-daemon run under strace: {e:#}"));
+    assert!(used.contains("rename"), "no capture written: {used:?}");
     latency_lab::oracle::bpftool::nothing_loaded().unwrap_or_else(|e| panic!("{e:#}"));
     assert!(used.contains("bpf") && used.contains("capset"), "strace saw too little: {used:?}");
     eprintln!("{} system calls used: {}", used.len(), used.iter().map(String::as_str).collect::<Vec<_>>().join(" "));
