@@ -95,7 +95,10 @@ start record record --duration 10m --json
 start record-rq record --duration 10m --json --clock run-queue
 start run $RUN 127.0.0.1:9101
 start run-per-task $RUN 127.0.0.1:9102 --per-task --irq-tracepoints
-start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms --throttle-hooks=false
+# With the stall, the alerting service keeps captures (every one it may: nothing else limits them).
+CAPTURE=
+[ "$STALL" = 1 ] && CAPTURE="--capture-dir /tmp/captures --capture-events 1024 --capture-interval 0s --capture-cpu-interval 0s"
+start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms --throttle-hooks=false $CAPTURE
 start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
 # Each one's attach time to the tenth of a second: all are looked at every round.
 i=0
@@ -157,6 +160,11 @@ if [ "$STALL" = 1 ]; then
   mark stall
   xtask vmtest --guest-stall 127.0.0.1:9101 --guest-stall-pid "$(cat /tmp/run.pid)" > /tmp/stall.json 2> /tmp/stall.err
   echo $? > /tmp/stall.rc
+  # The alerting service's newest capture (names sort by time) is the stall's, rewritten with its
+  # end at the drain after the victim ran.
+  sleep 1
+  newest=$(ls /tmp/captures/*.pftrace 2>/dev/null | tail -n 1)
+  [ -n "$newest" ] && base64 "$newest" > /tmp/stall.capture
   mark stalled
 fi
 # The throttle scenes (vmt.throttle=1, throttle.rs's SCENES): `scene NAME LIMITED TASK SECS
@@ -270,6 +278,7 @@ done
 if [ "$STALL" = 1 ]; then
   put stall /tmp/stall.json "$(cat /tmp/stall.rc)"
   put stall.err /tmp/stall.err
+  put stall.capture /tmp/stall.capture
 fi
 if [ "$THROTTLE" = 1 ]; then
   put throttle.bpf /tmp/throttle.bpf

@@ -13,7 +13,7 @@ use crate::web::{sample, total};
 use crate::workload::Done;
 
 pub use self::causes::{IRQ_TRACEPOINTS, JUDGED_APART, causes, feature, throttle};
-pub use self::stall::stall;
+pub use self::stall::{stall, stall_capture};
 
 mod causes;
 mod stall;

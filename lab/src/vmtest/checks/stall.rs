@@ -84,9 +84,99 @@ fn last(text: &str) -> &str {
     text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
 }
 
+/// The capture the alerting service took of the stall, read with Perfetto's own classes: on the
+/// stalled CPU the SCHED_FIFO spinner (`SPINNER`) held it for half a second or more, the victim
+/// was switched in after it, and the wait the alert fired on is a slice on its thread's track.
+/// Every switch there also hands the CPU from the task the one before handed it to.
+pub fn stall_capture(capture: Result<&crate::oracle::perfetto::Capture, &String>, w: Option<&Watched>) -> Check {
+    const NAME: &str = "stall: capture";
+    let (c, w) = match (capture, w) {
+        (Ok(c), Some(w)) => (c, w),
+        (Err(e), _) => return Check::new(NAME, false, e.clone()),
+        (_, None) => return Check::new(NAME, false, "the stall was not watched".to_owned()),
+    };
+    let cpu = w.cpu as u32;
+    let on_cpu: Vec<_> = c.switches.iter().filter(|s| s.cpu == cpu).collect();
+    let chained = on_cpu.windows(2).filter(|p| p[0].next == p[1].prev).count();
+    // The longest stretch an RT task held the CPU, and whether the victim ran after it.
+    let mut longest_rt = (0u64, 0u64);
+    for p in on_cpu.windows(2) {
+        let rt = p[0].next_comm == crate::workload::stall::SPINNER && p[1].prev == p[0].next;
+        if rt && p[1].ts_ns - p[0].ts_ns > longest_rt.1 - longest_rt.0 {
+            longest_rt = (p[0].ts_ns, p[1].ts_ns);
+        }
+    }
+    let victim_after = on_cpu.iter().any(|s| s.next as u32 == w.victim_tid && s.ts_ns >= longest_rt.1);
+    let slice = c
+        .slices
+        .iter()
+        .filter(|s| s.kind == 1 && s.notes.get("cpu").and_then(serde_json::Value::as_u64) == Some(u64::from(cpu)))
+        .filter_map(|s| s.notes.get("delay_ns").and_then(serde_json::Value::as_u64).map(|d| (s.tid, d)))
+        .max_by_key(|(_, d)| *d);
+    let held = longest_rt.1 - longest_rt.0;
+    let ok = held >= 500_000_000
+        && victim_after
+        && slice.is_some_and(|(_, d)| d >= 100_000_000)
+        && chained + 1 == on_cpu.len();
+    Check::new(
+        NAME,
+        ok,
+        format!(
+            "{} switches on CPU {cpu} ({chained} handing on from the one before); the SCHED_FIFO spinner held it \
+             {:.2} s, the victim {} switched in after: {victim_after}; the alert's wait on its thread: {}",
+            on_cpu.len(),
+            held as f64 / 1e9,
+            w.victim_tid,
+            slice.map_or_else(|| "none".to_owned(), |(tid, d)| format!("tid {tid}, {:.2} s", d as f64 / 1e9)),
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_capture_shows_the_spinner_then_the_victim_and_the_wait() {
+        use crate::oracle::perfetto::{Capture, SliceEvent, Switch};
+        const MS: u64 = 1_000_000;
+        let switch = |ts_ns: u64, prev: (i32, &str), next: (i32, &str)| Switch {
+            cpu: 1,
+            ts_ns,
+            prev: prev.0,
+            next: next.0,
+            prev_state: 0,
+            prev_comm: prev.1.to_owned(),
+            next_comm: next.1.to_owned(),
+        };
+        let spinner = (50, crate::workload::stall::SPINNER);
+        let victim = (7, crate::workload::stall::VICTIM);
+        let slice = SliceEvent {
+            tid: 7,
+            ts_ns: 5 * MS,
+            kind: 1,
+            name: "run-queue wait 895 ms".into(),
+            notes: [("cpu".to_owned(), 1.into()), ("delay_ns".to_owned(), (895 * MS).into())].into_iter().collect(),
+        };
+        let capture = Capture {
+            switches: vec![switch(0, (0, "swapper/1"), spinner), switch(900 * MS, spinner, victim)],
+            wakings: vec![],
+            migrations: vec![],
+            threads: Default::default(),
+            release: String::new(),
+            slices: vec![slice],
+        };
+        let w = Watched { cpu: 1, victim_tid: 7, ..Watched::default() };
+        let check = stall_capture(Ok(&capture), Some(&w));
+        assert!(check.ok, "{}", check.detail);
+        let mut broken = capture.clone();
+        broken.switches[1].prev = 51;
+        assert!(!stall_capture(Ok(&broken), Some(&w)).ok, "a switch that does not hand on from the one before");
+        let mut short = capture.clone();
+        short.switches[1].ts_ns = 100 * MS;
+        assert!(!stall_capture(Ok(&short), Some(&w)).ok, "a spin too short to be the stall");
+        assert!(!stall_capture(Err(&"none".to_owned()), Some(&w)).ok);
+    }
 
     #[test]
     fn a_stall_is_seen_growing_before_the_victim_ran() {

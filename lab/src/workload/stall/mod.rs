@@ -22,6 +22,8 @@ pub use victim::{Again, Run, Victim, pin};
 
 /// The victim's comm.
 pub const VICTIM: &str = "stall-victim";
+/// The SCHED_FIFO spinner's name (its comm).
+pub const SPINNER: &str = "stall-spinner";
 
 /// What a stall does.
 #[derive(Debug, Clone, Copy)]

@@ -128,7 +128,7 @@ impl Spinner {
             bail!("a spinner takes priority 1..={MAX_PRIORITY} and at most {MAX_SPIN:?}, not {priority} for {spin:?}");
         }
         let ends_ns = monotonic_ns() + spin.as_nanos() as u64;
-        let (child, _) = Forked::spawn("stall-spinner", Some(cpu), None, move |tell| {
+        let (child, _) = Forked::spawn(super::SPINNER, Some(cpu), None, move |tell| {
             // Zeroed, then the priority: musl's sched_param has more fields than glibc's (the
             // guests' static xtask is built for musl).
             // SAFETY: sched_param is plain integers; all zeros is a valid value.

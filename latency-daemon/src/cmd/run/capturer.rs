@@ -16,7 +16,7 @@ use latency_common::maps::CaptureRecord;
 
 use crate::{
     alert::engine::{AlertKey, Transition},
-    host::captures::Store,
+    host::{captures::Store, clock},
     kernel::{capture, drain, probe::Probe},
     metrics::instruments::capture::CaptureStats,
     model::{self, capture::Wait, perfetto, wall},
@@ -34,6 +34,8 @@ struct Job {
     wait: Option<Wait>,
     /// A new capture (counted as written), not a later reading of one.
     fresh: bool,
+    /// The drain thread's CPU time reading the rings.
+    read_cpu: Duration,
 }
 
 /// A capture on demand still reading.
@@ -188,6 +190,7 @@ impl Capturer {
 
     /// Reads the rings and queues them as capture `name`; whether it was queued.
     fn take(&self, probe: &Probe, name: &str, wait: Option<Wait>, fresh: bool) -> bool {
+        let cpu_before = clock::thread_cpu_ns();
         let rings = match capture::read(probe, self.slots) {
             Ok(rings) => rings,
             Err(e) => {
@@ -197,7 +200,8 @@ impl Capturer {
             }
         };
         self.stats.torn(rings.cpus.iter().map(|c| c.torn).sum());
-        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records, wait, fresh }) {
+        let read_cpu = Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before));
+        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records, wait, fresh, read_cpu }) {
             Ok(()) => true,
             Err(_) => {
                 if fresh {
@@ -229,6 +233,7 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
         // Only what this reading newly lost is counted: a capture read ten times counts a gap once.
         let lost = capture::gaps(&records);
         stats.overwritten(lost.saturating_sub(lost_before));
+        let cpu_before = clock::thread_cpu_ns();
         let trace = perfetto::trace(&records, host, job.wait.as_ref());
         let picture = view::capture::picture(&records, job.wait.as_ref());
         match store.write(&job.name, &trace, Some(picture.as_bytes())) {
@@ -237,6 +242,18 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
                     stats.written();
                 }
                 stats.removed(removed);
+                let written_cpu = Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before));
+                log::info!(
+                    "capture {} {}: {} events, {} KiB of trace and {} KiB of picture; CPU: read {:.1} ms (drain \
+                     thread), encoded, drawn and written {:.1} ms (capture thread)",
+                    if job.fresh { "written" } else { "rewritten with a later reading" },
+                    model::capture::url(&job.name),
+                    records.len(),
+                    trace.len().div_ceil(1024),
+                    picture.len().div_ceil(1024),
+                    job.read_cpu.as_secs_f64() * 1e3,
+                    written_cpu.as_secs_f64() * 1e3,
+                );
             }
             Err(e) => {
                 log::warn!(
