@@ -339,7 +339,11 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     let stall = guest.append.contains("vmt.stall=1").then(|| {
         let watched = serde_json::from_str::<crate::watch::Watched>(text("stall").trim()).ok();
         list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
-        list.push(checks::stall_capture(stall_capture(&guest.dir, text("stall.capture")).as_ref(), watched.as_ref()));
+        list.push(checks::stall_capture(
+            stall_capture(&guest.dir, (data.bytes("stall.capture"), text("stall.capture")), text("stall.capture.err"))
+                .as_ref(),
+            watched.as_ref(),
+        ));
         watched
     });
     let mut throttles = Vec::new();
@@ -403,15 +407,28 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
 }
 
 /// With /sys/kernel/btf hidden, `check` and `run` exit 1 and say why in one line.
-/// The stall's capture as the guest sent it (the trace in base64, in its own section), written
-/// beside the guest's report as `stall-capture.pftrace` and read with Perfetto's classes.
-fn stall_capture(dir: &std::path::Path, base64_text: &str) -> Result<crate::oracle::perfetto::Capture, String> {
+/// The stall's capture as the guest sent it (the trace itself in a gzipped section, or in base64
+/// where the guest has no gzip), written beside the guest's report as `stall-capture.pftrace` and
+/// read with Perfetto's classes.
+fn stall_capture(
+    dir: &std::path::Path,
+    sent: (Option<&[u8]>, &str),
+    asked: &str,
+) -> Result<crate::oracle::perfetto::Capture, String> {
     use base64::Engine as _;
-    let text: String = base64_text.split_whitespace().collect();
-    if text.is_empty() {
-        return Err("the alerting service kept no capture of the stall".to_owned());
-    }
-    let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| format!("base64: {e}"))?;
+    let bytes = match sent {
+        (Some(bytes), _) if !bytes.is_empty() => bytes.to_vec(),
+        (_, text) if !text.trim().is_empty() => {
+            let text: String = text.split_whitespace().collect();
+            base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| format!("base64: {e}"))?
+        }
+        _ => {
+            return Err(format!(
+                "the alerting service kept no capture of the stall; `latency-daemon capture`: {}",
+                asked.trim()
+            ));
+        }
+    };
     let path = dir.join("stall-capture.pftrace");
     std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     crate::oracle::perfetto::read(&path).map_err(|e| format!("{e:#}"))

@@ -95,10 +95,11 @@ start record record --duration 10m --json
 start record-rq record --duration 10m --json --clock run-queue
 start run $RUN 127.0.0.1:9101
 start run-per-task $RUN 127.0.0.1:9102 --per-task --irq-tracepoints
-# With the stall, the alerting service keeps captures (every one it may: nothing else limits them).
+# With the stall, the alerting service keeps captures (every one its alerts take, and one on
+# demand through the stall).
 CAPTURE=
-[ "$STALL" = 1 ] && CAPTURE="--capture-dir /tmp/captures --capture-events 1024 --capture-interval 0s --capture-cpu-interval 0s"
-start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms --throttle-hooks=false $CAPTURE
+[ "$STALL" = 1 ] && CAPTURE="--capture-dir /tmp/captures --capture-events 1024 --capture-demand 4s"
+start run-alerting $RUN 127.0.0.1:9103 $CAPTURE --alert-max-delay 5ms --throttle-hooks=false
 start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
 # Each one's attach time to the tenth of a second: all are looked at every round.
 i=0
@@ -158,13 +159,21 @@ done
 # through `run`'s /api/v1/waits and /metrics; the crews are parked, so nothing of theirs waits.
 if [ "$STALL" = 1 ]; then
   mark stall
+  # Every CPU through the stall, asked of the alerting service as a user would (4 s: the spin's 3 s
+  # and the victim's run after it).
+  latency-daemon capture --pid "$(cat /tmp/run-alerting.pid)" 2> /tmp/stall.capture.err
   xtask vmtest --guest-stall 127.0.0.1:9101 --guest-stall-pid "$(cat /tmp/run.pid)" > /tmp/stall.json 2> /tmp/stall.err
   echo $? > /tmp/stall.rc
-  # The alerting service's newest capture (names sort by time) is the stall's, rewritten with its
-  # end at the drain after the victim ran.
-  sleep 1
-  newest=$(ls /tmp/captures/*.pftrace 2>/dev/null | tail -n 1)
-  [ -n "$newest" ] && base64 "$newest" > /tmp/stall.capture
+  i=0
+  until grep -q "capture on demand written" /tmp/run-alerting.err; do
+    i=$((i + 1)); [ $i -gt 50 ] && break
+    sleep 0.1
+  done
+  # The trace as it is where `put` gzips (binary-safe), else in base64.
+  for f in /tmp/captures/*-demand.pftrace; do
+    [ -e "$f" ] || continue
+    if [ $GZ = 1 ]; then cp "$f" /tmp/stall.capture; else base64 "$f" > /tmp/stall.capture; fi
+  done
   mark stalled
 fi
 # The throttle scenes (vmt.throttle=1, throttle.rs's SCENES): `scene NAME LIMITED TASK SECS
@@ -279,6 +288,7 @@ if [ "$STALL" = 1 ]; then
   put stall /tmp/stall.json "$(cat /tmp/stall.rc)"
   put stall.err /tmp/stall.err
   put stall.capture /tmp/stall.capture
+  put stall.capture.err /tmp/stall.capture.err
 fi
 if [ "$THROTTLE" = 1 ]; then
   put throttle.bpf /tmp/throttle.bpf

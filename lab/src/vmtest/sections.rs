@@ -8,9 +8,14 @@ use std::io::Read as _;
 
 use base64::Engine as _;
 
-/// `@@begin NAME` … `@@end NAME RC` sections of the data port.
+/// `@@begin NAME` … `@@end NAME RC` sections of the data port: each one's text, exit code, and,
+/// when it came gzipped, its bytes as they were (a binary file among them).
 #[derive(Debug, Default)]
-pub struct Sections(BTreeMap<String, (String, Option<i32>)>);
+pub struct Sections(BTreeMap<String, Section>);
+
+/// One section: its text, the exit code after it, its bytes when it came gzipped.
+#[derive(Debug, Default)]
+struct Section(String, Option<i32>, Option<Vec<u8>>);
 
 impl Sections {
     pub fn parse(data: &str) -> Sections {
@@ -25,8 +30,15 @@ impl Sections {
             } else if let Some(rest) = line.strip_prefix("@@end ") {
                 let rc = rest.split_whitespace().nth(1).and_then(|rc| rc.parse().ok());
                 if let Some((name, gzipped, body)) = current.take() {
-                    let text = if gzipped { gunzip_base64(&body) } else { body };
-                    found.insert(name, (text, rc));
+                    let (text, bytes) = if gzipped {
+                        match gunzip_base64(&body) {
+                            Ok(bytes) => (String::from_utf8_lossy(&bytes).into_owned(), Some(bytes)),
+                            Err(why) => (why, None),
+                        }
+                    } else {
+                        (body, None)
+                    };
+                    found.insert(name, Section(text, rc, bytes));
                 }
             } else if let Some((_, gzipped, body)) = current.as_mut() {
                 if *gzipped {
@@ -43,37 +55,46 @@ impl Sections {
     /// Every section as plain text (`@@begin NAME` … `@@end NAME RC`), for the report's folder.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for (name, (text, rc)) in &self.0 {
+        for (name, Section(text, rc, bytes)) in &self.0 {
             let rc = rc.map(|rc| format!(" {rc}")).unwrap_or_default();
+            let text = match bytes {
+                Some(b) if std::str::from_utf8(b).is_err() => format!("({} bytes, not text)\n", b.len()),
+                _ => text.clone(),
+            };
             out.push_str(&format!("@@begin {name}\n{text}@@end {name}{rc}\n"));
         }
         out
     }
 
     pub fn text(&self, name: &str) -> &str {
-        self.0.get(name).map_or("", |(t, _)| t.as_str())
+        self.0.get(name).map_or("", |s| s.0.as_str())
+    }
+
+    /// A gzipped section's bytes as the guest's file held them; None for a plain section (whose
+    /// text is all there is) or one that did not decode.
+    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+        self.0.get(name).and_then(|s| s.2.as_deref())
     }
 
     /// The exit code the guest wrote after the section, if any.
     pub fn rc(&self, name: &str) -> Option<i32> {
-        self.0.get(name).and_then(|(_, rc)| *rc)
+        self.0.get(name).and_then(|s| s.1)
     }
 }
 
-/// The text gzipped and written in base64 (`gzip -c FILE | base64`), or what went wrong.
-fn gunzip_base64(body: &str) -> String {
+/// The bytes gzipped and written in base64 (`gzip -c FILE | base64`), or, as text, what went wrong.
+fn gunzip_base64(body: &str) -> Result<Vec<u8>, String> {
     if body.is_empty() {
-        return String::new();
+        return Ok(Vec::new());
     }
-    let gz = match base64::engine::general_purpose::STANDARD.decode(body) {
-        Ok(gz) => gz,
-        Err(err) => return format!("(undecodable: base64: {err})\n"),
-    };
-    let mut text = String::new();
-    match flate2::read::GzDecoder::new(gz.as_slice()).read_to_string(&mut text) {
-        Ok(_) => text,
-        Err(err) => format!("(undecodable: gzip: {err})\n"),
-    }
+    let gz = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map_err(|err| format!("(undecodable: base64: {err})\n"))?;
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(gz.as_slice())
+        .read_to_end(&mut bytes)
+        .map_err(|err| format!("(undecodable: gzip: {err})\n"))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -102,5 +123,6 @@ mod tests {
         assert_eq!((s.text("d"), s.rc("d")), ("", Some(0)), "an empty file is an empty section");
         assert!(s.text("c").starts_with("(undecodable: base64"), "{}", s.text("c"));
         assert!(s.render().contains("@@begin b\nline one\nline two\n@@end b 3\n"));
+        assert_eq!((s.bytes("a"), s.bytes("b")), (None, Some(text.as_bytes())), "bytes of a gzipped section");
     }
 }

@@ -2,10 +2,12 @@
 //! operator's asks) in; for an alert that fires, every CPU's ring of scheduler events read (a few
 //! milliseconds) and handed to a writer thread that turns it into a Perfetto trace and an SVG
 //! picture in the capture directory, and the capture's address set on that alert's transitions
-//! from then on (so sinks and re-sends carry it). When the alert's wait in progress ends
-//! (`Updated`), the rings are read once more and the capture rewritten with both readings, so a
-//! stall longer than a ring's reach is kept whole from its start to its end. A capture on demand
-//! (SIGUSR1) reads now and at every drain until `capture_demand` has passed. At most one new
+//! from then on (so sinks and re-sends carry it). While the alert's wait in progress grows
+//! (`Grown`, at most once a drain) the rings are read again and kept; when it ends (`Updated`),
+//! read once more and the capture rewritten with every reading, so a stall longer than a ring's
+//! reach is kept whole from its start to its end. A capture on demand
+//! (SIGUSR1) reads now and at every drain until `capture_demand` has passed, and is rewritten
+//! with every reading at the end. At most one new
 //! capture per `capture_interval` in all and one per `capture_cpu_interval` per CPU; while the
 //! writer is busy a capture is suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
 use std::collections::{HashMap, VecDeque};
@@ -32,10 +34,21 @@ struct Job {
     name: String,
     records: Vec<CaptureRecord>,
     wait: Option<Wait>,
-    /// A new capture (counted as written), not a later reading of one.
-    fresh: bool,
+    reading: Reading,
     /// The drain thread's CPU time reading the rings.
     read_cpu: Duration,
+}
+
+/// Which reading of a capture a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// The first: written, and counted as written.
+    New,
+    /// A later one, kept to merge with the next (a wait still growing: its CPU's ring may wrap
+    /// before it ends), not written.
+    Interim,
+    /// The last (the wait ended, the demand's time is up): the capture rewritten with every reading.
+    Last,
 }
 
 /// A capture on demand still reading.
@@ -142,7 +155,7 @@ impl Capturer {
                     }
                     let name = model::capture::name(a.worst.end_unix_ns, cpu, a.worst.victim_tid);
                     let wait = Wait::of(&a.worst, boot_minus_mono_ns());
-                    if self.take(probe, &name, Some(wait), true) {
+                    if self.take(probe, &name, Some(wait), Reading::New) {
                         self.limiter.took(cpu, Instant::now());
                         a.capture = Some(model::capture::url(&name));
                         self.names.insert(a.key.clone(), name);
@@ -151,20 +164,25 @@ impl Capturer {
                 Transition::Updated(a) => {
                     if let Some(name) = self.names.get(&a.key).cloned() {
                         // Its wait has ended: the rest of it, into the same capture.
-                        self.take(probe, &name, Some(Wait::of(&a.worst, boot_minus_mono_ns())), false);
+                        self.take(probe, &name, Some(Wait::of(&a.worst, boot_minus_mono_ns())), Reading::Last);
                         a.capture = Some(model::capture::url(&name));
                     }
                 }
-                Transition::Grown(a) => a.capture = self.names.get(&a.key).map(|n| model::capture::url(n)),
+                Transition::Grown(a) => {
+                    if let Some(name) = self.names.get(&a.key).cloned() {
+                        // Still waiting: a reading kept for when it ends, should its CPU's ring wrap.
+                        self.take(probe, &name, None, Reading::Interim);
+                        a.capture = Some(model::capture::url(&name));
+                    }
+                }
                 Transition::Resolved(a) => a.capture = self.names.remove(&a.key).map(|n| model::capture::url(&n)),
             }
         }
         if let Some(d) = &self.demand {
             let name = d.name.clone();
             let done = Instant::now() >= d.until;
-            self.take(probe, &name, None, false);
+            self.take(probe, &name, None, if done { Reading::Last } else { Reading::Interim });
             if done {
-                log::info!("capture on demand written: {}", model::capture::url(&name));
                 self.demand = None;
             }
         }
@@ -178,7 +196,7 @@ impl Capturer {
             return;
         }
         let name = model::capture::demand_name(wall::now_unix_ns());
-        if self.take(probe, &name, None, true) {
+        if self.take(probe, &name, None, Reading::New) {
             log::info!(
                 "capture on demand: reading every CPU's events for {}, to {}",
                 humantime::format_duration(self.demand_for),
@@ -189,7 +207,7 @@ impl Capturer {
     }
 
     /// Reads the rings and queues them as capture `name`; whether it was queued.
-    fn take(&self, probe: &Probe, name: &str, wait: Option<Wait>, fresh: bool) -> bool {
+    fn take(&self, probe: &Probe, name: &str, wait: Option<Wait>, reading: Reading) -> bool {
         let cpu_before = clock::thread_cpu_ns();
         let rings = match capture::read(probe, self.slots) {
             Ok(rings) => rings,
@@ -201,10 +219,10 @@ impl Capturer {
         };
         self.stats.torn(rings.cpus.iter().map(|c| c.torn).sum());
         let read_cpu = Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before));
-        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records, wait, fresh, read_cpu }) {
+        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records, wait, reading, read_cpu }) {
             Ok(()) => true,
             Err(_) => {
-                if fresh {
+                if reading == Reading::New {
                     self.stats.suppressed();
                 }
                 false
@@ -218,7 +236,7 @@ impl Capturer {
 fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stats: &CaptureStats) {
     let mut kept: VecDeque<(String, Vec<CaptureRecord>, u64)> = VecDeque::new();
     for job in inbox {
-        if !job.fresh && !store.has(&job.name) {
+        if job.reading != Reading::New && !store.has(&job.name) {
             // The caps removed it since (newer captures came): a later reading does not bring it back.
             kept.retain(|(name, _, _)| *name != job.name);
             continue;
@@ -233,20 +251,29 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
         // Only what this reading newly lost is counted: a capture read ten times counts a gap once.
         let lost = capture::gaps(&records);
         stats.overwritten(lost.saturating_sub(lost_before));
+        if job.reading == Reading::Interim {
+            keep(&mut kept, job.name, records, lost);
+            continue;
+        }
         let cpu_before = clock::thread_cpu_ns();
         let trace = perfetto::trace(&records, host, job.wait.as_ref());
         let picture = view::capture::picture(&records, job.wait.as_ref());
         match store.write(&job.name, &trace, Some(picture.as_bytes())) {
             Ok(removed) => {
-                if job.fresh {
+                if job.reading == Reading::New {
                     stats.written();
                 }
                 stats.removed(removed);
                 let written_cpu = Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before));
+                let what = match (job.wait.is_some(), job.reading) {
+                    (true, Reading::New) => "capture written",
+                    (true, _) => "capture rewritten with its later readings",
+                    (false, Reading::New) => "capture on demand, its first reading written",
+                    (false, _) => "capture on demand written",
+                };
                 log::info!(
-                    "capture {} {}: {} events, {} KiB of trace and {} KiB of picture; CPU: read {:.1} ms (drain \
-                     thread), encoded, drawn and written {:.1} ms (capture thread)",
-                    if job.fresh { "written" } else { "rewritten with a later reading" },
+                    "{what}: {}: {} events, {} KiB of trace and {} KiB of picture; CPU: read {:.1} ms (drain thread), \
+                     encoded, drawn and written {:.1} ms (capture thread)",
                     model::capture::url(&job.name),
                     records.len(),
                     trace.len().div_ceil(1024),
@@ -264,10 +291,15 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
                 stats.failed();
             }
         }
-        kept.push_back((job.name, records, lost));
-        if kept.len() > KEPT {
-            kept.pop_front();
-        }
+        keep(&mut kept, job.name, records, lost);
+    }
+}
+
+/// Keeps a capture's records (and the records it lacks) to merge with its next reading.
+fn keep(kept: &mut VecDeque<(String, Vec<CaptureRecord>, u64)>, name: String, records: Vec<CaptureRecord>, lost: u64) {
+    kept.push_back((name, records, lost));
+    if kept.len() > KEPT {
+        kept.pop_front();
     }
 }
 
