@@ -143,8 +143,8 @@ settings! {
         irq_tracepoints: bool {
             help: "With --wait-causes, on kernels that do not account IRQ time (CONFIG_IRQ_TIME_ACCOUNTING \
                    off), time device IRQ handlers and softirqs with the irq tracepoints and count them in each \
-                   wait's irq_steal part (two clock reads per handler or softirq run); unavailable where the \
-                   kernel accounts IRQ time itself",
+                   wait's irq_steal part (two clock reads per handler or softirq run) and, with capture_dir, \
+                   record them in captures; unavailable where the kernel accounts IRQ time itself",
             default: "false",
             apply: Restart,
         },
@@ -165,8 +165,9 @@ settings! {
         capture_dir: PathBuf {
             help: "Keep every CPU's last scheduler events (the capture recorder) and, when an alert fires, \
                    write them there as a Perfetto trace, served at /api/v1/captures; off without it",
-            more: "The recorder is three programs of their own on sched_switch, sched_waking and \
-                   sched_migrate_task (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU VM). At \
+            more: "The recorder is four programs of their own on sched_switch, sched_waking, \
+                   sched_migrate_task and cpu_idle (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU \
+                   VM), and with irq_tracepoints four more that record IRQ handlers and softirqs. At \
                    most one capture per 10 s, 32 files and 256 MiB in the directory (oldest removed); \
                    runqlat_captures_total counts them. See the captures guide.",
             default: "off",
