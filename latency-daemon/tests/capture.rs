@@ -5,12 +5,13 @@
 //! unknown fields and events out of order); on CPU 1, over the span both saw, the capture's
 //! switches are perf's — the same prev and next tids in the same order, each within a few
 //! microseconds of perf's time — and so are its `softirq_entry` and `softirq_exit` (the same
-//! vectors); on the CPU that idled most, its `cpu_idle` events (the same states) and IRQ
-//! handlers; and every waking of the sleeper names the waker perf saw. And the daemon's own trigger: a SCHED_FIFO spinner stalls a task on CPU 1
-//! past its cgroup's alert threshold; the alert carries a capture's address, `/api/v1/captures`
-//! lists it behind the same address, and the capture (read back with Perfetto's classes) holds
-//! the spinner taking the CPU, the victim's wakeup and, once its wait ended, the victim getting
-//! the CPU. Prints the figures.
+//! vectors); on the CPU that idled most, its `cpu_idle` events (the same states); on every CPU,
+//! its IRQ handlers (the same IRQs, named as /proc/interrupts names them); and every waking of
+//! the sleeper names the waker perf saw. And the daemon's own trigger: a SCHED_FIFO spinner
+//! stalls a task on CPU 1 past its cgroup's alert threshold; the alert carries a capture's
+//! address, `/api/v1/captures` lists it behind the same address, and the capture (read back with
+//! Perfetto's classes) holds the spinner taking the CPU, the victim's wakeup and, once its wait
+//! ended, the victim getting the CPU. Prints the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -137,7 +138,7 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
 
     // Softirqs (the tick's, mostly) on the spinners' CPU, each tracepoint on its own: the
     // recorder's programs attach one after another, so only each one's sequence starts with perf's.
-    // Device IRQs, few here, on the CPU that idled most (where they land).
+    // Device IRQs, few here, on every CPU.
     let irq_part = if log.contains("irq_tracepoints unavailable") {
         "no IRQ tracepoints on this kernel (it accounts IRQ time)".to_owned()
     } else {
@@ -158,36 +159,45 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
         assert!(ours_in.len() >= 20, "{} softirq_entry events on CPU {CPU} in the capture", ours_in.len());
         let entered = same_as_perfs("softirq_entry", CPU, EVENT_MEDIAN_NS, &ours_in, &theirs_in);
         let left = same_as_perfs("softirq_exit", CPU, EVENT_MEDIAN_NS, &ours_out, &theirs_out);
-        let irqs = |entry: bool| -> (Timed<u32>, Timed<u32>) {
-            let ours = ours
-                .irqs
-                .iter()
-                .filter(|i| i.cpu == idle_cpu && i.entry == entry)
-                .map(|i| (i.ts_ns, i.irq as u32))
-                .collect();
+        let irqs = |on: u32, entry: bool| -> (Timed<u32>, Timed<u32>) {
+            let ours =
+                ours.irqs.iter().filter(|i| i.cpu == on && i.entry == entry).map(|i| (i.ts_ns, i.irq as u32)).collect();
             let theirs = perf
                 .iter()
                 .filter_map(|e| match *e {
-                    SchedEvent::Irq { cpu, ts_ns, irq, entry: e } if cpu == idle_cpu && e == entry => {
-                        Some((ts_ns, irq))
-                    }
+                    SchedEvent::Irq { cpu, ts_ns, irq, entry: e } if cpu == on && e == entry => Some((ts_ns, irq)),
                     _ => None,
                 })
                 .collect();
             (ours, theirs)
         };
+        // Each handler by the name /proc/interrupts gives its IRQ (cut to 15 bytes).
+        let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap();
+        for i in ours.irqs.iter().filter(|i| i.entry) {
+            let name = i.name.as_deref().unwrap_or_default();
+            let line = interrupts.lines().find(|l| l.trim_start().starts_with(&format!("{}:", i.irq)));
+            assert!(
+                !name.is_empty() && line.is_some_and(|l| l.contains(name)),
+                "IRQ {} named {name:?} in the capture, /proc/interrupts: {line:?}",
+                i.irq
+            );
+        }
         let mut handlers = Vec::new();
-        for (what, entry) in [("irq_handler_entry", true), ("irq_handler_exit", false)] {
-            let (ours, theirs) = irqs(entry);
-            if ours.is_empty() {
-                let in_span = theirs.iter().filter(|(t, _)| span.contains(t)).count();
-                assert_eq!(in_span, 0, "no {what} on CPU {idle_cpu} in the capture, {in_span} in perf's trace");
-                handlers.push(format!("no {what}"));
-            } else {
-                handlers.push(same_as_perfs(what, idle_cpu, EVENT_MEDIAN_NS, &ours, &theirs).to_string());
+        for cpu in 0..latency_lab::workload::cpus() as u32 {
+            for (what, entry) in [("irq_handler_entry", true), ("irq_handler_exit", false)] {
+                let (ours, theirs) = irqs(cpu, entry);
+                if ours.is_empty() {
+                    let in_span = theirs.iter().filter(|(t, _)| span.contains(t)).count();
+                    assert_eq!(in_span, 0, "no {what} on CPU {cpu} in the capture, {in_span} in perf's trace");
+                } else {
+                    handlers.push(format!("CPU {cpu}: {}", same_as_perfs(what, cpu, EVENT_MEDIAN_NS, &ours, &theirs)));
+                }
             }
         }
-        format!("CPU {CPU}: {entered}, {left}; CPU {idle_cpu}: {}", handlers.join(", "))
+        if handlers.is_empty() {
+            handlers.push("no IRQ handler ran".into());
+        }
+        format!("CPU {CPU}: {entered}, {left}; {}", handlers.join(", "))
     };
 
     // Every waking of the sleeper: the waker perf saw (the tick's softirq, or whoever ran).

@@ -9,7 +9,10 @@ use latency_common::maps::{
     CAPTURE_IDLE, CAPTURE_IRQ, CAPTURE_IRQ_EXIT, CAPTURE_SOFTIRQ, CAPTURE_SOFTIRQ_EXIT, CaptureRecord,
 };
 
-use crate::capture::{current, write};
+use crate::{
+    capture::{current, write},
+    task::IrqAction,
+};
 
 // TP_PROTO(unsigned int state, unsigned int cpu_id)                  since 2.6.38
 #[btf_tracepoint(function = "cpu_idle")]
@@ -32,9 +35,11 @@ pub fn capture_idle(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "irq_handler_entry")]
 pub fn capture_irq(ctx: BtfTracePointContext) -> i32 {
     let irq = ctx.arg::<u64>(0) as u32;
+    let action = IrqAction::arg(&ctx, 1);
     write(|r| {
         r.kind = CAPTURE_IRQ;
         no_task(r);
+        action.name_into(&mut r.comm);
         r.arg = irq;
         current(r);
     });

@@ -46,7 +46,8 @@ for p in trace.packet:
         elif kind in ("irq_handler_entry", "irq_handler_exit"):
             i = getattr(e, kind)
             ret = i.ret if kind == "irq_handler_exit" else None
-            out["irqs"].append([cpu, e.timestamp, e.pid, i.irq, kind == "irq_handler_entry", ret])
+            name = i.name if kind == "irq_handler_entry" else None
+            out["irqs"].append([cpu, e.timestamp, e.pid, i.irq, kind == "irq_handler_entry", ret, name])
         elif kind in ("softirq_entry", "softirq_exit"):
             out["softirqs"].append([cpu, e.timestamp, e.pid, getattr(e, kind).vec, kind == "softirq_entry"])
         else:
@@ -106,6 +107,8 @@ pub struct Irq {
     pub irq: i32,
     pub entry: bool,
     pub ret: Option<i32>,
+    /// The handler's name, at the entry.
+    pub name: Option<String>,
 }
 
 /// One `softirq_entry` (`entry`) or `softirq_exit`.

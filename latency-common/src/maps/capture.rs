@@ -17,8 +17,9 @@ pub const CAPTURE_MIGRATE: u32 = 3;
 pub const CAPTURE_IDLE: u32 = 4;
 /// `CaptureRecord::arg` of a `CAPTURE_IDLE` leaving its state: the kernel's `PWR_EVENT_EXIT`.
 pub const CAPTURE_IDLE_EXIT: u32 = u32::MAX;
-/// An `irq_handler_entry`: `arg` the IRQ number; `other_pid`/`other_tgid`/`other_comm` the task it
-/// interrupted (0 in the idle task); `pid` and the other task fields 0.
+/// An `irq_handler_entry`: `arg` the IRQ number, `comm` the handler's name (`irqaction.name`, cut
+/// to 15 bytes; empty where this kernel's BTF does not describe it); `other_pid`/`other_tgid`/
+/// `other_comm` the task it interrupted (0 in the idle task); `pid`, `tgid` and `prio` 0.
 pub const CAPTURE_IRQ: u32 = 5;
 /// An `irq_handler_exit`: `arg` the IRQ number, `other_arg` what the handler returned
 /// (`irqreturn_t`: 0 not its device's, 1 handled, 2 woke its thread); the interrupted task as in

@@ -137,11 +137,13 @@ struct CpuIdle {
     cpu_id: Option<u32>,
 }
 
-/// irq.proto's `IrqHandlerEntryFtraceEvent` (without the handler's name, which is not recorded).
+/// irq.proto's `IrqHandlerEntryFtraceEvent` (without `handler`, the function's address).
 #[derive(Clone, PartialEq, prost::Message)]
 struct IrqHandlerEntry {
     #[prost(int32, optional, tag = "1")]
     irq: Option<i32>,
+    #[prost(string, optional, tag = "2")]
+    name: Option<String>,
 }
 
 /// irq.proto's `IrqHandlerExitFtraceEvent`.
@@ -255,7 +257,7 @@ fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
         }
         CAPTURE_IRQ => {
             e.pid = Some(r.other_pid);
-            e.irq_handler_entry = Some(IrqHandlerEntry { irq: signed(r.arg) });
+            e.irq_handler_entry = Some(IrqHandlerEntry { irq: signed(r.arg), name: Some(text(&r.comm)) });
         }
         CAPTURE_IRQ_EXIT => {
             e.pid = Some(r.other_pid);
@@ -420,9 +422,14 @@ mod tests {
     /// `FtraceEvent { timestamp, pid, <field>: { its varint fields } }` on the wire, built by hand
     /// from the field numbers in Perfetto's protos (ftrace_event.proto: timestamp 1, pid 2,
     /// cpu_idle 13, softirq_entry 24, softirq_exit 25, irq_handler_entry 36, irq_handler_exit 37;
-    /// power.proto `CpuIdleFtraceEvent`: state 1, cpu_id 2; irq.proto: `irq` 1, `ret` 2, `vec` 1).
-    fn wire(ts: u64, pid: u32, field: u64, inner: &[(u64, u64)]) -> Vec<u8> {
-        let body: Vec<u8> = inner.iter().flat_map(|&(f, v)| [varint(f << 3), varint(v)].concat()).collect();
+    /// power.proto `CpuIdleFtraceEvent`: state 1, cpu_id 2; irq.proto: `irq` 1, `name` 2 (a
+    /// string, `IrqHandlerEntryFtraceEvent`), `ret` 2 (`IrqHandlerExitFtraceEvent`), `vec` 1), and
+    /// after the varint fields a string one if `text` has it.
+    fn wire(ts: u64, pid: u32, field: u64, inner: &[(u64, u64)], text: Option<(u64, &str)>) -> Vec<u8> {
+        let mut body: Vec<u8> = inner.iter().flat_map(|&(f, v)| [varint(f << 3), varint(v)].concat()).collect();
+        if let Some((f, s)) = text {
+            body.extend([varint(f << 3 | 2), varint(s.len() as u64), s.as_bytes().to_vec()].concat());
+        }
         [
             varint(1 << 3),
             varint(ts),
@@ -439,6 +446,7 @@ mod tests {
     fn idle_irq_and_softirq_records_are_perfettos_ftrace_events_field_for_field() {
         let r = |kind, arg, other_arg, other_pid| CaptureRecord {
             kind,
+            comm: if kind == CAPTURE_IRQ { comm("virtio0-input.0") } else { [0; 16] },
             ts_ns: 1_000_000_007,
             cpu: 1,
             arg,
@@ -449,12 +457,15 @@ mod tests {
             ..CaptureRecord::default()
         };
         let cases = [
-            (r(CAPTURE_IDLE, 1, 1, 0), wire(1_000_000_007, 0, 13, &[(1, 1), (2, 1)])),
-            (r(CAPTURE_IDLE, CAPTURE_IDLE_EXIT, 1, 0), wire(1_000_000_007, 0, 13, &[(1, u64::from(u32::MAX)), (2, 1)])),
-            (r(CAPTURE_IRQ, 11, 0, 42), wire(1_000_000_007, 42, 36, &[(1, 11)])),
-            (r(CAPTURE_IRQ_EXIT, 11, 1, 42), wire(1_000_000_007, 42, 37, &[(1, 11), (2, 1)])),
-            (r(CAPTURE_SOFTIRQ, 9, 0, 42), wire(1_000_000_007, 42, 24, &[(1, 9)])),
-            (r(CAPTURE_SOFTIRQ_EXIT, 9, 0, 42), wire(1_000_000_007, 42, 25, &[(1, 9)])),
+            (r(CAPTURE_IDLE, 1, 1, 0), wire(1_000_000_007, 0, 13, &[(1, 1), (2, 1)], None)),
+            (
+                r(CAPTURE_IDLE, CAPTURE_IDLE_EXIT, 1, 0),
+                wire(1_000_000_007, 0, 13, &[(1, u64::from(u32::MAX)), (2, 1)], None),
+            ),
+            (r(CAPTURE_IRQ, 11, 0, 42), wire(1_000_000_007, 42, 36, &[(1, 11)], Some((2, "virtio0-input.0")))),
+            (r(CAPTURE_IRQ_EXIT, 11, 1, 42), wire(1_000_000_007, 42, 37, &[(1, 11), (2, 1)], None)),
+            (r(CAPTURE_SOFTIRQ, 9, 0, 42), wire(1_000_000_007, 42, 24, &[(1, 9)], None)),
+            (r(CAPTURE_SOFTIRQ_EXIT, 9, 0, 42), wire(1_000_000_007, 42, 25, &[(1, 9)], None)),
         ];
         for (record, expected) in cases {
             let got = event(&record).map(|e| e.encode_to_vec());

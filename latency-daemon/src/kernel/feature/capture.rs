@@ -58,7 +58,10 @@ fn programs(irq: bool) -> Vec<Program> {
 
 fn knobs(btf: &Btf, o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let cpu = wait_scan::layout(btf)?.cpu;
-    Ok(Knobs { capture_mask: slots(o.capture_events) - 1, task_cpu: cpu.offset, ..knobs })
+    // The IRQ handler's name, where the irq programs are in and this kernel describes it: without
+    // it the handlers' slices are unnamed, nothing else is lost.
+    let irq_name = if o.split_irq { btf.sized("irqaction", "name", &[8]).map_or(0, |m| m.offset) } else { 0 };
+    Ok(Knobs { capture_mask: slots(o.capture_events) - 1, task_cpu: cpu.offset, irqaction_name: irq_name, ..knobs })
 }
 
 #[cfg(test)]
