@@ -101,7 +101,10 @@ pub struct Knobs {
     /// The capture rings' slots per CPU minus one (a power of two minus one); 0 with the
     /// recorder off.
     pub capture_mask: u32,
-    pub _pad: u32,
+    /// Offset of `irqaction.name` (a `const char *`): the IRQ handler's name in the capture's
+    /// `irq_handler_entry` records; 0 where it is not read (the recorder or the IRQ tracepoints
+    /// off, or this kernel's BTF does not describe it).
+    pub irqaction_name: u32,
 }
 
 impl Knobs {
@@ -149,7 +152,7 @@ impl Knobs {
         rq_cpu: 0,
         task_se_on_rq: 0,
         capture_mask: 0,
-        _pad: 0,
+        irqaction_name: 0,
     };
 }
 

@@ -120,6 +120,13 @@ pub struct RecordArgs {
     /// kernel memory each, per possible CPU).
     #[arg(long, value_name = "N", default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(2..=1_048_576))]
     pub capture_events: u32,
+
+    /// On kernels that do not account IRQ time (CONFIG_IRQ_TIME_ACCOUNTING off), follow device
+    /// IRQ handlers and softirqs with the irq tracepoints: their time in each delay's cause split
+    /// and, with --capture, their slices in the capture (two clock reads per handler or softirq
+    /// run, two records with --capture); unavailable where the kernel accounts IRQ time itself.
+    #[arg(long)]
+    pub irq_tracepoints: bool,
 }
 
 /// A process or thread id that exists right now.

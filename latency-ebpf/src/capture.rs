@@ -2,8 +2,8 @@
 //! → one `CaptureRecord` each in this CPU's ring: who ran, who woke whom from where, who moved.
 //! Separate programs from the core's, so a kernel without the recorder pays nothing for it; each
 //! event costs a clock read, two per-CPU lookups and a 96-byte store. The three tracepoints run
-//! with interrupts off (under the run queue's or the woken task's lock), so on one CPU no record
-//! is ever begun inside another.
+//! with interrupts off (under the run queue's or the woken task's lock); the recorder's other
+//! programs (capture_cpu.rs) may not, so `write` takes a slot no record begun inside it took.
 use aya_ebpf::{
     helpers::{
         bpf_get_current_comm,
@@ -84,7 +84,7 @@ fn woken_fields(r: &mut CaptureRecord, task: Task) {
 
 /// The task running on this CPU as the `other_*` side.
 #[inline(always)]
-fn current(r: &mut CaptureRecord) {
+pub fn current(r: &mut CaptureRecord) {
     // SAFETY: a helper without arguments.
     let id = unsafe { bpf_get_current_pid_tgid() };
     r.other_pid = id as u32;
@@ -92,25 +92,51 @@ fn current(r: &mut CaptureRecord) {
     r.other_comm = bpf_get_current_comm().unwrap_or_default();
 }
 
-/// Fills the next slot of this CPU's ring: `seq` first, the fields, `seq_end` last.
+/// How many slots a writer tries before it gives its record up: more than an interrupt arriving
+/// between its read and its write of the head writes (see `claim`).
+const CLAIMS: u64 = 8;
+
+/// Fills the next free slot of this CPU's ring: the time first, then `seq`, the fields, `seq_end`
+/// last.
 #[inline(always)]
-fn write(fill: impl FnOnce(&mut CaptureRecord)) {
-    let Some(head) = CAPTURE_HEAD.get_ptr_mut(0) else { return };
-    // SAFETY: this CPU's element of a per-CPU array; these programs do not nest on one CPU.
-    let head = unsafe { &mut *head };
-    let seq = *head + 1;
-    *head = seq;
-    let Some(r) = CAPTURE.get_ptr_mut((seq as u32) & knobs::capture_mask()) else { return };
-    // SAFETY: as above, this CPU's slot; the daemon reads it only as a copy and checks `seq_end`.
-    let r = unsafe { &mut *r };
-    // SAFETY: volatile stores keep the order the reader's check relies on.
-    unsafe { core::ptr::write_volatile(&raw mut r.seq, seq) };
-    // SAFETY: helpers without arguments.
-    r.ts_ns = unsafe { bpf_ktime_get_boot_ns() };
-    // SAFETY: as above.
+pub fn write(fill: impl FnOnce(&mut CaptureRecord)) {
+    // SAFETY: a helper without arguments. Read first, so a record begun before an interrupt is
+    // stamped before that interrupt's records, as the tracepoints fired.
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    let Some((r, seq)) = claim() else { return };
+    r.ts_ns = now;
+    // SAFETY: a helper without arguments.
     r.cpu = unsafe { bpf_get_smp_processor_id() };
     r.other_arg = 0;
     fill(r);
-    // SAFETY: as above.
+    // SAFETY: volatile stores keep the order the reader's check relies on.
     unsafe { core::ptr::write_volatile(&raw mut r.seq_end, seq) };
+}
+
+/// The next free slot of this CPU's ring with its `seq` written, or none after `CLAIMS` tries.
+/// The sched tracepoints run with interrupts off, but `softirq_entry`/`_exit` (and `cpu_idle` on
+/// some kernels) with them on: an interrupt's records may be written between this program's read
+/// of the head and its write. They finish before it resumes (one CPU, last in first out), having
+/// taken the slots from that head on and written their numbers there; the head this program then
+/// writes is behind, so it moves on past every slot already holding its own number. A slot holds
+/// its number only once written (before, it holds the one a ring's length below, or 0).
+#[inline(always)]
+fn claim() -> Option<(&'static mut CaptureRecord, u64)> {
+    let head = CAPTURE_HEAD.get_ptr_mut(0)?;
+    for _ in 0..CLAIMS {
+        // SAFETY: this CPU's element of a per-CPU array, written only by these programs on this
+        // CPU; volatile, so each try reads what an interrupt may have left.
+        let seq = unsafe { core::ptr::read_volatile(head) } + 1;
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(head, seq) };
+        let r = CAPTURE.get_ptr_mut((seq as u32) & knobs::capture_mask())?;
+        // SAFETY: this CPU's slot; the daemon reads it only as a copy and checks `seq_end`.
+        if unsafe { core::ptr::read_volatile(&raw const (*r).seq) } != seq {
+            // SAFETY: as above; written before the fields (volatile keeps the order).
+            unsafe { core::ptr::write_volatile(&raw mut (*r).seq, seq) };
+            // SAFETY: as above; claimed, so no record begun later on this CPU takes it.
+            return Some((unsafe { &mut *r }, seq));
+        }
+    }
+    None
 }

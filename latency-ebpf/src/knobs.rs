@@ -197,3 +197,8 @@ pub fn task_se_on_rq() -> u32 {
 pub fn capture_mask() -> u32 {
     knob!(capture_mask)
 }
+/// Offset of `irqaction.name`, or 0 not to read it (capture_cpu.rs).
+#[inline(always)]
+pub fn irqaction_name() -> u32 {
+    knob!(irqaction_name)
+}

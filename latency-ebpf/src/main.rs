@@ -5,6 +5,7 @@
 
 mod attribute;
 mod capture;
+mod capture_cpu;
 mod cgroup;
 mod delay;
 mod diag;

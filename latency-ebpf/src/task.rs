@@ -2,8 +2,12 @@
 //! KNOBS; in a tp_btf program the arguments are typed `task_struct` pointers, so the verifier
 //! accepts direct loads at constant offsets and checks each one against BTF (no helper call).
 //! The throttle hooks' arguments (a kprobe's are not typed) and the pointers in a group's `cfs_rq`
-//! array: those reads go through `bpf_probe_read_kernel` (`Group`).
-use aya_ebpf::{helpers::bpf_probe_read_kernel, programs::BtfTracePointContext};
+//! array: those reads go through `bpf_probe_read_kernel` (`Group`). An IRQ handler's name, read
+//! through its `irqaction` (`IrqAction`), is copied with `bpf_probe_read_kernel_str`.
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, generated::bpf_probe_read_kernel_str},
+    programs::BtfTracePointContext,
+};
 
 use latency_common::{THROTTLE_FROM_HOOKS, THROTTLE_FROM_OVERLAP, maps::SPLIT_UNIT_SHIFT};
 
@@ -268,5 +272,35 @@ impl Group {
             h_nr_running: read::<u32>(cfs_rq + u64::from(knobs::cfs_rq_h_nr_running()))?,
             clock: read::<u64>(rq + u64::from(knobs::rq_clock()))?,
         })
+    }
+}
+
+/// A `struct irqaction *` passed to `irq_handler_entry` (BTF-typed, as a task is).
+#[derive(Clone, Copy)]
+pub struct IrqAction(*const u8);
+
+impl IrqAction {
+    /// The `n`th tracepoint argument, which the caller knows to be a `struct irqaction *`.
+    #[inline(always)]
+    pub fn arg(ctx: &BtfTracePointContext, n: usize) -> IrqAction {
+        IrqAction(ctx.arg::<*const u8>(n))
+    }
+
+    /// `irqaction.name` into `out` (cut to 15 bytes and a NUL), where the knob gives its offset;
+    /// `out` is left as it was without the knob, and zeroed where the name cannot be read.
+    #[inline(always)]
+    pub fn name_into(self, out: &mut [u8; 16]) {
+        let offset = knobs::irqaction_name();
+        if offset == 0 {
+            return;
+        }
+        // SAFETY: the pointer is the tracepoint's irqaction argument and `offset` that of its
+        // `name` pointer in this kernel's BTF; the verifier re-checks both (a faulting load reads 0).
+        let name = unsafe { core::ptr::read_volatile(self.0.add(offset as usize).cast::<*const u8>()) };
+        if name.is_null() {
+            return;
+        }
+        // SAFETY: the helper reads at most 16 bytes of kernel memory, fault-safe, into `out`.
+        unsafe { bpf_probe_read_kernel_str(out.as_mut_ptr().cast(), out.len() as u32, name.cast()) };
     }
 }

@@ -198,7 +198,8 @@ mod tests {
     }
 }
 
-/// `perf record` of `sched_switch` and `sched_waking` on every CPU: the events one by one, on
+/// `perf record` of `sched_switch` and `sched_waking` (and with `start_with_cpu_events`,
+/// `cpu_idle` and the irq tracepoints) on every CPU: the events one by one, on
 /// CLOCK_BOOTTIME (the clock a capture is on) to set beside a capture's. The kernel will not
 /// time tracepoints on CLOCK_BOOTTIME (not NMI-safe: "wrong clockid"), so perf records on
 /// CLOCK_MONOTONIC and each time is moved by BOOTTIME − MONOTONIC, which changes only across a
@@ -239,12 +240,60 @@ pub enum SchedEvent {
         woken: u32,
         target_cpu: u32,
     },
+    /// `power:cpu_idle`: `state` the idle state entered, or `u32::MAX` on leaving it.
+    Idle {
+        cpu: u32,
+        ts_ns: u64,
+        state: u32,
+    },
+    /// `irq:irq_handler_entry` (`entry`) or `irq:irq_handler_exit`.
+    Irq {
+        cpu: u32,
+        ts_ns: u64,
+        irq: u32,
+        entry: bool,
+    },
+    /// `irq:softirq_entry` (`entry`) or `irq:softirq_exit`.
+    Softirq {
+        cpu: u32,
+        ts_ns: u64,
+        vec: u32,
+        entry: bool,
+    },
 }
+
+impl SchedEvent {
+    fn ts_ns_mut(&mut self) -> &mut u64 {
+        match self {
+            SchedEvent::Switch { ts_ns, .. }
+            | SchedEvent::Waking { ts_ns, .. }
+            | SchedEvent::Idle { ts_ns, .. }
+            | SchedEvent::Irq { ts_ns, .. }
+            | SchedEvent::Softirq { ts_ns, .. } => ts_ns,
+        }
+    }
+}
+
+/// What `start_with_cpu_events` adds: what each CPU does besides running tasks.
+const CPU_EVENTS: [&str; 5] =
+    ["power:cpu_idle", "irq:irq_handler_entry", "irq:irq_handler_exit", "irq:softirq_entry", "irq:softirq_exit"];
 
 impl SchedTrace {
     pub fn start(file: &Path) -> anyhow::Result<SchedTrace> {
-        let args =
-            ["record", "-e", "sched:sched_switch", "-e", "sched:sched_waking", "-a", "-k", "mono", "-m", "16M", "-o"];
+        SchedTrace::record(file, &[])
+    }
+
+    /// As `start`, with each CPU's idle states (`power:cpu_idle`), IRQ handlers and softirqs too.
+    pub fn start_with_cpu_events(file: &Path) -> anyhow::Result<SchedTrace> {
+        SchedTrace::record(file, &CPU_EVENTS)
+    }
+
+    fn record(file: &Path, also: &[&str]) -> anyhow::Result<SchedTrace> {
+        let mut args = vec!["record", "-e", "sched:sched_switch", "-e", "sched:sched_waking"];
+        for event in also {
+            args.extend(["-e", event]);
+        }
+        args.extend(["-a", "-k", "mono", "-m", "16M", "-o"]);
         let recording = Recording::start(&args, file, "perf record")?;
         Ok(SchedTrace { recording, file: file.to_owned(), boot_offset_ns: boot_offset_ns() })
     }
@@ -261,8 +310,7 @@ impl SchedTrace {
         script.args(["script", "--ns", "-F", "tid,cpu,time,event,trace", "-i"]).arg(&self.file);
         let mut events = parse_sched_script(&cmd::stdout(&mut script)?);
         for event in &mut events {
-            let (SchedEvent::Switch { ts_ns, .. } | SchedEvent::Waking { ts_ns, .. }) = event;
-            *ts_ns += self.boot_offset_ns;
+            *event.ts_ns_mut() += self.boot_offset_ns;
         }
         Ok((events, lost))
     }
@@ -300,6 +348,21 @@ pub fn parse_sched_script(text: &str) -> Vec<SchedEvent> {
                     events.push(SchedEvent::Waking { cpu, ts_ns, tid, woken, target_cpu });
                 }
             }
+            "power:cpu_idle:" => {
+                if let Some(state) = field("state") {
+                    events.push(SchedEvent::Idle { cpu, ts_ns, state });
+                }
+            }
+            "irq:irq_handler_entry:" | "irq:irq_handler_exit:" => {
+                if let Some(irq) = field("irq") {
+                    events.push(SchedEvent::Irq { cpu, ts_ns, irq, entry: *event == "irq:irq_handler_entry:" });
+                }
+            }
+            "irq:softirq_entry:" | "irq:softirq_exit:" => {
+                if let Some(vec) = field("vec") {
+                    events.push(SchedEvent::Softirq { cpu, ts_ns, vec, entry: *event == "irq:softirq_entry:" });
+                }
+            }
             _ => {}
         }
     }
@@ -311,16 +374,28 @@ mod sched_script_tests {
     use super::*;
 
     #[test]
-    fn switches_and_wakings_are_read_with_their_cpu_time_and_tids() {
+    fn switches_wakings_idle_and_irqs_are_read_with_their_cpu_time_and_fields() {
         let text = "     0 [001]  4567.000000123: sched:sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 \
                     prev_state=R ==> next_comm=my thread next_pid=456 next_prio=120\n\
                     \x20  456 [001]  4567.000001000: sched:sched_waking: comm=sh pid=789 prio=120 target_cpu=000\n\
+                    \x20    0 [000]  4567.000002000: power:cpu_idle: state=1 cpu_id=0\n\
+                    \x20    0 [000]  4567.000003000: power:cpu_idle: state=4294967295 cpu_id=0\n\
+                    \x20    0 [000]  4567.000004000: irq:irq_handler_entry: irq=11 name=virtio0\n\
+                    \x20    0 [000]  4567.000005000: irq:irq_handler_exit: irq=11 ret=handled\n\
+                    \x20  456 [001]  4567.000006000: irq:softirq_entry: vec=1 [action=TIMER]\n\
+                    \x20  456 [001]  4567.000007000: irq:softirq_exit: vec=1 [action=TIMER]\n\
                     garbage\n";
         assert_eq!(
             parse_sched_script(text),
             [
                 SchedEvent::Switch { cpu: 1, ts_ns: 4_567_000_000_123, prev: 0, next: 456 },
                 SchedEvent::Waking { cpu: 1, ts_ns: 4_567_000_001_000, tid: 456, woken: 789, target_cpu: 0 },
+                SchedEvent::Idle { cpu: 0, ts_ns: 4_567_000_002_000, state: 1 },
+                SchedEvent::Idle { cpu: 0, ts_ns: 4_567_000_003_000, state: u32::MAX },
+                SchedEvent::Irq { cpu: 0, ts_ns: 4_567_000_004_000, irq: 11, entry: true },
+                SchedEvent::Irq { cpu: 0, ts_ns: 4_567_000_005_000, irq: 11, entry: false },
+                SchedEvent::Softirq { cpu: 1, ts_ns: 4_567_000_006_000, vec: 1, entry: true },
+                SchedEvent::Softirq { cpu: 1, ts_ns: 4_567_000_007_000, vec: 1, entry: false },
             ]
         );
     }

@@ -1,6 +1,6 @@
 //! A capture as Perfetto's own generated classes read it (the `perfetto` package's
 //! `perfetto_trace_pb2` in the lab's venv, `cargo xtask setup`): in, a trace file; out, its
-//! scheduler events and threads. Fields the classes do not know (a wrong tag or type) are refused,
+//! scheduler, idle and IRQ events and threads. Fields the classes do not know (a wrong tag or type) are refused,
 //! as are packets out of order within a CPU.
 use std::path::Path;
 use std::process::Command;
@@ -17,7 +17,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 trace = Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
 unknown(trace, "trace")
-out = {"switches": [], "wakings": [], "migrations": [], "threads": {}, "release": "", "slices": []}
+out = {"switches": [], "wakings": [], "migrations": [], "idles": [], "irqs": [], "softirqs": [], "threads": {}, "release": "", "slices": []}
 tracks = {}
 for p in trace.packet:
     if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread"):
@@ -48,6 +48,15 @@ for p in trace.packet:
         elif kind == "sched_migrate_task":
             m = e.sched_migrate_task
             out["migrations"].append([cpu, e.timestamp, m.pid, m.orig_cpu, m.dest_cpu])
+        elif kind == "cpu_idle":
+            out["idles"].append([cpu, e.timestamp, e.cpu_idle.state, e.cpu_idle.cpu_id])
+        elif kind in ("irq_handler_entry", "irq_handler_exit"):
+            i = getattr(e, kind)
+            ret = i.ret if kind == "irq_handler_exit" else None
+            name = i.name if kind == "irq_handler_entry" else None
+            out["irqs"].append([cpu, e.timestamp, e.pid, i.irq, kind == "irq_handler_entry", ret, name])
+        elif kind in ("softirq_entry", "softirq_exit"):
+            out["softirqs"].append([cpu, e.timestamp, e.pid, getattr(e, kind).vec, kind == "softirq_entry"])
         else:
             sys.exit(f"unexpected event {kind}")
 print(json.dumps(out))
@@ -99,12 +108,49 @@ pub struct SliceEvent {
     pub notes: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
+/// One `cpu_idle`: `state` the idle state entered, or `u32::MAX` (`PWR_EVENT_EXIT`) on leaving.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Idle {
+    pub cpu: u32,
+    pub ts_ns: u64,
+    pub state: u32,
+    pub cpu_id: u32,
+}
+
+/// One `irq_handler_entry` (`entry`) or `irq_handler_exit` (with what the handler returned).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Irq {
+    pub cpu: u32,
+    pub ts_ns: u64,
+    /// The task it interrupted.
+    pub pid: u32,
+    pub irq: i32,
+    pub entry: bool,
+    pub ret: Option<i32>,
+    /// The handler's name, at the entry.
+    pub name: Option<String>,
+}
+
+/// One `softirq_entry` (`entry`) or `softirq_exit`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Softirq {
+    pub cpu: u32,
+    pub ts_ns: u64,
+    /// The task it ran in.
+    pub pid: u32,
+    pub vec: u32,
+    pub entry: bool,
+}
+
 /// What the classes read.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Capture {
     pub switches: Vec<Switch>,
     pub wakings: Vec<Waking>,
     pub migrations: Vec<Migration>,
+    pub idles: Vec<Idle>,
+    pub irqs: Vec<Irq>,
+    pub softirqs: Vec<Softirq>,
     /// tid → (tgid, name).
     pub threads: std::collections::BTreeMap<String, (i32, String)>,
     pub release: String,

@@ -30,7 +30,10 @@ mod throttle;
 mod window;
 
 pub use attribution::{DEPTH_UNKNOWN, Incident, RUNS_KEPT, Run, RunRing};
-pub use capture::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
+pub use capture::{
+    CAPTURE_IDLE, CAPTURE_IDLE_EXIT, CAPTURE_IRQ, CAPTURE_IRQ_EXIT, CAPTURE_MIGRATE, CAPTURE_SOFTIRQ,
+    CAPTURE_SOFTIRQ_EXIT, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord,
+};
 pub use cause::{Cause, Reason};
 pub use cgroup::{CGROUP_BUCKETS, CgroupHist, CgroupSlot, REMOVED_BYTES, cgroup_bucket, cgroup_slot, cgroup_slot_bits};
 pub use counters::{CpuStats, Discard, Lost};

@@ -75,5 +75,17 @@ pub const CAPTURE: &str = "CAPTURE";
 pub const CAPTURE_HEAD: &str = "CAPTURE_HEAD";
 /// The capture recorder's programs (attached only when it is on; not part of the bench's floor):
 /// each program's name and the tracepoint it follows.
-pub const CAPTURE_PROGRAMS: [(&str, &str); 3] =
-    [("capture_switch", "sched_switch"), ("capture_waking", "sched_waking"), ("capture_migrate", "sched_migrate_task")];
+pub const CAPTURE_PROGRAMS: [(&str, &str); 4] = [
+    ("capture_switch", "sched_switch"),
+    ("capture_waking", "sched_waking"),
+    ("capture_migrate", "sched_migrate_task"),
+    ("capture_idle", "cpu_idle"),
+];
+/// The capture recorder's programs on the irq tracepoints, attached only when both the recorder
+/// and the IRQ tracepoints (`IRQ_PROGRAMS`) are on: each program's name and its tracepoint.
+pub const CAPTURE_IRQ_PROGRAMS: [(&str, &str); 4] = [
+    ("capture_irq", "irq_handler_entry"),
+    ("capture_irq_end", "irq_handler_exit"),
+    ("capture_softirq", "softirq_entry"),
+    ("capture_softend", "softirq_exit"),
+];

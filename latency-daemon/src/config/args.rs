@@ -143,8 +143,8 @@ settings! {
         irq_tracepoints: bool {
             help: "With --wait-causes, on kernels that do not account IRQ time (CONFIG_IRQ_TIME_ACCOUNTING \
                    off), time device IRQ handlers and softirqs with the irq tracepoints and count them in each \
-                   wait's irq_steal part (two clock reads per handler or softirq run); unavailable where the \
-                   kernel accounts IRQ time itself",
+                   wait's irq_steal part (two clock reads per handler or softirq run) and, with capture_dir, \
+                   record them in captures; unavailable where the kernel accounts IRQ time itself",
             default: "false",
             apply: Restart,
         },
@@ -165,10 +165,11 @@ settings! {
         capture_dir: PathBuf {
             help: "Keep every CPU's last scheduler events (the capture recorder) and, when an alert fires, \
                    write them there as a Perfetto trace, served at /api/v1/captures; off without it",
-            more: "The recorder is three programs of their own on sched_switch, sched_waking and \
-                   sched_migrate_task (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU VM). Each \
-                   capture is a trace and an SVG picture; capture_interval, capture_max_files and \
-                   capture_max_mib bound them, runqlat_captures_total counts them. See the captures guide.",
+            more: "The recorder is four programs of their own on sched_switch, sched_waking, \
+                   sched_migrate_task and cpu_idle (about 140 ns per switch and 310 ns per wakeup on a 2-vCPU \
+                   VM), and with irq_tracepoints four more that record IRQ handlers and softirqs. Each capture \
+                   is a trace and an SVG picture; capture_interval, capture_max_files and capture_max_mib \
+                   bound them, runqlat_captures_total counts them. See the captures guide.",
             default: "off",
             example: "\"/var/lib/latency-daemon/captures\"",
             apply: Restart,

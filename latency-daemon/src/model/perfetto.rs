@@ -6,7 +6,10 @@
 //! Perfetto's generated classes, which refuse nothing they do not know).
 use std::collections::BTreeMap;
 
-use latency_common::maps::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
+use latency_common::maps::{
+    CAPTURE_IDLE, CAPTURE_IRQ, CAPTURE_IRQ_EXIT, CAPTURE_MIGRATE, CAPTURE_SOFTIRQ, CAPTURE_SOFTIRQ_EXIT,
+    CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord,
+};
 use prost::Message as _;
 
 use super::{capture::Wait, units::fmt_ns};
@@ -121,6 +124,16 @@ struct FtraceEvent {
     sched_waking: Option<SchedWaking>,
     #[prost(message, optional, tag = "491")]
     sched_migrate_task: Option<SchedMigrateTask>,
+    #[prost(message, optional, tag = "13")]
+    cpu_idle: Option<CpuIdle>,
+    #[prost(message, optional, tag = "36")]
+    irq_handler_entry: Option<IrqHandlerEntry>,
+    #[prost(message, optional, tag = "37")]
+    irq_handler_exit: Option<IrqHandlerExit>,
+    #[prost(message, optional, tag = "24")]
+    softirq_entry: Option<Softirq>,
+    #[prost(message, optional, tag = "25")]
+    softirq_exit: Option<Softirq>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -167,6 +180,40 @@ struct SchedMigrateTask {
     orig_cpu: Option<i32>,
     #[prost(int32, optional, tag = "5")]
     dest_cpu: Option<i32>,
+}
+
+/// power.proto's `CpuIdleFtraceEvent`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct CpuIdle {
+    #[prost(uint32, optional, tag = "1")]
+    state: Option<u32>,
+    #[prost(uint32, optional, tag = "2")]
+    cpu_id: Option<u32>,
+}
+
+/// irq.proto's `IrqHandlerEntryFtraceEvent` (without `handler`, the function's address).
+#[derive(Clone, PartialEq, prost::Message)]
+struct IrqHandlerEntry {
+    #[prost(int32, optional, tag = "1")]
+    irq: Option<i32>,
+    #[prost(string, optional, tag = "2")]
+    name: Option<String>,
+}
+
+/// irq.proto's `IrqHandlerExitFtraceEvent`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct IrqHandlerExit {
+    #[prost(int32, optional, tag = "1")]
+    irq: Option<i32>,
+    #[prost(int32, optional, tag = "2")]
+    ret: Option<i32>,
+}
+
+/// irq.proto's `SoftirqEntryFtraceEvent` and `SoftirqExitFtraceEvent` (the same one field).
+#[derive(Clone, PartialEq, prost::Message)]
+struct Softirq {
+    #[prost(uint32, optional, tag = "1")]
+    vec: Option<u32>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -257,6 +304,26 @@ fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
                 orig_cpu: signed(r.arg),
                 dest_cpu: signed(r.other_arg),
             });
+        }
+        CAPTURE_IDLE => {
+            e.pid = Some(r.other_pid);
+            e.cpu_idle = Some(CpuIdle { state: Some(r.arg), cpu_id: Some(r.other_arg) });
+        }
+        CAPTURE_IRQ => {
+            e.pid = Some(r.other_pid);
+            e.irq_handler_entry = Some(IrqHandlerEntry { irq: signed(r.arg), name: Some(text(&r.comm)) });
+        }
+        CAPTURE_IRQ_EXIT => {
+            e.pid = Some(r.other_pid);
+            e.irq_handler_exit = Some(IrqHandlerExit { irq: signed(r.arg), ret: signed(r.other_arg) });
+        }
+        CAPTURE_SOFTIRQ => {
+            e.pid = Some(r.other_pid);
+            e.softirq_entry = Some(Softirq { vec: Some(r.arg) });
+        }
+        CAPTURE_SOFTIRQ_EXIT => {
+            e.pid = Some(r.other_pid);
+            e.softirq_exit = Some(Softirq { vec: Some(r.arg) });
         }
         _ => return None,
     }
@@ -401,6 +468,8 @@ pub fn trace(records: &[CaptureRecord], host: &Host, wait: Option<&Wait>) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use latency_common::maps::CAPTURE_IDLE_EXIT;
+
     use super::*;
 
     fn comm(s: &str) -> [u8; 16] {
@@ -500,5 +569,123 @@ mod tests {
             assert!(annotated.iter().any(|(n, v)| (*n, v.as_str()) == want), "{want:?} in {annotated:?}");
         }
         assert!(events[0].1.name.as_deref().unwrap().starts_with("run-queue wait 5 ms"), "{:?}", events[0].1.name);
+    }
+
+    /// A protobuf varint.
+    fn varint(mut n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+        out
+    }
+
+    /// `FtraceEvent { timestamp, pid, <field>: { its varint fields } }` on the wire, built by hand
+    /// from the field numbers in Perfetto's protos (ftrace_event.proto: timestamp 1, pid 2,
+    /// cpu_idle 13, softirq_entry 24, softirq_exit 25, irq_handler_entry 36, irq_handler_exit 37;
+    /// power.proto `CpuIdleFtraceEvent`: state 1, cpu_id 2; irq.proto: `irq` 1, `name` 2 (a
+    /// string, `IrqHandlerEntryFtraceEvent`), `ret` 2 (`IrqHandlerExitFtraceEvent`), `vec` 1), and
+    /// after the varint fields a string one if `text` has it.
+    fn wire(ts: u64, pid: u32, field: u64, inner: &[(u64, u64)], text: Option<(u64, &str)>) -> Vec<u8> {
+        let mut body: Vec<u8> = inner.iter().flat_map(|&(f, v)| [varint(f << 3), varint(v)].concat()).collect();
+        if let Some((f, s)) = text {
+            body.extend([varint(f << 3 | 2), varint(s.len() as u64), s.as_bytes().to_vec()].concat());
+        }
+        [
+            varint(1 << 3),
+            varint(ts),
+            varint(2 << 3),
+            varint(u64::from(pid)),
+            varint(field << 3 | 2),
+            varint(body.len() as u64),
+            body,
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn idle_irq_and_softirq_records_are_perfettos_ftrace_events_field_for_field() {
+        let r = |kind, arg, other_arg, other_pid| CaptureRecord {
+            kind,
+            comm: if kind == CAPTURE_IRQ { comm("virtio0-input.0") } else { [0; 16] },
+            ts_ns: 1_000_000_007,
+            cpu: 1,
+            arg,
+            other_arg,
+            other_pid,
+            other_tgid: other_pid,
+            other_comm: comm("ksoftirqd/1"),
+            ..CaptureRecord::default()
+        };
+        let cases = [
+            (r(CAPTURE_IDLE, 1, 1, 0), wire(1_000_000_007, 0, 13, &[(1, 1), (2, 1)], None)),
+            (
+                r(CAPTURE_IDLE, CAPTURE_IDLE_EXIT, 1, 0),
+                wire(1_000_000_007, 0, 13, &[(1, u64::from(u32::MAX)), (2, 1)], None),
+            ),
+            (r(CAPTURE_IRQ, 11, 0, 42), wire(1_000_000_007, 42, 36, &[(1, 11)], Some((2, "virtio0-input.0")))),
+            (r(CAPTURE_IRQ_EXIT, 11, 1, 42), wire(1_000_000_007, 42, 37, &[(1, 11), (2, 1)], None)),
+            (r(CAPTURE_SOFTIRQ, 9, 0, 42), wire(1_000_000_007, 42, 24, &[(1, 9)], None)),
+            (r(CAPTURE_SOFTIRQ_EXIT, 9, 0, 42), wire(1_000_000_007, 42, 25, &[(1, 9)], None)),
+        ];
+        for (record, expected) in cases {
+            let got = event(&record).map(|e| e.encode_to_vec());
+            assert_eq!(got, Some(expected), "kind {} arg {}", record.kind, record.arg);
+        }
+        assert_eq!(event(&r(99, 0, 0, 0)), None, "a kind this build does not know");
+    }
+
+    #[test]
+    fn idle_and_irq_events_go_in_their_cpus_bundle_by_time_and_name_the_interrupted_task() {
+        let at = |kind, ts_ns, arg, other_pid, name: &str| CaptureRecord {
+            kind,
+            ts_ns,
+            cpu: 0,
+            arg,
+            other_pid,
+            other_tgid: other_pid,
+            other_comm: comm(name),
+            ..CaptureRecord::default()
+        };
+        let records = [
+            at(CAPTURE_IDLE, 10, CAPTURE_IDLE_EXIT, 0, ""),
+            at(CAPTURE_SOFTIRQ, 20, 1, 0, ""),
+            at(CAPTURE_IRQ, 25, 24, 0, ""),
+            at(CAPTURE_IRQ_EXIT, 26, 24, 0, ""),
+            at(CAPTURE_SOFTIRQ_EXIT, 30, 1, 0, ""),
+            at(CAPTURE_SOFTIRQ, 40, 9, 15, "ksoftirqd/0"),
+        ];
+        let t = Trace::decode(trace(&records, &Host::default(), None).as_slice()).unwrap();
+        let bundle = t.packet[2].ftrace_events.as_ref().unwrap();
+        let kinds: Vec<(u64, bool, bool, bool, bool, bool)> = bundle
+            .event
+            .iter()
+            .map(|e| {
+                (
+                    e.timestamp.unwrap(),
+                    e.cpu_idle.is_some(),
+                    e.softirq_entry.is_some(),
+                    e.irq_handler_entry.is_some(),
+                    e.irq_handler_exit.is_some(),
+                    e.softirq_exit.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (10, true, false, false, false, false),
+                (20, false, true, false, false, false),
+                (25, false, false, true, false, false),
+                (26, false, false, false, true, false),
+                (30, false, false, false, false, true),
+                (40, false, true, false, false, false),
+            ]
+        );
+        let tree = t.packet[1].process_tree.as_ref().unwrap();
+        let names: Vec<(Option<i32>, Option<&str>)> = tree.threads.iter().map(|t| (t.tid, t.name.as_deref())).collect();
+        assert_eq!(names, [(Some(15), Some("ksoftirqd/0"))], "the idle task is no thread");
     }
 }

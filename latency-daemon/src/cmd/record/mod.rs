@@ -85,6 +85,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
         throttle_hooks: true,
         throttle_unknown: true,
         split_stolen: true,
+        split_irq: args.irq_tracepoints,
         capture_events: if args.capture.is_some() { args.capture_events } else { 0 },
         ..ProbeOptions::default()
     };
