@@ -501,10 +501,15 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     // Two spinners and, in each cgroup, a 1 ms sleeper, all on CPU 1: every sleeper waits past
     // its threshold again and again, and each of its alerts fires, resolves and fires anew.
     let spinners = [spawn("while :; do :; done", "a spinner"), spawn("while :; do :; done", "a spinner")];
+    let spinner_pids: Vec<i32> = spinners.iter().map(|s| s.pid() as i32).collect();
     let cpu = CPU.to_string();
     let sleep = "select(undef, undef, undef, 0.001) while 1";
     let sleepers: Vec<Proc> =
         cgroups.iter().map(|cg| cg.spawn(&["taskset", "-c", &cpu, "perl", "-e", sleep]).expect("a sleeper")).collect();
+    // Each task's cgroup: the spinners' is none of ours.
+    let mut cgroup_of: std::collections::HashMap<i32, &str> =
+        spinner_pids.iter().map(|&pid| (pid, "(a spinner's, none of ours)")).collect();
+    cgroup_of.extend(sleepers.iter().zip(&cgroups).map(|(s, cg)| (s.pid() as i32, cg.path.as_str())));
     let storm = Instant::now();
     let mut scrapes = 0;
     while storm.elapsed() < Duration::from_secs(6) {
@@ -563,10 +568,43 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     let span = read.switches.last().map_or(0, |s| s.ts_ns) - read.switches.first().map_or(0, |s| s.ts_ns);
     let cpus: std::collections::BTreeSet<u32> = read.switches.iter().map(|s| s.cpu).collect();
     assert!(cpus.len() >= 2, "every CPU in the capture on demand: {cpus:?}");
+
+    // A wakeup that waited behind a neighbour cgroup, as an alert's capture shows it: the wait on
+    // a sleeper's own track, named with its cgroup, ending where the capture switches it in; and a
+    // task of another cgroup (a spinner, or another cgroup's sleeper) holding that CPU during it.
+    let ours: Vec<&str> = cgroups.iter().map(|cg| cg.path.as_str()).collect();
+    let mut judged = 0;
+    for name in listed.iter().filter_map(|c| c["name"].as_str()).filter(|n| !n.ends_with("-demand.pftrace")) {
+        let c = perfetto::read(&captures.join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let begin = c.slices.iter().find(|s| s.kind == 1).unwrap_or_else(|| panic!("{name}: no wait marked"));
+        let end = c.slices.iter().find(|s| s.kind == 2 && s.tid == begin.tid).expect("its end");
+        let cgroup = begin.notes.get("cgroup").and_then(|v| v.as_str()).unwrap_or("");
+        assert!(ours.contains(&cgroup), "{name}: the wait of a task in {cgroup:?}, none of ours");
+        let cpu = begin.notes.get("cpu").and_then(serde_json::Value::as_u64).expect("its CPU") as u32;
+        let on_cpu: Vec<_> = c.switches.iter().filter(|s| s.cpu == cpu).collect();
+        // A wait still in progress when its alert's last reading was taken ends where it was seen.
+        let waiting = begin.notes.contains_key("state");
+        let ran = on_cpu.iter().find(|s| i64::from(s.next) == begin.tid && s.ts_ns.abs_diff(end.ts_ns) < 1_000_000);
+        assert!(
+            waiting || ran.is_some(),
+            "{name}: tid {} not switched in where its wait ends ({})",
+            begin.tid,
+            end.ts_ns
+        );
+        let neighbour = |tid: i32| cgroup_of.get(&tid).is_some_and(|cg| *cg != cgroup);
+        let held = on_cpu.iter().any(|s| {
+            let during = (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns);
+            let handed = ran.is_some_and(|r| r.ts_ns == s.ts_ns) && neighbour(s.prev);
+            (during && neighbour(s.next)) || handed
+        });
+        assert!(held, "{name}: no task of another cgroup held CPU {cpu} during the wait of tid {}", begin.tid);
+        judged += 1;
+    }
+    assert!(judged >= 1, "no alert's capture kept beside the one on demand: {listed:?}");
     eprintln!(
         "capture storm: {fired} alerts fired in {CGROUPS} cgroups over 6 s ({scrapes} scrapes answered); captures \
-         written {written}, suppressed {suppressed}, failed {failed}, removed {removed}, {} kept; on demand: {} \
-         switches on {} CPUs over {:.2} s",
+         written {written}, suppressed {suppressed}, failed {failed}, removed {removed}, {} kept ({judged} of a \
+         sleeper held up by a neighbour cgroup's task, as judged); on demand: {} switches on {} CPUs over {:.2} s",
         traces.len(),
         read.switches.len(),
         cpus.len(),
