@@ -303,6 +303,17 @@ pub fn picture(records: &[CaptureRecord], wait: Option<&Wait>) -> String {
     if hidden_rows > 0 {
         notes.push(format!("{hidden_rows} quieter CPUs not drawn"));
     }
+    // A ring that wrapped before it was read no longer holds the start of the wait: said, not hidden.
+    if let Some(w) = wait
+        && let Some(first_there) = records.iter().find(|r| r.cpu == w.cpu).map(|r| r.ts_ns)
+        && first_there > w.start_ns
+    {
+        notes.push(format!(
+            "CPU {}'s ring no longer held the wait's first {} (raise capture_events)",
+            w.cpu,
+            fmt_ns(first_there.min(w.end_ns) - w.start_ns)
+        ));
+    }
     notes.push("open the .pftrace in ui.perfetto.dev for every event".into());
     let _ =
         writeln!(out, "<text x=\"{LEFT}\" y=\"{y:.1}\" fill=\"#555\">{}</text>\n</svg>", escape(&notes.join(" · ")));
@@ -382,6 +393,11 @@ mod tests {
         };
         let svg = picture(&records, Some(&wait));
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(!svg.contains("no longer held"), "the ring reaches back: {svg}");
+        let late = Wait { start_ns: 0, ..wait.clone() };
+        let cpu1_from_10ms: Vec<CaptureRecord> = records.iter().filter(|r| r.ts_ns > 0).copied().collect();
+        let beyond = picture(&cpu1_from_10ms, Some(&late));
+        assert!(beyond.contains("ring no longer held the wait") && beyond.contains("first 100 ms"), "{beyond}");
         assert!(svg.contains("victim (tid 7) waited 90 ms on CPU 1 (wakeup)"), "{svg}");
         assert!(svg.contains("hog (tid 9) 90 ms"), "the holder and its time during the wait: {svg}");
         assert!(svg.contains("class=\"wait\""));
