@@ -12,7 +12,7 @@ use latency_common::maps::{
 };
 use prost::Message as _;
 
-use super::{capture::Wait, units::fmt_ns};
+use super::{capture::Wait, comm_string, units::fmt_ns};
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Trace {
@@ -255,12 +255,6 @@ pub struct Host {
     pub cpus: u32,
 }
 
-/// `comm` as text: up to its first NUL, invalid UTF-8 replaced.
-fn text(comm: &[u8; 16]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
 fn pid(tid: u32) -> Option<i32> {
     Some(i32::try_from(tid).unwrap_or(i32::MAX))
 }
@@ -276,11 +270,11 @@ fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
         CAPTURE_SWITCH => {
             e.pid = Some(r.pid);
             e.sched_switch = Some(SchedSwitch {
-                prev_comm: Some(text(&r.comm)),
+                prev_comm: Some(comm_string(&r.comm)),
                 prev_pid: pid(r.pid),
                 prev_prio: Some(r.prio),
                 prev_state: Some(i64::from(r.arg)),
-                next_comm: Some(text(&r.other_comm)),
+                next_comm: Some(comm_string(&r.other_comm)),
                 next_pid: pid(r.other_pid),
                 next_prio: Some(r.other_prio),
             });
@@ -288,7 +282,7 @@ fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
         CAPTURE_WAKING => {
             e.pid = Some(r.other_pid);
             e.sched_waking = Some(SchedWaking {
-                comm: Some(text(&r.comm)),
+                comm: Some(comm_string(&r.comm)),
                 pid: pid(r.pid),
                 prio: Some(r.prio),
                 success: Some(1),
@@ -298,7 +292,7 @@ fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
         CAPTURE_MIGRATE => {
             e.pid = Some(r.other_pid);
             e.sched_migrate_task = Some(SchedMigrateTask {
-                comm: Some(text(&r.comm)),
+                comm: Some(comm_string(&r.comm)),
                 pid: pid(r.pid),
                 prio: Some(r.prio),
                 orig_cpu: signed(r.arg),
@@ -311,7 +305,7 @@ fn event(r: &CaptureRecord) -> Option<FtraceEvent> {
         }
         CAPTURE_IRQ => {
             e.pid = Some(r.other_pid);
-            e.irq_handler_entry = Some(IrqHandlerEntry { irq: signed(r.arg), name: Some(text(&r.comm)) });
+            e.irq_handler_entry = Some(IrqHandlerEntry { irq: signed(r.arg), name: Some(comm_string(&r.comm)) });
         }
         CAPTURE_IRQ_EXIT => {
             e.pid = Some(r.other_pid);
@@ -336,7 +330,7 @@ fn threads(records: &[CaptureRecord]) -> BTreeMap<u32, (u32, String)> {
     for r in records {
         let mut seen = |tid: u32, tgid: u32, comm: &[u8; 16]| {
             if tid != 0 {
-                threads.insert(tid, (tgid, text(comm)));
+                threads.insert(tid, (tgid, comm_string(comm)));
             }
         };
         seen(r.pid, r.tgid, &r.comm);

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use latency_common::maps::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
 
 use super::escape;
-use crate::model::{capture::Wait, units::fmt_ns};
+use crate::model::{capture::Wait, comm_string, units::fmt_ns};
 
 const LEFT: f64 = 96.0;
 const PLOT_W: f64 = 880.0;
@@ -34,11 +34,6 @@ struct Slice {
     comm: String,
 }
 
-fn comm(c: &[u8; 16]) -> String {
-    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..end]).into_owned()
-}
-
 /// Each CPU's slices between `from` and `to` from its switches: the task switched in runs until
 /// the next switch; before the first, the first switch's prev ran.
 fn slices(records: &[CaptureRecord], from: u64, to: u64) -> BTreeMap<u32, Vec<Slice>> {
@@ -47,9 +42,16 @@ fn slices(records: &[CaptureRecord], from: u64, to: u64) -> BTreeMap<u32, Vec<Sl
         let row = by_cpu.entry(r.cpu).or_default();
         match row.last_mut() {
             Some(last) => last.end_ns = r.ts_ns,
-            None => row.push(Slice { start_ns: from.min(r.ts_ns), end_ns: r.ts_ns, tid: r.pid, comm: comm(&r.comm) }),
+            None => {
+                row.push(Slice { start_ns: from.min(r.ts_ns), end_ns: r.ts_ns, tid: r.pid, comm: comm_string(&r.comm) })
+            }
         }
-        row.push(Slice { start_ns: r.ts_ns, end_ns: to.max(r.ts_ns), tid: r.other_pid, comm: comm(&r.other_comm) });
+        row.push(Slice {
+            start_ns: r.ts_ns,
+            end_ns: to.max(r.ts_ns),
+            tid: r.other_pid,
+            comm: comm_string(&r.other_comm),
+        });
     }
     for row in by_cpu.values_mut() {
         row.retain(|s| s.end_ns > from && s.start_ns < to);
@@ -228,9 +230,11 @@ pub fn picture(records: &[CaptureRecord], wait: Option<&Wait>) -> String {
         for r in records.iter().filter(|r| r.pid == w.tid && (from..=to).contains(&r.ts_ns)) {
             let at = x(r.ts_ns);
             let (what, source, target) = match r.kind {
-                CAPTURE_WAKING => {
-                    (format!("woken by {} (tid {}) on CPU {}", comm(&r.other_comm), r.other_pid, r.cpu), r.cpu, r.arg)
-                }
+                CAPTURE_WAKING => (
+                    format!("woken by {} (tid {}) on CPU {}", comm_string(&r.other_comm), r.other_pid, r.cpu),
+                    r.cpu,
+                    r.arg,
+                ),
                 CAPTURE_MIGRATE => (format!("moved from CPU {} to CPU {}", r.arg, r.other_arg), r.arg, r.other_arg),
                 _ => continue,
             };
