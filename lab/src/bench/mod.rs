@@ -71,6 +71,12 @@ pub struct Args {
     /// bench-report/together.md.
     #[arg(long, num_args = 1.., value_name = "DAEMON", conflicts_with_all = ["guard", "in_program", "daemon_only"])]
     together: Vec<PathBuf>,
+    /// With or instead of --together: this build once more with these flags (space-separated;
+    /// repeat for more), attached with the others, e.g. `--together-flags
+    /// "--capture-dir=/tmp/bench-captures"`: what the option adds to each scheduler event, its own
+    /// programs included.
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true, conflicts_with_all = ["guard", "in_program", "daemon_only"])]
+    together_flags: Vec<String>,
     /// Run the shipped static (musl) daemon of target/dist (`cargo xtask dist`) instead of
     /// building the host's release one (the kernel object is the same).
     #[arg(long = "static")]
@@ -78,14 +84,19 @@ pub struct Args {
 }
 
 impl Args {
+    /// Builds side by side: other builds, or this one with flags.
+    fn is_together(&self) -> bool {
+        !self.together.is_empty() || !self.together_flags.is_empty()
+    }
+
     /// Whether this run attaches the floor program (the in-program and pair tables do).
     pub fn needs_floor(&self) -> bool {
-        !self.daemon_only && !self.wait_scan && self.together.is_empty()
+        !self.daemon_only && !self.wait_scan && !self.is_together()
     }
 
     /// Whether this run times the drain pipeline on synthetic maps (the drain tables do).
     pub fn needs_pipeline(&self) -> bool {
-        !self.guard && !self.in_program && !self.wait_scan && self.together.is_empty()
+        !self.guard && !self.in_program && !self.wait_scan && !self.is_together()
     }
 }
 
@@ -153,9 +164,16 @@ pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if !args.together.is_empty() {
-        let builds: Vec<PathBuf> =
-            std::iter::once(binaries.daemon.clone()).chain(args.together.iter().cloned()).collect();
+    if args.is_together() {
+        let this = || together::Build::plain(binaries.daemon.clone());
+        let builds: Vec<together::Build> = std::iter::once(this())
+            .chain(args.together.iter().cloned().map(together::Build::plain))
+            .chain(
+                args.together_flags
+                    .iter()
+                    .map(|f| together::Build { flags: f.split_whitespace().map(str::to_owned).collect(), ..this() }),
+            )
+            .collect();
         let _stats = crate::guard::Sysctl::set("kernel.bpf_stats_enabled", "1")?;
         let table = together::measure(&builds, &overhead::workloads())?;
         print!("{table}");

@@ -162,6 +162,11 @@ pub struct ProgStats {
 /// Every loaded program on a scheduler tracepoint (kernel names are cut at 15 bytes:
 /// `sched_wakeup_ne`, so they are matched by the `sched_` prefix).
 pub fn sched_programs() -> anyhow::Result<Vec<ProgStats>> {
+    Ok(programs()?.into_iter().filter(|p| p.name.starts_with("sched_")).collect())
+}
+
+/// Every BPF program loaded, by id, name and the kernel's run statistics.
+pub fn programs() -> anyhow::Result<Vec<ProgStats>> {
     let progs = json(&["prog", "show"])?;
     Ok(progs
         .as_array()
@@ -169,7 +174,7 @@ pub fn sched_programs() -> anyhow::Result<Vec<ProgStats>> {
         .flatten()
         .filter_map(|p| {
             let name = p["name"].as_str()?;
-            name.starts_with("sched_").then(|| ProgStats {
+            Some(ProgStats {
                 id: p["id"].as_u64().unwrap_or(0),
                 name: name.to_owned(),
                 run_time_ns: p["run_time_ns"].as_u64().unwrap_or(0),
