@@ -95,7 +95,7 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
         .output()
         .expect("latency-daemon record");
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "record failed: {log}");
+    assert!(out.status.success(), "record failed ({}): {log}", out.status);
     let (perf, lost) = perf.stop().expect("perf script");
     drop(_spinners);
     let sleeper_tid = sleeper.pid();
@@ -236,19 +236,16 @@ fn a_capture_reads_with_perfettos_classes_and_matches_perfs_switches_on_a_cpu() 
     let perf_wakers = wakers(sleeper_tid);
     let sleeper_wakings: Vec<_> = ours.wakings.iter().filter(|w| w.woken as u32 == sleeper_tid).collect();
     assert!(sleeper_wakings.len() > 100, "{} wakings of the sleeper in the capture", sleeper_wakings.len());
+    let mut gaps = Vec::with_capacity(sleeper_wakings.len());
     for w in &sleeper_wakings {
         let nearest = perf_wakers.iter().min_by_key(|(t, _)| t.abs_diff(w.ts_ns)).expect("perf saw the sleeper woken");
-        assert!(
-            nearest.0.abs_diff(w.ts_ns) <= CLOCK_SLACK_NS,
-            "a waking {} ns from perf's",
-            nearest.0.abs_diff(w.ts_ns)
-        );
         assert_eq!(w.waker, nearest.1, "the waker of the sleeper at {}", w.ts_ns);
+        gaps.push(nearest.0.abs_diff(w.ts_ns));
     }
+    let woken = Gaps::judged("sleeper's waking", CPU, EVENT_MEDIAN_NS, gaps);
     eprintln!(
-        "capture: {line}; CPU {CPU}: {switched}; {} wakings of the sleeper, each with perf's waker; {} threads named; \
+        "capture: {line}; CPU {CPU}: {switched}; {woken}, each with perf's waker; {} threads named; \
          CPU {idle_cpu}: {idled}; {irq_part}",
-        sleeper_wakings.len(),
         ours.threads.len(),
     );
 }
@@ -303,16 +300,24 @@ fn same_as_perfs<K: PartialEq + std::fmt::Debug + Copy>(
     if let Some(i) = ours.iter().zip(theirs).position(|(a, b)| a.1 != b.1) {
         panic!("{what} {i} on CPU {cpu}: ours {:?}, perf's {:?}", ours[i], theirs[i]);
     }
-    let mut gaps: Vec<u64> = ours.iter().zip(theirs).map(|(a, b)| a.0.abs_diff(b.0)).collect();
-    gaps.sort_unstable();
-    let (median, p99, worst) = (gaps[gaps.len() / 2], gaps[gaps.len() * 99 / 100], gaps[gaps.len() - 1]);
-    assert!(median <= median_ns, "the capture's {what} events on CPU {cpu} are a median {median} ns from perf's");
-    // A vCPU the host preempts between perf's stamp and ours moves one event by that long.
-    assert!(
-        p99 <= CLOCK_SLACK_NS && worst <= ALIGN_NS,
-        "{what} on CPU {cpu}: p99 {p99} ns, worst {worst} ns from perf's"
-    );
-    Gaps { what, count: ours.len(), median, p99, worst }
+    let gaps = ours.iter().zip(theirs).map(|(a, b)| a.0.abs_diff(b.0)).collect();
+    Gaps::judged(what, cpu, median_ns, gaps)
+}
+
+impl Gaps {
+    /// Each event's distance from perf's, judged: the median within `median_ns`, 99 in 100 within
+    /// `CLOCK_SLACK_NS`, and none further than a millisecond (a vCPU the host preempts between
+    /// perf's stamp and ours moves one event by that long).
+    fn judged(what: &'static str, cpu: u32, median_ns: u64, mut gaps: Vec<u64>) -> Gaps {
+        gaps.sort_unstable();
+        let (median, p99, worst) = (gaps[gaps.len() / 2], gaps[gaps.len() * 99 / 100], gaps[gaps.len() - 1]);
+        assert!(median <= median_ns, "the capture's {what} events on CPU {cpu} are a median {median} ns from perf's");
+        assert!(
+            p99 <= CLOCK_SLACK_NS && worst <= 1_000_000,
+            "{what} on CPU {cpu}: p99 {p99} ns, worst {worst} ns from perf's"
+        );
+        Gaps { what, count: gaps.len(), median, p99, worst }
+    }
 }
 
 #[test]
@@ -549,7 +554,9 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     daemon.stop().expect("SIGTERM");
 
     let [written, suppressed, failed, removed] = counts;
-    assert!(fired >= 2 * CGROUPS as u64, "no storm: {fired} alerts fired");
+    // A storm: more captures asked for than the directory keeps, twice over (each cgroup's alert
+    // fires about twice in 6 s on a quiet machine, less often on a loaded one).
+    assert!(fired >= 2 * MAX_FILES as u64, "no storm: {fired} alerts fired");
     assert_eq!(
         written + suppressed + failed,
         fired + 1,
