@@ -131,51 +131,36 @@ pub(super) fn resolve(
 /// Ranges and relations between fields.
 pub(super) fn check(c: &Config) -> Vec<Problem> {
     let mut problems = Vec::new();
-    let mut within = |field: &str, value: String, ok: bool, range: String| {
-        if !ok {
-            problems.push(Problem::new(field, format!("{value} is not in {range}")));
-        }
-    };
-    within(
+    problems.extend(within(
         "interval",
         human(c.interval),
         (MIN_INTERVAL..=MAX_INTERVAL).contains(&c.interval),
         format!("{}..={}", human(MIN_INTERVAL), human(MAX_INTERVAL)),
-    );
-    within("top_cgroups", c.top_cgroups.to_string(), TOP_CGROUPS.contains(&c.top_cgroups), show(&TOP_CGROUPS));
-    within("web_max_requests", c.web_max_requests.to_string(), c.web_max_requests <= MAX_WEB, format!("0..={MAX_WEB}"));
-    within(
+    ));
+    problems.extend(outside("top_cgroups", c.top_cgroups, &TOP_CGROUPS));
+    problems.extend(within(
+        "web_max_requests",
+        c.web_max_requests.to_string(),
+        c.web_max_requests <= MAX_WEB,
+        format!("0..={MAX_WEB}"),
+    ));
+    problems.extend(within(
         "web_max_connections",
         c.web_max_connections.to_string(),
         (1..=MAX_WEB).contains(&c.web_max_connections),
         format!("1..={MAX_WEB}"),
-    );
-    within("max_cgroups", c.max_cgroups.to_string(), MAX_CGROUPS.contains(&c.max_cgroups), show(&MAX_CGROUPS));
-    within("max_tasks", c.max_tasks.to_string(), MAX_TASKS.contains(&c.max_tasks), show(&MAX_TASKS));
-    within(
-        "capture_events",
-        c.capture_events.to_string(),
-        CAPTURE_EVENTS.contains(&c.capture_events),
-        show(&CAPTURE_EVENTS),
-    );
-    within(
-        "capture_max_files",
-        c.capture_max_files.to_string(),
-        CAPTURE_MAX_FILES.contains(&c.capture_max_files),
-        show(&CAPTURE_MAX_FILES),
-    );
-    within(
-        "capture_max_mib",
-        c.capture_max_mib.to_string(),
-        CAPTURE_MAX_MIB.contains(&c.capture_max_mib),
-        show(&CAPTURE_MAX_MIB),
-    );
-    within(
+    ));
+    problems.extend(outside("max_cgroups", c.max_cgroups, &MAX_CGROUPS));
+    problems.extend(outside("max_tasks", c.max_tasks, &MAX_TASKS));
+    problems.extend(outside("capture_events", c.capture_events, &CAPTURE_EVENTS));
+    problems.extend(outside("capture_max_files", c.capture_max_files, &CAPTURE_MAX_FILES));
+    problems.extend(outside("capture_max_mib", c.capture_max_mib, &CAPTURE_MAX_MIB));
+    problems.extend(within(
         "capture_demand",
         human(c.capture_demand),
         CAPTURE_DEMAND.contains(&c.capture_demand),
         format!("{}..={}", human(*CAPTURE_DEMAND.start()), human(*CAPTURE_DEMAND.end())),
-    );
+    ));
 
     let (window, interval) = (human(c.window), human(c.interval));
     let window_problem = if c.window < c.interval {
@@ -240,6 +225,16 @@ fn human(d: Duration) -> String {
 
 fn show<T: fmt::Display>(r: &RangeInclusive<T>) -> String {
     format!("{}..={}", r.start(), r.end())
+}
+
+/// `field`'s problem when it is not `ok`: "{value} is not in {range}".
+fn within(field: &str, value: String, ok: bool, range: String) -> Option<Problem> {
+    (!ok).then(|| Problem::new(field, format!("{value} is not in {range}")))
+}
+
+/// `field`'s problem when `value` is outside `range`: "{value} is not in {start}..={end}".
+fn outside<T: PartialOrd + fmt::Display>(field: &str, value: T, range: &RangeInclusive<T>) -> Option<Problem> {
+    (!range.contains(&value)).then(|| Problem::new(field, format!("{value} is not in {}", show(range))))
 }
 
 #[cfg(test)]
