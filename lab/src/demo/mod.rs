@@ -15,6 +15,7 @@ mod analysis;
 mod causes;
 mod figure;
 mod histogram;
+mod live_view;
 mod report;
 mod session;
 mod stall_alert;
@@ -56,6 +57,10 @@ pub struct Args {
     /// building the host's release one.
     #[arg(long = "static")]
     pub static_daemon: bool,
+    /// Only the live view's picture, to this PNG (the README's docs/live-view.png): web, batch and
+    /// reports services in `shop.slice`, the web one alerting, then headless Chromium's screenshot.
+    #[arg(long, value_name = "PNG")]
+    pub screenshot: Option<PathBuf>,
 }
 
 /// What the caller prepared: the binaries the demo runs, and how long preparing them took.
@@ -99,6 +104,14 @@ pub const SHORT_FORM: &[&str] = &["demo", "--secs", "2", "--check", "--out", "ta
 pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
     args.check()?;
     require_root()?;
+    if let Some(png) = &args.screenshot {
+        let _signals = guard::catch_signals();
+        let maps_before = bpftool::stamps_maps()?;
+        let shot = live_view::screenshot(&tools.daemon, png);
+        let leftovers = bpftool::leftovers(&maps_before)?;
+        anyhow::ensure!(leftovers.is_empty(), "still loaded after the screenshot: {}", leftovers.join(", "));
+        return shot;
+    }
     let prepare_s = tools.prepared_in.as_secs_f64();
     let began = Instant::now();
     let _signals = guard::catch_signals();
@@ -177,6 +190,20 @@ pub fn run(args: &Args, tools: &Tools) -> anyhow::Result<()> {
         ),
         ok: projected_full_s <= FULL_BUDGET_S,
     });
+    // The live view's picture of a scenario a user would recognise, in the report (outside the
+    // demo's time: it measures nothing).
+    let png = out.join("live-view.png");
+    let shot = live_view::screenshot(&ctx.daemon, &png);
+    checks.push(Check {
+        item: "live view",
+        subject: "the picture".to_owned(),
+        detail: match &shot {
+            Ok(()) => format!("{}: the web service's alert firing, each service among the top cgroups", png.display()),
+            Err(e) => format!("{e:#}"),
+        },
+        ok: shot.is_ok(),
+    });
+    let leftovers = bpftool::leftovers(&maps_before);
     checks.extend(cleanup_checks(&restored, &leftovers, delayacct.old()));
     let (started, alive) = guard::children_alive();
     checks.push(Check {

@@ -1,6 +1,6 @@
 //! The nightly toolchain that builds the kernel program, its `rust-src` (for `-Z build-std=core`)
-//! and a C compiler. In: `rustup`'s listings, the compiler's path; out: rust-src and gcc added,
-//! or why nightly is missing.
+//! and a C compiler. In: `rustup`'s listings, the compiler's path; out: nightly, rust-src and gcc added,
+//! or why nightly could not be.
 use std::process::Command;
 
 use anyhow::bail;
@@ -16,18 +16,24 @@ impl Check for Nightly {
         "nightly toolchain"
     }
     fn doing(&self) -> &'static str {
-        "missing"
+        "installing"
     }
     fn is_done(&self) -> anyhow::Result<bool> {
         let list = cmd::stdout(Command::new("rustup").args(["toolchain", "list"]))?;
         Ok(has_nightly(&list))
     }
     fn do_it(&self) -> anyhow::Result<()> {
-        bail!(
-            "no `nightly` toolchain: `rustup toolchain list` does not show nightly-<host>. It cannot \
-             be downloaded from this machine (static.rust-lang.org is not reachable); install it where \
-             it can be (`rustup toolchain install nightly --component rust-src`) or ship ~/.rustup"
-        )
+        let mut install = Command::new("rustup");
+        install.args(["toolchain", "install", "nightly", "--profile", "minimal", "--component", "rust-src"]);
+        println!("  $ {}", cmd::show(&install));
+        if let Err(e) = cmd::run(&mut install) {
+            bail!(
+                "no `nightly` toolchain, and rustup could not install it ({e:#}): where static.rust-lang.org \
+                 is not reachable, install it on a machine where it is (`rustup toolchain install nightly \
+                 --component rust-src`) and copy ~/.rustup here"
+            )
+        }
+        Ok(())
     }
 }
 

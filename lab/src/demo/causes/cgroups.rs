@@ -50,14 +50,18 @@ fn mkdir(dir: &Path) -> anyhow::Result<()> {
 impl Groups {
     /// `runqlat-causes-<our pid>` right under the cgroup2 mount (and the v1 cpu mount, if any).
     pub fn new() -> anyhow::Result<Groups> {
+        Groups::named(&format!("runqlat-causes-{}", std::process::id()))
+    }
+
+    /// `name` right under the cgroup2 mount (and the v1 cpu mount, if any); it must not exist.
+    pub fn named(name: &str) -> anyhow::Result<Groups> {
         let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
         let mounts = cgroup_mounts_in(&info);
         let mount = mounts.iter().find(|m| m.v2).map(|m| m.point.clone()).context(
             "no cgroup2 file system is mounted (see /proc/self/mountinfo): the daemon labels waits by cgroup v2 path",
         )?;
         let v1 = mounts.iter().find(|m| m.v1_with("cpu")).map(|m| m.point.clone());
-        let name = format!("runqlat-causes-{}", std::process::id());
-        let v2 = mount.join(&name);
+        let v2 = mount.join(name);
         let (cpu, how) = match v1 {
             Some(v1) => {
                 let how = format!(
@@ -66,7 +70,7 @@ impl Groups {
                     v1.display(),
                     mount.display()
                 );
-                (Cpu::V1(v1.join(&name)), how)
+                (Cpu::V1(v1.join(name)), how)
             }
             None => {
                 let controllers = std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();

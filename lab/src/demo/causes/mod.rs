@@ -3,9 +3,9 @@
 //! a busy task held back by its own CPU limit (and that cgroup's throttled time from cpu.stat),
 //! and a 1 ms sleeper held back by a busy neighbour in another cgroup. Before the split, the
 //! throttled wait was told as "idle" (nobody held the CPU).
-mod cgroups;
+pub(super) mod cgroups;
 pub mod figure;
-mod tasks;
+pub(super) mod tasks;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
