@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::args::parse_duration;
 pub use crate::config::args::{ClockArg, RunArgs};
+use crate::config::args::{parse_ceiling, parse_duration};
 
 /// What `--version` and `-V` print after the name: the crate's version, the git commit it was
 /// built from (`+dirty` with uncommitted changes, `unknown` outside a checkout) and the first 12
@@ -98,8 +98,9 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 32768, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_tasks: u32,
 
-    /// Delays above this are discarded and counted instead of recorded (e.g. 10m).
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    /// Delays above this are discarded and counted instead of recorded (e.g. 10m; at most 2^40
+    /// ns, about 18 minutes).
+    #[arg(long, default_value = "10m", value_parser = parse_ceiling)]
     pub ceiling: Duration,
 
     /// Clock for stamps: `monotonic` (the time between the two scheduler events, as perf sched

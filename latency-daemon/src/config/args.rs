@@ -255,7 +255,7 @@ settings! {
         #[serde(deserialize_with = "super::format::de_duration")]
         ceiling: Duration {
             help: "Delays above this are discarded and counted instead of recorded",
-            more: "At most the top bucket, about 57 minutes.",
+            more: "At most 2^40 ns, about 18 minutes: the kernel's stamps keep time modulo twice that.",
             default: "10m",
             apply: Restart,
         },
@@ -614,6 +614,32 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("'{s}': must be greater than zero"));
     }
     Ok(d)
+}
+
+/// The largest `ceiling`: the kernel's stamps keep time modulo twice it (2^40 ns, about 18
+/// minutes), and it is below the top native bucket (2^(94/8) s, about 57 minutes), so every delay
+/// recorded is exact and exportable.
+pub const MAX_CEILING: Duration = Duration::from_nanos(latency_common::maps::MAX_CEILING_NS - 1);
+
+/// Why `ceiling` cannot be this long, if it cannot.
+pub fn ceiling_problem(d: Duration) -> Option<String> {
+    if d.is_zero() {
+        Some("must be greater than zero".to_owned())
+    } else if d > MAX_CEILING {
+        Some(format!(
+            "{} is above the longest delay the kernel's stamps can hold, {:.0} s (about 18 minutes)",
+            humantime::format_duration(d),
+            MAX_CEILING.as_secs_f64()
+        ))
+    } else {
+        None
+    }
+}
+
+/// `ceiling`'s parser: a duration from 1 ns up to [`MAX_CEILING`].
+pub fn parse_ceiling(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    ceiling_problem(d).map_or(Ok(d), |problem| Err(format!("'{s}': {problem}")))
 }
 
 /// An address to listen on; `:PORT` means every IPv4 interface, as node_exporter users type it

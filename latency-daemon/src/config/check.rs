@@ -180,21 +180,7 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
     if c.cgroup_buckets.is_empty() {
         problems.push(Problem::new("cgroup_buckets", "needs at least one bound"));
     }
-    // Above the top native bucket (2^(94/8) s ≈ 57 min) a delay would land in the overflow
-    // bucket, which a native histogram cannot hold: keep every recorded delay exportable.
-    let top = latency_common::buckets::UPPER_NS[latency_common::buckets::OVERFLOW_BUCKET - 1];
-    if c.ceiling.is_zero() {
-        problems.push(Problem::new("ceiling", "must be greater than zero"));
-    } else if c.ceiling.as_nanos() > u128::from(top) {
-        problems.push(Problem::new(
-            "ceiling",
-            format!(
-                "{} is above the largest bucket bound, {:.0} s",
-                humantime::format_duration(c.ceiling),
-                top as f64 / 1e9
-            ),
-        ));
-    }
+    problems.extend(super::args::ceiling_problem(c.ceiling).map(|m| Problem::new("ceiling", m)));
     problems.extend(super::alert::check(&c.alert, c.ceiling));
     problems.extend(super::otlp::check(&c.otlp, c.interval));
     for (field, path) in [
@@ -276,7 +262,7 @@ mod tests {
             (Config { ceiling: Duration::ZERO, ..d.clone() }, "ceiling: must be greater than zero"),
             (
                 Config { ceiling: Duration::from_secs(3600), ..d.clone() },
-                "ceiling: 1h is above the largest bucket bound, 3444 s",
+                "ceiling: 1h is above the longest delay the kernel's stamps can hold, 1100 s (about 18 minutes)",
             ),
         ];
         for (config, expected) in cases {
