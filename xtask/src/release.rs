@@ -142,7 +142,9 @@ fn the_address_and_the_image_are_named_in_one_place() {
 
     let readme = read(&root.join("README.md"));
     assert_eq!(readme.matches(&repository).count(), 1, "README.md names {repository} once (its Install)");
-    assert!(readme.contains(&format!("{image}:{version}")), "README.md runs {image}:{version}");
+    // Its commands take the version from one variable.
+    assert!(readme.contains(&format!("\nversion={version}\n")), "README.md's Install sets version={version}");
+    assert!(readme.contains(&format!("{image}:$version")), "README.md runs {image}:$version");
 
     // The image is set once, in the base every route builds on.
     let base = read(&root.join("deploy/kubernetes/base/kustomization.yaml"));
