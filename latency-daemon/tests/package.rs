@@ -17,8 +17,10 @@ use latency_lab::package::{self, Arch, Binary, Release, deb, oci, rootfs::Rootfs
 use serde_json::Value;
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
-/// A stand-in for the project's published source (there is none yet), so every annotation is set.
-const SOURCE: &str = "https://example.org/latency-daemon";
+/// The project's address (`repository` in the root Cargo.toml), which every artifact names.
+fn source() -> String {
+    package::workspace_field(&root(), "repository").unwrap_or_else(|e| panic!("{e:#}"))
+}
 
 struct Built {
     release: Release,
@@ -80,8 +82,8 @@ fn binaries(release: &Release, out: &Path) -> (Vec<Binary>, Vec<Arch>) {
 
 /// Every artifact, built once into `out`.
 fn build(out: &Path) -> Built {
-    let mut release = Release::from_checkout(&root()).unwrap_or_else(|e| panic!("{e:#}"));
-    release.source = Some(SOURCE.to_owned());
+    let release = Release::from_checkout(&root()).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(release.source, Some(source()), "the release's source is the workspace's repository");
     let _ = std::fs::remove_dir_all(out);
     std::fs::create_dir_all(out).unwrap();
     let (binaries, own) = binaries(&release, out);
@@ -106,7 +108,7 @@ fn each_deb_holds_the_daemon_its_unit_conffile_and_docs() {
         assert_eq!(fields["Package"], "latency-daemon");
         assert_eq!(fields["Version"], format!("{}-{}", a.release.version, deb::REVISION));
         assert_eq!(fields["Architecture"], arch.debian());
-        assert_eq!(fields["Homepage"], SOURCE);
+        assert_eq!(fields["Homepage"], source());
         assert!(fields["Maintainer"].contains('@'), "{fields:?}");
         assert!(fields["Description"].lines().count() > 3, "a synopsis and a long description: {fields:?}");
         assert!(!fields.contains_key("Depends"), "a static binary depends on nothing: {fields:?}");
@@ -188,7 +190,9 @@ fn the_oci_index_names_both_platforms_with_the_annotations() {
     let index = oci::read_json(layout, &a.image.index).unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(index["mediaType"], oci::INDEX_TYPE);
     let want = [
-        ("org.opencontainers.image.source", SOURCE.to_owned()),
+        ("org.opencontainers.image.source", source()),
+        ("org.opencontainers.image.url", source()),
+        ("org.opencontainers.image.documentation", format!("{}/tree/v{}/docs", source(), a.release.version)),
         ("org.opencontainers.image.revision", a.release.revision.clone()),
         ("org.opencontainers.image.version", a.release.version.clone()),
         ("org.opencontainers.image.licenses", oci::LICENSES.to_owned()),
@@ -211,7 +215,9 @@ fn the_oci_index_names_both_platforms_with_the_annotations() {
         assert_eq!(config["os"], "linux");
         assert_eq!(config["config"]["Entrypoint"], serde_json::json!([oci::ENTRYPOINT]));
         assert_eq!(config["config"]["User"], "65534:65534");
-        assert_eq!(config["config"]["Labels"]["org.opencontainers.image.revision"], a.release.revision.as_str());
+        for (key, value) in &want {
+            assert_eq!(config["config"]["Labels"][key], value.as_str(), "{platform:?} config: {key}");
+        }
         assert_eq!(manifest["layers"].as_array().unwrap().len(), 1);
     }
     assert_eq!(platforms, BTreeSet::from(["linux/amd64".to_owned(), "linux/arm64".to_owned()]));

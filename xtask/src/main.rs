@@ -13,6 +13,8 @@ mod manifest;
 mod mixin;
 #[cfg(test)]
 mod readme_layout;
+#[cfg(test)]
+mod release;
 mod run;
 mod seccomp_spo;
 mod setup;

@@ -2,6 +2,7 @@
 //! machine; out: a line per check and a ready machine, or the first problem that cannot be fixed.
 //! Every other subcommand runs the same list first (`build` and `run` only the part they need),
 //! so keep each `is_done` fast (a few ms).
+pub mod actionlint;
 mod bpf_linker;
 pub mod cross;
 mod kernel;
@@ -79,6 +80,8 @@ fn checks(parts: &[Part]) -> Vec<Box<dyn Check>> {
                 Box::new(trixie::VICTORIA_METRICS),
                 Box::new(python::CHECKOV),
                 Box::new(python::CYCLONEDX),
+                Box::new(python::ZIZMOR),
+                Box::new(actionlint::Actionlint),
                 Box::new(kernel::Tracefs),
                 Box::new(kernel::Debugfs),
             ],

@@ -154,14 +154,15 @@ pub struct Release {
     pub epoch: u64,
     /// "Name <address>", the .deb's Maintainer.
     pub maintainer: String,
-    /// Where the source is published (the image's `org.opencontainers.image.source`, the .deb's
-    /// `Homepage`). There is no public repository yet: then both are left out.
+    /// Where the source is published: `repository` of the root Cargo.toml's `[workspace.package]`
+    /// (the image's `org.opencontainers.image.source`, `.url` and `.documentation`, the .deb's
+    /// `Homepage`, the SBOM's vcs reference). `None` leaves all of them out.
     pub source: Option<String>,
 }
 
 impl Release {
     /// From the checkout at `root`: the workspace version, HEAD's id (and `-dirty`), HEAD's time
-    /// or `SOURCE_DATE_EPOCH`, `LATENCY_DIST_MAINTAINER` or HEAD's author, `LATENCY_DIST_SOURCE_URL`.
+    /// or `SOURCE_DATE_EPOCH`, `LATENCY_DIST_MAINTAINER` or HEAD's author, the workspace's `repository`.
     pub fn from_checkout(root: &Path) -> anyhow::Result<Release> {
         let git = |args: &[&str]| {
             let mut c = Command::new("git");
@@ -180,8 +181,9 @@ impl Release {
             Ok(m) => m,
             Err(_) => git(&["log", "-1", "--format=%an <%ae>"])?,
         };
-        let version = workspace_version(root)?;
-        Ok(Release { version, revision, epoch, maintainer, source: std::env::var("LATENCY_DIST_SOURCE_URL").ok() })
+        let version = workspace_field(root, "version")?;
+        let source = workspace_field(root, "repository")?;
+        Ok(Release { version, revision, epoch, maintainer, source: Some(source) })
     }
 
     /// The epoch as RFC 3339 UTC (`2026-12-04T13:12:10Z`), the OCI `created` form.
@@ -190,15 +192,16 @@ impl Release {
     }
 }
 
-/// `version = "…"` of `[workspace.package]` in the root Cargo.toml.
-fn workspace_version(root: &Path) -> anyhow::Result<String> {
+/// `<key> = "…"` of `[workspace.package]` in the root Cargo.toml (`version`, `repository`).
+pub fn workspace_field(root: &Path, key: &str) -> anyhow::Result<String> {
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).context("reading Cargo.toml")?;
     let section = manifest.split("[workspace.package]").nth(1).context("Cargo.toml has no [workspace.package]")?;
+    let prefix = format!("{key} = ");
     section
         .lines()
         .take_while(|l| !l.starts_with('['))
-        .find_map(|l| l.strip_prefix("version = ").map(|v| v.trim().trim_matches('"').to_owned()))
-        .context("[workspace.package] has no version")
+        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().trim_matches('"').to_owned()))
+        .with_context(|| format!("[workspace.package] has no {key}"))
 }
 
 /// Seconds since the epoch → `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC).

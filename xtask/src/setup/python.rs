@@ -1,8 +1,9 @@
 //! Python tools from PyPI, in a venv of the project's own (never the system's site-packages):
 //! kubernetes-validate (deploy/kubernetes against Kubernetes' own schemas, offline), the official
 //! Prometheus client's parsers (our exposition as a consumer no one here wrote reads it), and
-//! checkov, the policy scanner the manifest tests run on every rendered kustomization, and the
-//! CycloneDX library whose validator checks our SBOMs.
+//! checkov, the policy scanner the manifest tests run on every rendered kustomization, the
+//! CycloneDX library whose validator checks our SBOMs, and zizmor, the static analyser of the
+//! GitHub Actions workflows.
 //! In: python3 (with venv) and PyPI; out: /var/cache/runqlat-tools/venv with the pinned versions.
 use std::path::Path;
 use std::process::Command;
@@ -23,6 +24,12 @@ pub fn kubernetes_validate() -> std::path::PathBuf {
 #[cfg(test)]
 pub fn checkov() -> std::path::PathBuf {
     Path::new(VENV).join("bin/checkov")
+}
+
+/// The venv's zizmor (the workflow tests run it on .github/workflows).
+#[cfg(test)]
+pub fn zizmor() -> std::path::PathBuf {
+    Path::new(VENV).join("bin/zizmor")
 }
 
 /// One pinned PyPI package in the venv.
@@ -80,6 +87,14 @@ pub const CYCLONEDX: PipPackage = PipPackage {
     name: "cyclonedx-python-lib (PyPI, in a venv)",
     requirement: "cyclonedx-python-lib[json-validation]==7.6.2",
     dist_info: "cyclonedx_python_lib-7.6.2.dist-info",
+};
+
+/// GitHub Actions' security linter (template injection, credentials left in the checkout,
+/// permissions, unpinned actions…); a static binary in its wheel, run with `--offline`.
+pub const ZIZMOR: PipPackage = PipPackage {
+    name: "zizmor (PyPI, in a venv)",
+    requirement: "zizmor==1.32.0",
+    dist_info: "zizmor-1.32.0.dist-info",
 };
 
 fn venv() -> &'static Path {
