@@ -51,10 +51,22 @@ fn link(out_dir: &Path, package: &Package<'_>) -> anyhow::Result<File> {
     // CARGO_TARGET_DIR names), or its parent when that is one too: `xtask dist` builds in
     // target/dist-build, and its x86_64 object is the one the host's test build embeds.
     let tagged = |dir: &Path| dir.join("CACHEDIR.TAG").is_file();
-    let first = out_dir
-        .ancestors()
-        .find(|dir| tagged(dir))
-        .ok_or_else(|| anyhow!("no CACHEDIR.TAG above {}", out_dir.display()))?;
+    let first = match out_dir.ancestors().find(|dir| tagged(dir)) {
+        Some(dir) => dir,
+        // A target dir's first build, before cargo tags it: OUT_DIR is
+        // <target dir>[/<target triple>]/<profile>/build/<package>-<hash>/out.
+        None => {
+            let above_profile = out_dir.ancestors().nth(4);
+            let triple = std::env::var("TARGET").ok();
+            let dir = match above_profile {
+                Some(dir) if triple.is_some() && dir.file_name().and_then(|n| n.to_str()) == triple.as_deref() => {
+                    dir.parent()
+                }
+                dir => dir,
+            };
+            dir.ok_or_else(|| anyhow!("no target dir above {}", out_dir.display()))?
+        }
+    };
     let root = first.parent().filter(|parent| tagged(parent)).unwrap_or(first);
     let shared_root = root.join("bpf-shared");
     let shared = shared_root.join(&flavour);
