@@ -78,7 +78,8 @@ fn lex(src: &str) -> Vec<Tok> {
         } else if ch == '\'' {
             // A char literal ('x', '\n', '\u{1b}') or a lifetime ('a): skip either.
             if c.get(i + 1) == Some(&'\\') {
-                i += 2;
+                // Past the quote, the backslash and the escaped character (which may be a quote).
+                i += 3;
                 while i < c.len() && c[i] != '\'' {
                     i += 1;
                 }
@@ -442,7 +443,7 @@ fn the_extraction_reads_what_the_compiler_reads() {
             ::log::error!(feature = d.name(), other = "kv"; "after {} kvs", d);
             warn!(ctx, "kernel: tid {}'s stamp", id);
             log::error!(r#"raw "quoted" {e}"#);
-            let c = '"'; let l: &'static str = "";
+            let c = '"'; let q = '\''; let l: &'static str = ""; let e = '\u{1b}';
             super::fail(&format!("cannot {what}: {e}"));
         }
         #[derive(thiserror::Error)]
