@@ -2,8 +2,9 @@
 //! an error naming what is wrong, so tests can insist that every line is a well-formed event.
 use anyhow::{Context as _, bail};
 
-/// `key=value key="quoted \"value\""…` → the pairs, in order. Fails on anything else: a bare
-/// word, an unterminated quote, an empty key.
+/// `key=value key="quoted \"value\""…` → the pairs, in order, escapes (`\"`, `\\`, `\n`, `\r`,
+/// `\t`, `\u001b`) decoded. Fails on anything else: a bare word, an unterminated quote, an empty
+/// key, an unknown escape, a control character left raw.
 pub fn logfmt(line: &str) -> anyhow::Result<Vec<(String, String)>> {
     let mut pairs = Vec::new();
     let mut rest = line;
@@ -22,9 +23,17 @@ pub fn logfmt(line: &str) -> anyhow::Result<Vec<(String, String)>> {
                         Some((_, 'n')) => value.push('\n'),
                         Some((_, 't')) => value.push('\t'),
                         Some((_, 'r')) => value.push('\r'),
-                        Some((_, c)) => value.push(c),
+                        Some((_, c @ ('"' | '\\'))) => value.push(c),
+                        Some((_, 'u')) => {
+                            let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, c)| c)).collect();
+                            let code = u32::from_str_radix(&hex, 16).ok().filter(|_| hex.len() == 4);
+                            let c = code.and_then(char::from_u32);
+                            value.push(c.with_context(|| format!("bad \\u escape {hex:?} in {line:?}"))?);
+                        }
+                        Some((_, c)) => bail!("unknown escape \\{c} in {line:?}"),
                         None => bail!("dangling escape in {line:?}"),
                     },
+                    Some((_, c)) if c.is_control() => bail!("raw control character {c:?} in {line:?}"),
                     Some((_, c)) => value.push(c),
                     None => bail!("unterminated quote in {line:?}"),
                 }
@@ -33,7 +42,7 @@ pub fn logfmt(line: &str) -> anyhow::Result<Vec<(String, String)>> {
         } else {
             let end = after.find(' ').unwrap_or(after.len());
             let value = &after[..end];
-            if value.is_empty() || value.contains('"') || value.contains('=') {
+            if value.is_empty() || value.chars().any(|c| matches!(c, '"' | '=' | '\\') || c.is_control()) {
                 bail!("bad bare value {value:?} in {line:?}");
             }
             (value.to_owned(), &after[end..])
@@ -81,6 +90,8 @@ mod tests {
         assert!(logfmt("latency-daemon: hello").is_err());
         assert!(logfmt(r#"msg="open"#).is_err());
         assert!(logfmt("a=1  b=2").is_err());
+        assert_eq!(get(&logfmt(r#"a="\u001b\\x""#).unwrap(), "a"), Some("\u{1b}\\x"));
+        assert!(logfmt(r#"a="\q""#).is_err() && logfmt(r#"a="\u00""#).is_err());
         assert!(!is_timestamp("2026-12-03 11:55:00"));
     }
 }

@@ -16,6 +16,7 @@ use std::{
 use latency_lab::{
     daemon::Daemon,
     guard::Scratch,
+    logs,
     oracle::bpftool,
     services::{Alertmanager, TestCgroup},
     web::{self, sample},
@@ -52,6 +53,15 @@ fn alerting_on(name: &str, more: &[&str]) -> (Alertmanager, TestCgroup, Scratch,
     args.extend_from_slice(more);
     let daemon = Daemon::start(DAEMON, &args).expect("latency-daemon run");
     (am, cg, dir, daemon)
+}
+
+/// The alert events of `kind` (`fired`, `resolved`) in a daemon's log (logfmt, the default), as
+/// their pairs; every line of the log must be a well-formed logfmt event.
+fn logged(log: &[String], kind: &str) -> Vec<Vec<(String, String)>> {
+    log.iter()
+        .map(|l| logs::logfmt(l).unwrap_or_else(|e| panic!("not one logfmt event: {e:#}")))
+        .filter(|pairs| logs::get(pairs, "event") == Some(kind))
+        .collect()
 }
 
 fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -106,7 +116,7 @@ fn a_breach_reaches_alertmanager_with_who_where_why_and_resolves() {
 
     drop(spinners);
     wait_until(Duration::from_secs(15), "the alert to resolve", || ours("cgroup", &cg.path).is_empty().then_some(()));
-    assert!(daemon.log().iter().any(|l| l.contains("\"event\":\"resolved\"")), "no resolve logged: {:?}", daemon.log());
+    assert!(!logged(&daemon.log(), "resolved").is_empty(), "no resolve logged: {:?}", daemon.log());
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
     assert_nothing_attached();
 }
@@ -130,19 +140,14 @@ fn a_1ms_sleeper_under_the_same_threshold_fires_nothing() {
     // clock; an alert the sleeper did not live through would be ours alone, and fails here.
     let longest_ns: u64 = std::fs::read_to_string(&longest).unwrap_or_default().trim().parse().unwrap_or(0);
     assert!(longest_ns >= 1_000_000, "the sleeper's own record is missing: {longest_ns} ns");
-    let fired: Vec<serde_json::Value> = daemon
-        .log()
-        .iter()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["event"] == "fired")
-        .collect();
+    let fired = logged(&daemon.log(), "fired");
     for alert in &fired {
-        let delay = alert["worst"]["delay_ns"].as_u64().unwrap_or(u64::MAX);
+        let delay: u64 = logs::get(alert, "worst.delay_ns").and_then(|d| d.parse().ok()).unwrap_or(u64::MAX);
         assert!(
             delay <= longest_ns,
-            "fired on a {delay} ns wait the sleeper never saw (its longest sleep {longest_ns} ns): {alert}"
+            "fired on a {delay} ns wait the sleeper never saw (its longest sleep {longest_ns} ns): {alert:?}"
         );
-        eprintln!("alert corroborated by the sleeper's own clock ({delay} ns ≤ {longest_ns} ns): {alert}");
+        eprintln!("alert corroborated by the sleeper's own clock ({delay} ns ≤ {longest_ns} ns): {alert:?}");
     }
     if fired.is_empty() {
         assert!(am.ours("cgroup", &cg.path).expect("alerts").is_empty(), "fired: {:?}", am.alerts());
@@ -390,5 +395,74 @@ fn the_alert_names_the_hog_that_ran() {
     let irq_steal = worst["irq_steal_ns"].as_u64().expect("irq_steal_ns");
     assert!(throttled + irq_steal <= delay, "{throttled} + {irq_steal} ns of a {delay} ns delay: {worst}");
     assert!(daemon.stop().expect("SIGTERM") < Duration::from_secs(2));
+    assert_nothing_attached();
+}
+
+/// A task named by its first argument (hex bytes), pinned to CPU `$2` at nice `$3`: a hog that
+/// spins (`$4` = hog) or a sleeper that wakes every millisecond.
+const NAMED: &str = "import ctypes, os, sys, time
+ctypes.CDLL(None).prctl(15, bytes.fromhex(sys.argv[1]))
+os.sched_setaffinity(0, [int(sys.argv[2])])
+os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[3]))
+while sys.argv[4] == 'hog':
+    pass
+while True:
+    time.sleep(0.001)
+";
+
+/// Task and cgroup names that try to break the log (a quote, a newline, `=`, an escape sequence,
+/// a byte that is not UTF-8, a forged key): the alert is still one logfmt event whose values read
+/// back as the names the kernel kept (invalid UTF-8 replaced), and no key is forged.
+#[test]
+fn hostile_names_stay_inside_one_logfmt_event() {
+    const VICTIM: &[u8] = b"v\"\n=f\x1b\xff\\ x=1";
+    const HOG: &[u8] = b"h\"og forged=1\x07";
+    // Any byte but `/`, NUL and a newline (the kernel refuses those in a cgroup's name).
+    let cg = TestCgroup::new("e\"vil =x\u{1b}[0m\t").expect("a test cgroup with a hostile name");
+    // The config file is TOML, whose basic strings take JSON's escapes.
+    let (_dir, file) = cgroup_only_config(&cg.path, "5ms");
+    std::fs::write(&file, format!("[alert_cgroup_max_delay]\n{} = \"5ms\"\n", Value::from(cg.path.as_str()))).unwrap();
+    let daemon =
+        Daemon::start(DAEMON, &["--config", &file, "--interval", "1s", "--window", "2s"]).expect("latency-daemon run");
+    // Two processes of their own in the cgroup, so that nothing else there (this test's threads)
+    // can be the victim the alert names.
+    let hex = |name: &[u8]| name.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let cpu = (cpus() - 1).to_string();
+    let named = |name: &[u8], nice: &str, what: &str| {
+        cg.spawn(&["python3", "-c", NAMED, &hex(name), &cpu, nice, what]).expect("python3 (a named task)")
+    };
+    let (_hog, _victim) = (named(HOG, "-10", "hog"), named(VICTIM, "19", "sleeper"));
+    let (victim_name, hog_name) = (String::from_utf8_lossy(VICTIM), String::from_utf8_lossy(HOG));
+    let fired = wait_until(Duration::from_secs(20), "a fired alert for the hostile victim", || {
+        logged(&daemon.log(), "fired").into_iter().find(|a| {
+            logs::get(a, "key.cgroup") == Some(cg.path.as_str())
+                && logs::get(a, "worst.victim_comm") == Some(victim_name.as_ref())
+        })
+    });
+    let (_, log) = daemon.stop_with_log().expect("SIGTERM");
+    eprintln!("{fired:?}");
+    assert_eq!(logs::get(&fired, "worst.cgroup"), Some(cg.path.as_str()), "{fired:?}");
+    assert!(victim_name.contains('\u{fffd}'), "{victim_name:?}");
+    // Wherever the hog is a culprit, by its name and in its cgroup (read from /proc/<pid>/cgroup,
+    // whose line ends in the name's tab). Other tasks on a busy machine may fill the 8 runs kept,
+    // so the hog is not always among them.
+    let mut hog_seen = 0;
+    for event in logged(&log, "fired") {
+        for (k, v) in &event {
+            let Some((n, "comm")) = k.strip_prefix("worst.culprits.").and_then(|k| k.split_once('.')) else { continue };
+            if v == hog_name.as_ref() {
+                let cgroup = logs::get(&event, &format!("worst.culprits.{n}.cgroup"));
+                assert_eq!(cgroup, Some(cg.path.as_str()), "the hog's cgroup: {event:?}");
+                hog_seen += 1;
+            }
+        }
+    }
+    eprintln!("the hog named as a culprit {hog_seen} times");
+    // Every line of the whole log, alerts and all, is one event (`logged` parses each) with no
+    // forged key and no raw control character.
+    for pairs in logged(&log, "fired") {
+        assert!(pairs.iter().all(|(k, _)| k != "forged" && k != "x"), "a key forged: {pairs:?}");
+    }
+    assert!(log.iter().all(|l| !l.contains(['\u{1b}', '\u{7}', '\t'])), "a raw control character: {log:?}");
     assert_nothing_attached();
 }

@@ -346,6 +346,8 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
             "1",
             "--capture-dir",
             captures.to_str().unwrap(),
+            // The alert's event read as JSON below.
+            "--log.format=json",
         ],
     )
     .expect("latency-daemon run");

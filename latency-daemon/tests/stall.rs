@@ -209,6 +209,8 @@ fn a_stall_is_seen_and_alerted_while_it_lasts() {
             "--per-task",
             "--alertmanager-url",
             &am.url(),
+            // The alerts' events read as JSON at the end.
+            "--log.format=json",
         ],
     )
     .expect("latency-daemon run");

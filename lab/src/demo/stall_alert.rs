@@ -145,6 +145,8 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
         "1",
         "--capture-dir",
         dir,
+        // The alert's event read as JSON (`fired`, `capture_picture`).
+        "--log.format=json",
     ];
     let d = Daemon::start(daemon, &args)?;
     let watched = pin_away(d.pid()).and_then(|()| watch(&d.addr, PLAN));

@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use log::kv::{self, VisitSource};
 
 use crate::config::args::{LogFormat, LogLevel};
+use crate::model::logfmt;
 
 struct Logger {
     /// `LogFormat` as a number, so a reload can switch it without a lock.
@@ -75,9 +76,14 @@ fn format_line(format: LogFormat, time: &str, record: &log::Record<'_>) -> Strin
     let mut out = String::with_capacity(96 + msg.len());
     match format {
         LogFormat::Logfmt => {
-            let _ = write!(out, "time={time} level={level} target={} msg={}", logfmt(record.target()), logfmt(&msg));
+            let _ = write!(
+                out,
+                "time={time} level={level} target={} msg={}",
+                logfmt::value(record.target()),
+                logfmt::value(&msg)
+            );
             for (key, value) in &fields.0 {
-                let _ = write!(out, " {}={}", logfmt_key(key), logfmt(&value.to_string()));
+                let _ = write!(out, " {}={}", logfmt::key(key), logfmt::value(&value.to_string()));
             }
         }
         LogFormat::Json => {
@@ -156,40 +162,6 @@ impl<'kvs> VisitSource<'kvs> for Fields {
 /// A JSON string literal (serde_json escapes control characters and quotes).
 fn json(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
-}
-
-/// A logfmt value: bare when it is a non-empty run of printable characters without space, `=` or
-/// `"`; otherwise quoted, with `\`, `"` and control characters escaped, so a hostile task or
-/// cgroup name can neither split the line nor forge a key.
-fn logfmt(s: &str) -> String {
-    let bare = !s.is_empty() && s.chars().all(|c| c > ' ' && c != '=' && c != '"' && c != '\\' && !c.is_control());
-    if bare {
-        return s.to_owned();
-    }
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A logfmt key: letters, digits, `_`, `.`, `-`; anything else becomes `_`.
-fn logfmt_key(s: &str) -> String {
-    let key: String =
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' }).collect();
-    if key.is_empty() { "_".to_owned() } else { key }
 }
 
 #[cfg(test)]

@@ -87,8 +87,10 @@ impl ProcessCgroups {
 
 /// The path of the `0::` line (the unified hierarchy; hybrid hosts list the v1 controllers too).
 /// Relative to the reader's cgroup namespace: in a container without the host's, `/../..` leads.
+/// The kernel writes the path unescaped and a cgroup's name may end in a space, tab or `\r` (only
+/// `/` and a newline are refused), so the line is split at `\n` alone and nothing is trimmed.
 pub fn cgroup2_path(text: &str) -> Option<&str> {
-    text.lines().find_map(|l| l.strip_prefix("0::")).map(str::trim_end).filter(|p| p.starts_with('/'))
+    text.split('\n').find_map(|l| l.strip_prefix("0::")).filter(|p| p.starts_with('/'))
 }
 
 #[cfg(test)]
@@ -102,6 +104,7 @@ mod tests {
         assert_eq!(cgroup2_path("0::/\n"), Some("/"));
         assert_eq!(cgroup2_path("3:cpu:/a\n"), None, "v1 only");
         assert_eq!(cgroup2_path(""), None);
+        assert_eq!(cgroup2_path("0::/e\"vil =x\u{1b}[0m\t \r\n"), Some("/e\"vil =x\u{1b}[0m\t \r"));
     }
 
     #[test]

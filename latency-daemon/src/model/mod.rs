@@ -9,6 +9,7 @@ pub mod cgroup_series;
 pub mod container;
 pub mod distribution;
 pub mod exposition;
+pub mod logfmt;
 pub mod perfetto;
 pub mod report;
 pub mod sink_url;

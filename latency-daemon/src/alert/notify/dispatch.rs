@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::payload::Origin;
-use super::{ClientSlot, SinkConfig, Targets, Timing, alertmanager, log, webhook};
+use super::{ClientSlot, LogFormat, SinkConfig, Targets, Timing, alertmanager, log, webhook};
 use crate::alert::{Alert, AlertKey, Transition};
 use crate::metrics::instruments::notify::{NotifyStats, Sink};
 use crate::model::sink_url::HttpUrl;
@@ -29,7 +29,7 @@ pub(super) struct Dispatcher {
     targets: Arc<Targets>,
     /// Firing alerts, for Alertmanagers configured later.
     active: BTreeMap<AlertKey, Alert>,
-    log: mpsc::Sender<Transition>,
+    log: mpsc::Sender<(Transition, LogFormat)>,
     alertmanagers: Vec<Running<alertmanager::Shared>>,
     webhooks: Vec<Running<webhook::Shared>>,
     client: Arc<ClientSlot>,
@@ -109,7 +109,7 @@ impl Dispatcher {
                 Err(_) => self.stats.failed(Sink::Webhook),
             }
         }
-        if self.config.log && self.log.try_send(t).is_err() {
+        if self.config.log && self.log.try_send((t, self.config.log_format)).is_err() {
             self.stats.dropped(Sink::Log, 1);
         }
     }

@@ -1,5 +1,5 @@
 //! Alert sinks: [`Transition`]s in from any thread through [`Notifier::send`], which never blocks;
-//! out to a JSON log on stderr, Alertmanager (API v2) and webhooks, each URL in its own task,
+//! out to the log on stderr (logfmt or JSON, as `--log.format`), Alertmanager (API v2) and webhooks, each URL in its own task,
 //! with [`NotifyStats`] counting what was sent, failed and dropped. Why none of it can block or
 //! bloat the daemon: docs/design.md.
 
@@ -42,8 +42,10 @@ pub struct SinkConfig {
     pub severity: String,
     /// e.g. "http://host:9954/".
     pub generator_url: String,
-    /// A JSON line per transition on stderr.
+    /// A line per transition on stderr.
     pub log: bool,
+    /// That line's format: the daemon's `--log.format`.
+    pub log_format: LogFormat,
     /// CAs for `https://` and the credentials every sink sends.
     pub client: Client,
 }
@@ -58,9 +60,18 @@ impl Default for SinkConfig {
             severity: "warning".into(),
             generator_url: String::new(),
             log: false,
+            log_format: LogFormat::default(),
             client: Client::default(),
         }
     }
+}
+
+/// How the log sink writes its lines: as the logger writes every other event (`--log.format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Logfmt,
+    Json,
 }
 
 /// How long a delivery may take; tests shorten it.

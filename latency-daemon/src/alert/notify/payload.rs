@@ -1,11 +1,13 @@
 //! Alerts in, the bytes sinks send out: the Alertmanager v2 `PostableAlert` array and the log
-//! sink's JSON line. (The webhook body is the `Transition`'s own serde form.)
+//! sink's line (logfmt or JSON, as the daemon's log). (The webhook body is the `Transition`'s own
+//! serde form.)
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::text;
+use super::{LogFormat, text};
 use crate::alert::{Alert, Transition};
+use crate::model::logfmt;
 
 pub const ALERTNAME: &str = "RunQueueDelayHigh";
 
@@ -106,12 +108,13 @@ struct LogLine<'a> {
     summary: String,
 }
 
-/// `{"time":…,"level":"warn"|"info","msg":"alert fired"|"alert updated"|"alert resolved",
-/// "event":"fired"|"updated"|"resolved", …the Alert…, "summary":…}`, no trailing newline: the keys
-/// of a `--log.format=json` event, so a JSON log reader takes it as one, and JSON under logfmt too,
-/// since the culprits are nested data. serde_json escapes every control character, so a hostile
-/// comm stays inside its string.
-pub fn log_line(t: &Transition, now_unix_ns: u64) -> Result<String, serde_json::Error> {
+/// One event for the log, no trailing newline: `time`, `level` (`warn` when fired, else `info`),
+/// `msg` (`alert fired`|`alert updated`|`alert resolved`), `event` (`fired`|`updated`|`resolved`),
+/// the Alert's fields, and `summary`, in `format` as the logger writes its own events. JSON nests
+/// the Alert's data (`{"time":…,"key":{"reason":…},"worst":{…}}`); logfmt writes the same keys
+/// flattened (`key.reason=… worst.culprits.0.comm=…`), every value escaped by the logger's own
+/// rules. Either way a hostile comm or cgroup name stays inside its value, on one line.
+pub fn log_line(t: &Transition, now_unix_ns: u64, format: LogFormat) -> Result<String, serde_json::Error> {
     let (event, level, msg, alert) = match t {
         Transition::Fired(a) => ("fired", "warn", "alert fired", a),
         Transition::Updated(a) => ("updated", "info", "alert updated", a),
@@ -120,7 +123,11 @@ pub fn log_line(t: &Transition, now_unix_ns: u64) -> Result<String, serde_json::
         Transition::Grown(a) => ("grown", "info", "alert grown", a),
     };
     let summary = text::summary(alert);
-    serde_json::to_string(&LogLine { time: text::rfc3339(now_unix_ns), level, msg, event, alert, summary })
+    let line = LogLine { time: text::rfc3339(now_unix_ns), level, msg, event, alert, summary };
+    match format {
+        LogFormat::Json => serde_json::to_string(&line),
+        LogFormat::Logfmt => logfmt::line(&line),
+    }
 }
 
 #[cfg(test)]
@@ -223,7 +230,7 @@ mod tests {
             (&hook["worst"]["throttled_ns"], &hook["worst"]["irq_steal_ns"]),
             (&json!(9_000_000), &json!(1_000_000))
         );
-        let log: Value = serde_json::from_str(&log_line(&Transition::Fired(a), NOW).unwrap()).unwrap();
+        let log: Value = serde_json::from_str(&log_line(&Transition::Fired(a), NOW, LogFormat::Json).unwrap()).unwrap();
         assert_eq!(log["worst"]["throttled_ns"], 9_000_000);
         assert!(log["summary"].as_str().unwrap().contains("9.0 ms throttled"), "{log}");
     }
@@ -232,7 +239,7 @@ mod tests {
     fn log_line_puts_the_event_first_and_survives_hostile_names() {
         let mut a = alert();
         a.worst.victim_comm = "x\"\n\u{0}\u{1b}]0;pwned\u{7}".into();
-        let line = log_line(&Transition::Resolved(a.clone()), NOW).unwrap();
+        let line = log_line(&Transition::Resolved(a.clone()), NOW, LogFormat::Json).unwrap();
         assert!(!line.contains('\n'), "{line}");
         assert!(
             line.starts_with(
@@ -243,7 +250,69 @@ mod tests {
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["worst"]["victim_comm"], a.worst.victim_comm.as_str());
         assert_eq!(v["key"]["cgroup"], "/app.slice");
-        assert!(log_line(&Transition::Fired(a), NOW).unwrap().contains(r#""event":"fired""#));
+        assert!(log_line(&Transition::Fired(a), NOW, LogFormat::Json).unwrap().contains(r#""event":"fired""#));
+    }
+
+    /// Every leaf of the JSON event, at its dotted path, with its text.
+    fn leaves(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+        let at = |k: &str| if path.is_empty() { k.to_owned() } else { format!("{path}.{k}") };
+        match v {
+            Value::Object(m) if !m.is_empty() => m.iter().for_each(|(k, v)| leaves(v, &at(k), out)),
+            Value::Array(a) if !a.is_empty() => {
+                a.iter().enumerate().for_each(|(i, v)| leaves(v, &at(&i.to_string()), out))
+            }
+            Value::String(s) => out.push((path.to_owned(), s.clone())),
+            other => out.push((path.to_owned(), other.to_string())),
+        }
+    }
+
+    #[test]
+    fn the_logfmt_line_carries_every_field_of_the_json_one_and_survives_hostile_names() {
+        use crate::model::container::ContainerLabels;
+
+        let mut a = alert();
+        // A comm may be any bytes but NUL (the kernel's `comm` read lossily), a cgroup any but `/`.
+        a.worst.victim_comm = "x\" level=error\n\u{1b}]0;t\u{7}\u{fffd}\\".into();
+        a.key.cgroup = "/evil= \"slice\"\r\t".into();
+        a.worst.cgroup = a.key.cgroup.clone();
+        a.worst.names = ContainerLabels {
+            namespace: "ns".into(),
+            pod: "p od".into(),
+            container: "c=1".into(),
+            container_id: "ab".repeat(32),
+        };
+        a.worst.culprits[1].cgroup = "unknown".into();
+        a.worst.culprits[1].comm = "forged=1 msg=\"x\"".into();
+        a.worst.queue_depth = Some(3);
+        a.capture = Some("/api/v1/captures/1700000000-cpu1.pftrace".into());
+        a.resolved_unix_ns = Some(NOW);
+        for t in [Transition::Fired(a.clone()), Transition::Resolved(a)] {
+            let json = log_line(&t, NOW, LogFormat::Json).unwrap();
+            let line = log_line(&t, NOW, LogFormat::Logfmt).unwrap();
+            assert!(!line.contains('\n') && !line.contains('\u{1b}') && !line.contains('\r'), "{line}");
+            let pairs = latency_lab::logs::logfmt(&line).unwrap_or_else(|e| panic!("{e:#}: {line}"));
+            let mut want = Vec::new();
+            leaves(&serde_json::from_str(&json).unwrap(), "", &mut want);
+            let mut got = pairs.clone();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "{line}");
+            let keys: Vec<&str> = pairs.iter().take(6).map(|(k, _)| k.as_str()).collect();
+            assert_eq!(keys, ["time", "level", "msg", "event", "key.reason", "key.cgroup"], "{line}");
+        }
+        let line = log_line(&Transition::Fired(alert()), NOW, LogFormat::Logfmt).unwrap();
+        assert!(
+            line.starts_with(
+                "time=2023-11-14T22:15:00.000Z level=warn msg=\"alert fired\" event=fired key.reason=preempt \
+                 key.cgroup=/app.slice threshold_ns=10000000 since_unix_ns=1700000000000000000 worst.reason=preempt"
+            ),
+            "{line}"
+        );
+        assert!(line.contains(" worst.queue_depth=null worst.culprits.0.tid=99 "), "{line}");
+        assert!(
+            line.contains(" worst.culprits_truncated=true resolved_unix_ns=null summary=\"preempt delay"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -267,10 +336,12 @@ mod tests {
         assert!(ann["summary"].as_str().unwrap().contains("myapp (tid 1234) finally ran after 1.90 s"), "{ann}");
 
         // Log: the event, and the words.
-        let fired: Value = serde_json::from_str(&log_line(&Transition::Fired(waiting.clone()), NOW).unwrap()).unwrap();
+        let fired: Value =
+            serde_json::from_str(&log_line(&Transition::Fired(waiting.clone()), NOW, LogFormat::Json).unwrap())
+                .unwrap();
         assert_eq!((&fired["event"], &fired["worst"]["waiting"]), (&json!("fired"), &json!(true)));
         assert!(fired["summary"].as_str().unwrap().contains("has not run yet"), "{fired}");
-        let line = log_line(&Transition::Updated(ran.clone()), NOW).unwrap();
+        let line = log_line(&Transition::Updated(ran.clone()), NOW, LogFormat::Json).unwrap();
         assert!(line.contains(r#""level":"info","msg":"alert updated","event":"updated""#), "{line}");
         let updated: Value = serde_json::from_str(&line).unwrap();
         assert!(updated["worst"].get("waiting").is_none() && updated["ran_after_waiting"] == true, "{updated}");

@@ -13,8 +13,11 @@ pub use self::drainer::pipeline_settings;
 use self::drainer::{Command, Drainer};
 use super::logger;
 use crate::{
-    alert::notify::{Notifier, SinkConfig},
-    config::{Config, ConfigError, args::RunArgs},
+    alert::notify::{self, Notifier, SinkConfig},
+    config::{
+        Config, ConfigError,
+        args::{LogFormat, RunArgs},
+    },
     export::otlp,
     host::{self, cgroups::CgroupNames, paths::HostPaths, procstat, system},
     kernel::{
@@ -391,6 +394,10 @@ fn sink_config(config: &Config, client: Client) -> SinkConfig {
         instance: host,
         severity: config.alert.severity.clone(),
         log: true,
+        log_format: match config.log_format {
+            LogFormat::Logfmt => notify::LogFormat::Logfmt,
+            LogFormat::Json => notify::LogFormat::Json,
+        },
         client,
     }
 }
