@@ -172,6 +172,8 @@ fn logfmt_by_default_json_on_request_and_levels_filter() {
     let version = String::from_utf8_lossy(&version).trim().to_owned();
     let first = logs::logfmt(&log[0]).unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(logs::get(&first, "msg"), Some(format!("{version} starting").as_str()), "{log:?}");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(logs::get(&first, "kernel"), Some(release.trim()), "the first line names the kernel: {log:?}");
 
     let daemon = Daemon::start(DAEMON, &[&args[..], &["--log.format=json", "--log.level=debug"]].concat())
         .expect("latency-daemon run --log.format=json");

@@ -67,9 +67,6 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     };
     logger::set(config.log_level, config.log_format);
-    // The first line says which build this is (what `--version` prints), for whoever reads
-    // the log after an upgrade.
-    log::info!("latency-daemon {} starting", crate::cli::VERSION);
     // Before anything reads /proc or /sys: nothing has, so the first set wins.
     let paths = HostPaths {
         procfs: config.path_procfs.clone(),
@@ -80,6 +77,9 @@ pub fn main(args: RunArgs) -> ExitCode {
     if !host::paths::set(paths.clone()) && *host::paths::get() != paths {
         log::warn!("host files were read before --path.* took effect; reading them under {:?}", host::paths::get());
     }
+    // The first line says which build this is (what `--version` prints) and on which kernel, for
+    // whoever reads the log after an upgrade of either.
+    log::info!(kernel:% = host::system::kernel_release(); "latency-daemon {} starting", crate::cli::VERSION);
     let runtime = match super::serving_runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
