@@ -280,6 +280,10 @@ fn podman_loads_the_archive_and_runs_the_image_confined() {
         });
         assert!(confined.version.starts_with(&format!("latency-daemon {}", a.release.version)), "{}", confined.version);
         assert!(confined.metrics.contains("runqlat_delay_seconds_count"), "{}", confined.metrics);
+        let (encoding, zipped, unzipped) = &confined.gzipped;
+        assert_eq!(encoding.as_deref(), Some("gzip"), "/metrics not gzipped for a scraper that accepts it");
+        assert!(unzipped.contains("runqlat_delay_seconds_count"), "the gzipped scrape: {unzipped}");
+        assert!(*zipped * 2 < unzipped.len(), "gzip: {zipped} bytes for {} plain", unzipped.len());
         let field = |k: &str| confined.status.iter().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("?");
         let bounding = u64::from_str_radix(field("CapBnd:"), 16).unwrap_or(u64::MAX);
         assert_eq!(bounding & !(1 << 38 | 1 << 39), 0, "{:?}", confined.status);

@@ -89,13 +89,17 @@ pub struct Confined {
     pub metrics: String,
     /// /proc/<pid>/status lines that show the confinement (CapEff, CapBnd, Seccomp, NoNewPrivs, Uid).
     pub status: Vec<String>,
+    /// A second scrape as Prometheus asks (`Accept-Encoding: gzip`): its Content-Encoding, its
+    /// size, and its body decompressed (empty if it was not gzip).
+    pub gzipped: (Option<String>, usize, String),
 }
 
 /// Runs `image` (the host's architecture) as deploy/kubernetes/base/daemonset.yaml declares it:
 /// uid 0, every capability dropped but BPF and PERFMON, `seccomp` as its profile,
 /// no-new-privileges, a read-only root, the host's PID namespace and its read-only host mounts
 /// (those that exist here), the configuration in /etc/latency-daemon. First `--version`, then
-/// `run` until /metrics answers (within 30 s), scraped once; the container is removed after.
+/// `run` until /metrics answers (within 30 s), scraped plain and gzipped; the container is removed
+/// after.
 pub fn podman_run_confined(podman: &Podman, image: &str, seccomp: &Path) -> anyhow::Result<Confined> {
     let confine = |extra: &mut Vec<String>| {
         for a in ["--user", "0", "--cap-drop", "ALL", "--cap-add", "CAP_BPF,CAP_PERFMON", "--read-only"] {
@@ -148,6 +152,15 @@ pub fn podman_run_confined(podman: &Podman, image: &str, seccomp: &Path) -> anyh
             }
             std::thread::sleep(Duration::from_millis(300));
         };
+        let zipped = web::get(&addr, "/metrics", &[("Accept-Encoding", "gzip")])?;
+        let encoding =
+            zipped.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("Content-Encoding")).map(|(_, v)| v.clone());
+        let mut unzipped = String::new();
+        if encoding.as_deref() == Some("gzip") {
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&zipped.body[..]), &mut unzipped)
+                .context("the gzipped scrape does not decompress")?;
+        }
+        let gzipped = (encoding, zipped.body.len(), unzipped);
         let pid = podman.podman(&["inspect", "--format", "{{.State.Pid}}", &name])?;
         let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap_or_default();
         let status = status
@@ -155,7 +168,7 @@ pub fn podman_run_confined(podman: &Podman, image: &str, seccomp: &Path) -> anyh
             .filter(|l| ["CapEff:", "CapBnd:", "Seccomp:", "NoNewPrivs:", "Uid:"].iter().any(|k| l.starts_with(k)))
             .map(str::to_owned)
             .collect();
-        Ok(Confined { version: version.trim().to_owned(), metrics, status })
+        Ok(Confined { version: version.trim().to_owned(), metrics, status, gzipped })
     })();
     let removed = podman.podman(&["rm", "--force", "--time", "2", &name]);
     let confined = result?;
