@@ -1,7 +1,7 @@
 //! The man pages and shell completions: in, the daemon's clap `Command` (what the binary parses),
 //! its `RUNQLAT_*` variables and deploy/debian/latency-daemon.8.in (the prose clap cannot know);
-//! out, the tree [`FILES`] names, which the .deb installs where [`FILES`] says and a tarball
-//! carries as it is. Options, defaults, allowed values and commands come from the `Command`, so
+//! out, a tree of `man/man8/*.8` and `completions/*` ([`files`] lists it), which the .deb installs
+//! where [`files`] says, and which is laid out to go into a tarball as it is. Options, defaults, allowed values and commands come from the `Command`, so
 //! the pages cannot drift from the binary.
 //!
 //! The main page, latency-daemon(8), is the template with each `.\" @part` line replaced by that
