@@ -2,7 +2,9 @@
 //! In: the static binaries in target/dist/ or `LATENCY_DIST_DIR`
 //! (`latency-daemon-<version>-{x86_64,aarch64}-linux-musl`); for an architecture without one, another
 //! binary stands in (the other architecture's, else target/release/latency-daemon, else this
-//! test's own daemon). Out: the .deb's fields, contents and scripts, lintian, install / remove /
+//! test's own daemon). Out: the .deb's fields, contents and scripts, its man pages (rendered by
+//! man-db without a warning, naming every option `run --help` names) and shell completions (bash's
+//! run: `latency-daemon r` completes to run and record), lintian, install / remove /
 //! purge in a scratch bookworm root; the OCI index's platforms and annotations, `ctr images import`,
 //! `podman load`, and the amd64 image run as the DaemonSet declares (static binaries only: a
 //! dynamic stand-in has no C library in the image); the SBOM against cargo's own crate list; and
@@ -13,7 +15,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use latency_lab::package::{self, Arch, Binary, Release, deb, oci, rootfs::Rootfs, runtimes, sbom};
+use clap::CommandFactory as _;
+use latency_daemon::{cli::Cli, config::reference};
+use latency_lab::package::{self, Arch, Binary, Release, deb, manual, oci, rootfs::Rootfs, runtimes, sbom};
 use serde_json::Value;
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
@@ -30,6 +34,8 @@ struct Built {
     debs: Vec<(Arch, PathBuf)>,
     sboms: Vec<(Arch, PathBuf)>,
     image: oci::Image,
+    /// The man pages and completions (`manual::write`'s tree) the packages ship.
+    manual: PathBuf,
 }
 
 fn root() -> PathBuf {
@@ -87,8 +93,11 @@ fn build(out: &Path) -> Built {
     let _ = std::fs::remove_dir_all(out);
     std::fs::create_dir_all(out).unwrap();
     let (binaries, own) = binaries(&release, out);
-    let built = package::build(out, &binaries, &release, &root()).unwrap_or_else(|e| panic!("{e:#}"));
-    Built { release, binaries, own, debs: built.debs, sboms: built.sboms, image: built.image }
+    let manual = out.join("manual");
+    manual::write(Cli::command(), &reference::variables(), &release, &root(), &manual)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let built = package::build(out, &binaries, &release, &root(), &manual).unwrap_or_else(|e| panic!("{e:#}"));
+    Built { release, binaries, own, debs: built.debs, sboms: built.sboms, image: built.image, manual }
 }
 
 fn artifacts() -> &'static Built {
@@ -134,6 +143,191 @@ fn each_deb_holds_the_daemon_its_unit_conffile_and_docs() {
         assert!(postinst.contains("deb-systemd-helper enable") && postinst.contains("deb-systemd-invoke"));
         assert!(deb::control_file(deb, "postrm").unwrap().contains("deb-systemd-helper purge"));
         assert!(deb::control_file(deb, "prerm").unwrap().contains("deb-systemd-invoke stop"));
+    }
+}
+
+/// `deb`'s files unpacked (`dpkg-deb -x`) into a fresh folder of this test's.
+fn unpacked(deb: &Path, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new("dpkg-deb").arg("-x").arg(deb).arg(&dir).output().unwrap();
+    assert!(out.status.success(), "dpkg-deb -x {}: {}", deb.display(), String::from_utf8_lossy(&out.stderr));
+    dir
+}
+
+/// What the built binary prints for `args` (`--help` of a command): its own words, not the
+/// generator's.
+fn help(args: &[&str]) -> String {
+    let out = std::process::Command::new(DAEMON).args(args).output().unwrap();
+    assert!(out.status.success(), "{DAEMON} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// man-db's `man` on one page file: (status, stdout, stderr).
+fn man(page: &Path, args: &[&str], width: &str) -> (bool, String, String) {
+    let out = std::process::Command::new("man")
+        .args(args)
+        .arg("-l")
+        .arg(page)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LC_ALL", "C.UTF-8")
+        .env("MANWIDTH", width)
+        .env("MANPAGER", "cat")
+        .output()
+        .unwrap_or_else(|e| panic!("man: {e} (apt-get install man-db)"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Each package's man pages: the main page and one per command the binary's `--help` lists, each
+/// formatted by man-db as lintian does (`man --warnings`) at 80 columns without a word on stderr,
+/// with a NAME line lexgrog (mandb's whatis) reads; the run page names every long option of the
+/// binary's own `run --help`, aliases included, and the main page its sections.
+#[test]
+fn each_deb_ships_man_pages_that_render_cleanly_with_every_run_option() {
+    let commands: Vec<String> = help(&["--help"])
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 5 && commands.contains(&"run".to_owned()), "commands of --help: {commands:?}");
+    let options: BTreeSet<String> = help(&["run", "--help"])
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.trim_end_matches('.').to_owned())
+        .collect();
+    assert!(
+        options.len() > 40 && options.contains("--listen") && options.contains("--web.listen-address"),
+        "{options:?}"
+    );
+    for (arch, deb) in &artifacts().debs {
+        let tree = unpacked(deb, &format!("package-man-{arch}"));
+        let man8 = tree.join("usr/share/man/man8");
+        let mut pages: Vec<String> = std::fs::read_dir(&man8)
+            .unwrap_or_else(|e| panic!("{arch}: {}: {e}", man8.display()))
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        pages.sort();
+        let mut want: Vec<String> = commands.iter().map(|c| format!("latency-daemon-{c}.8.gz")).collect();
+        want.push("latency-daemon.8.gz".to_owned());
+        want.sort();
+        assert_eq!(pages, want, "{arch}: the pages in {}", man8.display());
+        for page in &pages {
+            let path = man8.join(page);
+            let (ok, _, warnings) = man(&path, &["--warnings", "-E", "UTF-8", "-Tutf8", "-Z"], "80");
+            assert!(ok && warnings.trim().is_empty(), "{arch}: man --warnings on {page}:\n{warnings}");
+            let whatis = std::process::Command::new("lexgrog").arg(&path).output().unwrap();
+            let whatis_text = String::from_utf8_lossy(&whatis.stdout);
+            let name = page.trim_end_matches(".8.gz");
+            assert!(
+                whatis.status.success() && whatis_text.contains(&format!("\"{name} - ")),
+                "{arch}: lexgrog {page}: {whatis_text}{}",
+                String::from_utf8_lossy(&whatis.stderr)
+            );
+        }
+        // ASCII, wide and unhyphenated, so every option is one word as `--help` writes it.
+        let text = |page: &str| {
+            let (ok, text, errors) =
+                man(&man8.join(page), &["-E", "ascii", "--no-hyphenation", "--no-justification"], "250");
+            assert!(ok, "{arch}: man {page}: {errors}");
+            text
+        };
+        let run = text("latency-daemon-run.8.gz");
+        let missing: Vec<&String> = options.iter().filter(|o| !run.contains(o.as_str())).collect();
+        assert!(missing.is_empty(), "{arch}: latency-daemon-run(8) lacks {missing:?} of `run --help`:\n{run}");
+        assert!(
+            run.contains("[default: 0.0.0.0:9954]") && run.contains("run-queue"),
+            "{arch}: defaults and values:\n{run}"
+        );
+        let main = text("latency-daemon.8.gz");
+        for section in [
+            "NAME",
+            "SYNOPSIS",
+            "DESCRIPTION",
+            "COMMANDS",
+            "OPTIONS",
+            "ENVIRONMENT",
+            "FILES",
+            "SIGNALS",
+            "EXIT STATUS",
+            "EXAMPLES",
+            "SEE ALSO",
+        ] {
+            assert!(main.lines().any(|l| l == section), "{arch}: latency-daemon(8) has no {section}:\n{main}");
+        }
+        for needle in ["RUNQLAT_TOP_CGROUPS", "SIGHUP", "SIGUSR1", "/etc/latency-daemon.toml", "latency-daemon-run(8)"]
+        {
+            assert!(main.contains(needle), "{arch}: latency-daemon(8) does not say {needle}:\n{main}");
+        }
+    }
+}
+
+/// Each package's completions at the paths bash-completion, zsh and fish look in. bash's, sourced
+/// in a plain `bash`, completes `latency-daemon r` to run and record and `run --top-c` to
+/// `--top-cgroups`; zsh's and fish's pass their shell's syntax check (`-n`) where that shell is
+/// installed (it is not installed for this test).
+#[test]
+fn each_deb_ships_completions_bash_completes_commands_and_options() {
+    for (arch, deb) in &artifacts().debs {
+        let tree = unpacked(deb, &format!("package-completions-{arch}"));
+        let file = |installed: &str| tree.join(installed.trim_start_matches('/'));
+        for (_, _, installed) in manual::COMPLETIONS {
+            let meta = std::fs::metadata(file(installed)).unwrap_or_else(|e| panic!("{arch}: {installed}: {e}"));
+            assert!(meta.len() > 100, "{arch}: {installed} is {} bytes", meta.len());
+        }
+        let bash = file("/usr/share/bash-completion/completions/latency-daemon");
+        let complete = |words: &[&str]| {
+            // `complete -p` names the function; it is called as bash calls it on <Tab>.
+            let script = r#"source "$1" || exit 3
+spec=$(complete -p latency-daemon) || exit 4
+fn=${spec##*-F }; fn=${fn%% *}
+shift
+COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+"$fn" latency-daemon "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+printf '%s\n' "${COMPREPLY[@]}""#;
+            let out = std::process::Command::new("bash")
+                .args(["--norc", "--noprofile", "-c", script, "complete"])
+                .arg(&bash)
+                .args(words)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{arch}: bash completion of {words:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().split_whitespace().map(str::to_owned).collect::<BTreeSet<_>>()
+        };
+        assert_eq!(
+            complete(&["latency-daemon", "r"]),
+            BTreeSet::from(["record".to_owned(), "run".to_owned()]),
+            "{arch}"
+        );
+        assert_eq!(
+            complete(&["latency-daemon", "run", "--top-c"]),
+            BTreeSet::from(["--top-cgroups".to_owned()]),
+            "{arch}"
+        );
+        for (shell, installed) in [
+            ("zsh", "/usr/share/zsh/vendor-completions/_latency-daemon"),
+            ("fish", "/usr/share/fish/vendor_completions.d/latency-daemon.fish"),
+        ] {
+            match std::process::Command::new(shell).arg("-n").arg(file(installed)).output() {
+                Ok(out) => assert!(
+                    out.status.success(),
+                    "{arch}: {shell} -n {installed}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    eprintln!("package: {arch}: no {shell} here: {installed}'s syntax is not checked")
+                }
+                Err(e) => panic!("{shell}: {e}"),
+            }
+        }
     }
 }
 
@@ -437,7 +631,8 @@ fn a_second_build_is_the_same_bytes() {
     let a = artifacts();
     let again = Path::new(env!("CARGO_TARGET_TMPDIR")).join("package-again");
     let _ = std::fs::remove_dir_all(&again);
-    let second = package::build(&again, &a.binaries, &a.release, &root()).unwrap_or_else(|e| panic!("{e:#}"));
+    let second =
+        package::build(&again, &a.binaries, &a.release, &root(), &a.manual).unwrap_or_else(|e| panic!("{e:#}"));
     let pairs = a.sboms.iter().zip(&second.sboms).chain(a.debs.iter().zip(&second.debs));
     for ((arch, first), (_, second)) in pairs {
         assert!(std::fs::read(first).unwrap() == std::fs::read(second).unwrap(), "{arch}: {} differs", first.display());

@@ -1,6 +1,7 @@
 //! `cargo xtask build [--release]`: setup, then `cargo build -p latency-daemon` (whose build.rs
 //! builds the kernel program). Out: the daemon binary's path; and, for the bench, the paths of
-//! latency-daemon's floor example and pipeline benchmark.
+//! latency-daemon's floor example and pipeline benchmark; the man pages and completions (its
+//! `manual` example, run).
 use std::env;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -43,6 +44,18 @@ pub fn floor() -> anyhow::Result<PathBuf> {
     println!("build: the floor example, as `cargo test --workspace` builds it…");
     cargo(&["test", "--workspace", "--no-run"], "building the floor failed")?;
     existing(target_dir().join("debug").join("examples").join("floor"))
+}
+
+/// The man pages and shell completions of the daemon's command line, written into `dir` by
+/// latency-daemon's example `manual` (latency_lab::package::manual's tree). An example, not a
+/// command of the daemon's: it reads the CLI's definition through the library, and xtask stays
+/// free of the daemon's build (which needs the kernel toolchain `setup` installs).
+pub fn manual(dir: &std::path::Path) -> anyhow::Result<()> {
+    let mut run = cmd::cargo()?;
+    run.current_dir(workspace_root())
+        .args(["run", "--quiet", "--package", "latency-daemon", "--example", "manual", "--"])
+        .arg(dir);
+    cmd::run(&mut run).context("writing the man pages and completions failed")
 }
 
 /// Builds latency-daemon's bench target `pipeline` and returns its executable, which cargo names

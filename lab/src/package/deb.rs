@@ -1,5 +1,5 @@
-//! The Debian package: in, a `latency-daemon` binary, the release's facts, its SBOM and the
-//! repository's files (the systemd unit, the example configuration, the docs, deploy/debian/'s
+//! The Debian package: in, a `latency-daemon` binary, the release's facts, its SBOM, the man
+//! pages and completions (`manual`'s tree) and the repository's files (the systemd unit, the example configuration, the docs, deploy/debian/'s
 //! maintainer scripts, copyright and lintian overrides); out, `latency-daemon_<version>-1_<arch>.deb`
 //! built by `dpkg-deb --root-owner-group --build`, and readers of a built one for the checks.
 //!
@@ -10,7 +10,8 @@
 //! | /usr/bin/latency-daemon | the binary, byte for byte (its SHA-256 is the SBOM's) |
 //! | /etc/latency-daemon.toml (conffile) | deploy/latency-daemon.toml: what the unit's `--config` reads |
 //! | /usr/lib/systemd/system/latency-daemon.service | deploy/systemd/, `ExecStart` moved from /usr/local/bin to /usr/bin, `Documentation=` the man page |
-//! | /usr/share/man/man8/latency-daemon.8.gz | deploy/debian/latency-daemon.8 |
+//! | /usr/share/man/man8/latency-daemon.8.gz, latency-daemon-<command>.8.gz | `manual`: the CLI's own, and deploy/debian/latency-daemon.8.in |
+//! | /usr/share/bash-completion/completions/latency-daemon, /usr/share/zsh/vendor-completions/_latency-daemon, /usr/share/fish/vendor_completions.d/latency-daemon.fish | `manual`: the CLI's own |
 //! | /usr/share/doc/latency-daemon/ | copyright, changelog.Debian.gz, changelog.gz (CHANGELOG.md), README, SECURITY, docs/*.md, the SBOM |
 //! | /usr/share/lintian/overrides/latency-daemon | deploy/debian/lintian-overrides, each with its reason |
 //! | DEBIAN/{postinst,prerm,postrm} | deploy/debian/: deb-systemd-helper / deb-systemd-invoke |
@@ -44,8 +45,16 @@ pub fn file_name(release: &Release, arch: super::Arch) -> String {
 }
 
 /// Builds the .deb of `binary` into `out_dir`, with `sbom` (that binary's CycloneDX file) among
-/// its docs; the repository's files come from `root`. Out: the .deb's path.
-pub fn build(out_dir: &Path, binary: &Binary, release: &Release, sbom: &Path, root: &Path) -> anyhow::Result<PathBuf> {
+/// its docs and `manual` (the tree `manual::write` made) installed; the repository's files come
+/// from `root`. Out: the .deb's path.
+pub fn build(
+    out_dir: &Path,
+    binary: &Binary,
+    release: &Release,
+    sbom: &Path,
+    root: &Path,
+    manual: &Path,
+) -> anyhow::Result<PathBuf> {
     let scratch = Scratch::new("runqlat-deb")?;
     let tree = scratch.join("tree");
     let put = |path: &str, bytes: &[u8], mode: u32| write(&tree, path, bytes, mode);
@@ -55,7 +64,12 @@ pub fn build(out_dir: &Path, binary: &Binary, release: &Release, sbom: &Path, ro
     put(UNIT_BINARY.1, &binary_bytes, 0o755)?;
     put(CONFFILE, &read("deploy/latency-daemon.toml")?, 0o644)?;
     put(UNIT, unit(&String::from_utf8(read("deploy/systemd/latency-daemon.service")?)?)?.as_bytes(), 0o644)?;
-    put(MAN_PAGE, &super::gzip_bytes(&read("deploy/debian/latency-daemon.8")?)?, 0o644)?;
+    for (file, installed) in super::manual::files(manual)? {
+        let bytes =
+            std::fs::read(manual.join(&file)).with_context(|| format!("reading {}", manual.join(&file).display()))?;
+        let bytes = if installed.ends_with(".gz") { super::gzip_bytes(&bytes)? } else { bytes };
+        put(&installed, &bytes, 0o644)?;
+    }
     put(&format!("/{DOC}/copyright"), &read("deploy/debian/copyright")?, 0o644)?;
     put(&format!("/{DOC}/changelog.Debian.gz"), &super::gzip_bytes(changelog(release).as_bytes())?, 0o644)?;
     put(&format!("/{DOC}/changelog.gz"), &super::gzip_bytes(&read("CHANGELOG.md")?)?, 0o644)?;

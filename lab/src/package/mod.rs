@@ -1,13 +1,14 @@
 //! Release artifacts from built `latency-daemon` binaries: in, one static binary per architecture
 //! and the release's facts (version, commit, date, maintainer); out, a .deb per architecture
 //! ([`deb`]), an OCI image per architecture under one multi-arch index, as an `oci-archive`
-//! ([`oci`]), the seccomp profile for each architecture ([`seccomp`]) and a CycloneDX SBOM of the
+//! ([`oci`]), the man pages and shell completions the .deb ships ([`manual`]), the seccomp profile for each architecture ([`seccomp`]) and a CycloneDX SBOM of the
 //! crates compiled into the binary ([`sbom`]).
 //!
 //! Every artifact is reproducible: file times are the release's commit time, owners are root,
 //! archives are sorted and gzip writes no name or time. The external tools are Debian's own:
 //! `dpkg-deb`, GNU `tar`, `gzip`, `sha256sum`.
 pub mod deb;
+pub mod manual;
 pub mod oci;
 pub mod rootfs;
 pub mod runtimes;
@@ -125,8 +126,15 @@ pub struct Artifacts {
 }
 
 /// Every artifact of a release into `out_dir`: each binary's SBOM, then its .deb (which ships
-/// that SBOM), then the image of all of them. `root` is the workspace (its deploy/, docs, lock file).
-pub fn build(out_dir: &Path, binaries: &[Binary], release: &Release, root: &Path) -> anyhow::Result<Artifacts> {
+/// that SBOM and `manual`, the tree [`manual::write`] made), then the image of all of them. `root`
+/// is the workspace (its deploy/, docs, lock file).
+pub fn build(
+    out_dir: &Path,
+    binaries: &[Binary],
+    release: &Release,
+    root: &Path,
+    manual: &Path,
+) -> anyhow::Result<Artifacts> {
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut sboms = Vec::new();
     let mut debs = Vec::new();
@@ -134,7 +142,8 @@ pub fn build(out_dir: &Path, binaries: &[Binary], release: &Release, root: &Path
         let arch = binary.arch;
         let sbom = out_dir.join(format!("latency-daemon-{}-{}-linux-musl.cdx.json", release.version, arch.uname()));
         sbom::write(&sbom, root, binary, release).with_context(|| format!("the {arch} SBOM"))?;
-        let deb = deb::build(out_dir, binary, release, &sbom, root).with_context(|| format!("the {arch} .deb"))?;
+        let deb =
+            deb::build(out_dir, binary, release, &sbom, root, manual).with_context(|| format!("the {arch} .deb"))?;
         sboms.push((arch, sbom));
         debs.push((arch, deb));
     }

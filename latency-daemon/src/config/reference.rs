@@ -78,6 +78,17 @@ pub fn markdown() -> String {
     out
 }
 
+/// The `RUNQLAT_*` variables `run` reads, in the order of `run --help`, each with its flag
+/// (`("RUNQLAT_TOP_CGROUPS", "--top-cgroups")`): for the man page's ENVIRONMENT section.
+pub fn variables() -> Vec<(String, String)> {
+    let command = RunArgs::augment_args(clap::Command::new("run"));
+    SETTINGS
+        .iter()
+        .filter_map(|s| command.get_arguments().find(|a| a.get_id() == s.key)?.get_long())
+        .map(|long| (env_name(long), format!("--{long}")))
+        .collect()
+}
+
 /// `doc` with its generated block replaced by `block`; `None` without the markers.
 pub fn with_block(doc: &str, block: &str) -> Option<String> {
     let start = doc.find(BEGIN)? + BEGIN.len();

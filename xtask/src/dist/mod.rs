@@ -1,7 +1,8 @@
 //! `cargo xtask dist`: setup, then a static `latency-daemon` per architecture (musl; why in
 //! `binaries`) into the dist folder (`target/dist/`), each checked (its ELF machine, no loader,
 //! no shared library, `--version` run: under qemu-user for another architecture), and
-//! then from them (`latency_lab::package`) a CycloneDX SBOM and a .deb per architecture and one
+//! then from them (`latency_lab::package`) a CycloneDX SBOM and a .deb per architecture (with
+//! the man pages and shell completions the daemon's `manual` example writes from its CLI) and one
 //! multi-arch OCI image (layout and `oci-archive`), and `SHA256SUMS` over everything. Binaries
 //! are stripped as Debian strips its own (`--strip-unneeded`, no `.comment`): the .deb, the image and the SBOM's
 //! hash are of the file in dist/.
@@ -73,8 +74,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             package::Binary::checked(&b.binary, arch)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Beside dist/, not in it: the .deb (and a tarball) carry it.
+    let manual = build::target_dir().join("dist-build/manual");
+    build::manual(&manual)?;
     println!("dist: SBOMs, .debs and the OCI image of {} ({})", release.version, release.revision);
-    let artifacts = package::build(&dir(), &binaries, &release, &root)?;
+    let artifacts = package::build(&dir(), &binaries, &release, &root, &manual)?;
     let mut files: Vec<&Path> = built.iter().map(|b| b.binary.as_path()).collect();
     files.extend(artifacts.sboms.iter().map(|(_, p)| p.as_path()));
     files.extend(artifacts.debs.iter().map(|(_, p)| p.as_path()));
