@@ -32,6 +32,7 @@ struct Built {
     /// The architectures whose binary is its own static build (not a stand-in).
     own: Vec<Arch>,
     debs: Vec<(Arch, PathBuf)>,
+    tarballs: Vec<(Arch, PathBuf)>,
     sboms: Vec<(Arch, PathBuf)>,
     image: oci::Image,
     /// The man pages and completions (`manual::write`'s tree) the packages ship.
@@ -97,7 +98,16 @@ fn build(out: &Path) -> Built {
     manual::write(Cli::command(), &reference::variables(), &release, &root(), &manual)
         .unwrap_or_else(|e| panic!("{e:#}"));
     let built = package::build(out, &binaries, &release, &root(), &manual).unwrap_or_else(|e| panic!("{e:#}"));
-    Built { release, binaries, own, debs: built.debs, sboms: built.sboms, image: built.image, manual }
+    Built {
+        release,
+        binaries,
+        own,
+        debs: built.debs,
+        tarballs: built.tarballs,
+        sboms: built.sboms,
+        image: built.image,
+        manual,
+    }
 }
 
 fn artifacts() -> &'static Built {
@@ -143,6 +153,55 @@ fn each_deb_holds_the_daemon_its_unit_conffile_and_docs() {
         assert!(postinst.contains("deb-systemd-helper enable") && postinst.contains("deb-systemd-invoke"));
         assert!(deb::control_file(deb, "postrm").unwrap().contains("deb-systemd-helper purge"));
         assert!(deb::control_file(deb, "prerm").unwrap().contains("deb-systemd-invoke stop"));
+    }
+}
+
+#[test]
+fn each_tarball_holds_the_binary_unit_config_manual_and_completions_under_one_directory() {
+    let a = artifacts();
+    for (arch, tarball) in &a.tarballs {
+        let binary = a.binaries.iter().find(|b| b.arch == *arch).unwrap();
+        let top = package::tarball::top(&a.release, binary);
+        assert_eq!(tarball.file_name().unwrap().to_string_lossy(), format!("{top}.tar.gz"));
+        // GNU tar's own listing: modes and owners as a user's `tar xzf` makes them.
+        let listing = std::process::Command::new("tar").arg("tzvf").arg(tarball).output().unwrap();
+        assert!(listing.status.success(), "tar tzvf {}", tarball.display());
+        let listing = String::from_utf8(listing.stdout).unwrap();
+        let entry = |path: &str| {
+            listing
+                .lines()
+                .find(|l| l.ends_with(&format!(" ./{top}/{path}")))
+                .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        };
+        assert_eq!(entry("latency-daemon").as_deref(), Some("-rwxr-xr-x 0/0"), "{listing}");
+        let mut wanted: Vec<String> = package::tarball::FROM_REPOSITORY
+            .iter()
+            .map(|f| Path::new(f).file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        wanted.extend(manual::files(&a.manual).unwrap().into_iter().map(|(tree, _)| tree.display().to_string()));
+        assert!(wanted.iter().any(|w| w.ends_with("latency-daemon-run.8")), "{wanted:?}");
+        for path in &wanted {
+            assert_eq!(entry(path).as_deref(), Some("-rw-r--r-- 0/0"), "{path} in {}:\n{listing}", tarball.display());
+        }
+        assert!(
+            listing
+                .lines()
+                .all(|l| l.split_whitespace().last().is_some_and(|p| p == "./" || p.starts_with(&format!("./{top}")))),
+            "everything under {top}/:\n{listing}"
+        );
+        // What is inside is what dist built and the repository holds, byte for byte.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tarball-{arch}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let x = std::process::Command::new("tar").arg("xzf").arg(tarball).arg("-C").arg(&dir).status().unwrap();
+        assert!(x.success());
+        let inside = dir.join(&top);
+        assert!(std::fs::read(inside.join("latency-daemon")).unwrap() == std::fs::read(&binary.path).unwrap());
+        for file in package::tarball::FROM_REPOSITORY {
+            let name = Path::new(file).file_name().unwrap();
+            assert!(std::fs::read(inside.join(name)).unwrap() == std::fs::read(root().join(file)).unwrap(), "{file}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 
@@ -634,6 +693,7 @@ fn a_second_build_is_the_same_bytes() {
     let second =
         package::build(&again, &a.binaries, &a.release, &root(), &a.manual).unwrap_or_else(|e| panic!("{e:#}"));
     let pairs = a.sboms.iter().zip(&second.sboms).chain(a.debs.iter().zip(&second.debs));
+    let pairs = pairs.chain(a.tarballs.iter().zip(&second.tarballs));
     for ((arch, first), (_, second)) in pairs {
         assert!(std::fs::read(first).unwrap() == std::fs::read(second).unwrap(), "{arch}: {} differs", first.display());
     }

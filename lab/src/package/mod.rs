@@ -1,7 +1,7 @@
 //! Release artifacts from built `latency-daemon` binaries: in, one static binary per architecture
 //! and the release's facts (version, commit, date, maintainer); out, a .deb per architecture
 //! ([`deb`]), an OCI image per architecture under one multi-arch index, as an `oci-archive`
-//! ([`oci`]), the man pages and shell completions the .deb ships ([`manual`]), the seccomp profile for each architecture ([`seccomp`]) and a CycloneDX SBOM of the
+//! ([`oci`]), a tarball per architecture for a host installed by hand ([`tarball`]), the man pages and shell completions the .deb ships ([`manual`]), the seccomp profile for each architecture ([`seccomp`]) and a CycloneDX SBOM of the
 //! crates compiled into the binary ([`sbom`]).
 //!
 //! Every artifact is reproducible: file times are the release's commit time, owners are root,
@@ -14,6 +14,7 @@ pub mod rootfs;
 pub mod runtimes;
 pub mod sbom;
 pub mod seccomp;
+pub mod tarball;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -121,6 +122,8 @@ pub struct Artifacts {
     pub sboms: Vec<(Arch, PathBuf)>,
     /// Per architecture, `latency-daemon_<version>-1_<arch>.deb`.
     pub debs: Vec<(Arch, PathBuf)>,
+    /// Per architecture, `latency-daemon-<version>-<arch>-linux-musl.tar.gz` ([`tarball`]).
+    pub tarballs: Vec<(Arch, PathBuf)>,
     /// `latency-daemon-<version>.oci/` and `.oci.tar`: every architecture under one index.
     pub image: oci::Image,
 }
@@ -138,17 +141,21 @@ pub fn build(
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut sboms = Vec::new();
     let mut debs = Vec::new();
+    let mut tarballs = Vec::new();
     for binary in binaries {
         let arch = binary.arch;
         let sbom = out_dir.join(format!("latency-daemon-{}-{}-linux-musl.cdx.json", release.version, arch.uname()));
         sbom::write(&sbom, root, binary, release).with_context(|| format!("the {arch} SBOM"))?;
         let deb =
             deb::build(out_dir, binary, release, &sbom, root, manual).with_context(|| format!("the {arch} .deb"))?;
+        let tarball =
+            tarball::build(out_dir, binary, release, root, manual).with_context(|| format!("the {arch} tarball"))?;
         sboms.push((arch, sbom));
         debs.push((arch, deb));
+        tarballs.push((arch, tarball));
     }
     let image = oci::build(out_dir, binaries, release, root).context("the OCI image")?;
-    Ok(Artifacts { sboms, debs, image })
+    Ok(Artifacts { sboms, debs, tarballs, image })
 }
 
 /// What every artifact says about the release.

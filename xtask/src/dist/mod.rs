@@ -1,8 +1,8 @@
 //! `cargo xtask dist`: setup, then a static `latency-daemon` per architecture (musl; why in
 //! `binaries`) into the dist folder (`target/dist/`), each checked (its ELF machine, no loader,
 //! no shared library, `--version` run: under qemu-user for another architecture), and
-//! then from them (`latency_lab::package`) a CycloneDX SBOM and a .deb per architecture (with
-//! the man pages and shell completions the daemon's `manual` example writes from its CLI) and one
+//! then from them (`latency_lab::package`) a CycloneDX SBOM, a .deb and a tarball per architecture
+//! (with the man pages and shell completions the daemon's `manual` example writes from its CLI) and one
 //! multi-arch OCI image (layout and `oci-archive`), and `SHA256SUMS` over everything. Binaries
 //! are stripped as Debian strips its own (`--strip-unneeded`, no `.comment`): the .deb, the image and the SBOM's
 //! hash are of the file in dist/.
@@ -82,6 +82,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut files: Vec<&Path> = built.iter().map(|b| b.binary.as_path()).collect();
     files.extend(artifacts.sboms.iter().map(|(_, p)| p.as_path()));
     files.extend(artifacts.debs.iter().map(|(_, p)| p.as_path()));
+    files.extend(artifacts.tarballs.iter().map(|(_, p)| p.as_path()));
     files.push(&artifacts.image.archive);
     for file in &files[built.len()..] {
         println!("dist: {}", file.display());
