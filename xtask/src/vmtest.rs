@@ -46,16 +46,28 @@ fn deb() -> anyhow::Result<std::path::PathBuf> {
 }
 
 /// target/dist's files the bare route installs (docs/install.md's `## The binary`): the x86_64
-/// static binary of this version and `dist::UNIT_FILES`.
+/// static binary of this version and `dist::UNIT_FILES`, each listed in SHA256SUMS with its hash
+/// (the release uploads what SHA256SUMS lists: a user can download and check each).
 fn bare_release() -> anyhow::Result<latency_lab::vmtest::bare::Release> {
     let dist = dist::dir();
     let binary = dist.join(format!("latency-daemon-{}-x86_64-linux-musl", env!("CARGO_PKG_VERSION")));
     let others: Vec<std::path::PathBuf> = dist::UNIT_FILES.iter().map(|(name, _)| dist.join(name)).collect();
+    let sums_path = dist.join("SHA256SUMS");
+    let sums = std::fs::read_to_string(&sums_path).unwrap_or_default();
     for file in std::iter::once(&binary).chain(&others) {
         if !file.is_file() {
             anyhow::bail!(
                 "--deb installs {} as docs/install.md says: it is not there; `cargo xtask dist` builds it",
                 file.display()
+            );
+        }
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        let hash = latency_lab::package::sha256_file(file)?;
+        if !sums.lines().any(|l| l.split_whitespace().eq([hash.as_str(), name.as_ref()])) {
+            anyhow::bail!(
+                "{} does not list {name} with its sha256 {hash}: the release would not carry it; `cargo xtask dist` \
+                 writes both",
+                sums_path.display()
             );
         }
     }
