@@ -281,7 +281,8 @@ fn extra_steps() -> Vec<Step> {
     steps.push(Step {
         name: "vmtest",
         // Every kernel of both architectures booted under QEMU with every configuration attached,
-        // running the shipped static binaries, then the amd64 .deb under a booted systemd on 5.10.
+        // running the shipped static binaries, then under a booted systemd on 5.10 the amd64 .deb
+        // and the bare binary installed by docs/install.md's block.
         // The report goes under target/: README's table is published by a plain `cargo xtask vmtest`.
         run: {
             let out = build::target_dir().join("vmtest-report");

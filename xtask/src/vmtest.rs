@@ -2,7 +2,8 @@
 //! host's release build, or with --static the x86_64 musl one of target/dist), then the lab's matrix
 //! (`latency_lab::vmtest`), whose guests run this very binary's `workload` as their load (arm64
 //! guests: an aarch64 build from target/dist-tools, or this one under qemu-x86_64); with --deb,
-//! target/dist's amd64 .deb for the lab's systemd guest.
+//! target/dist's amd64 .deb and its bare release files (the x86_64 binary, the unit, the
+//! configuration) for the lab's systemd guests.
 use anyhow::Context as _;
 
 use crate::{dist, setup};
@@ -29,6 +30,9 @@ pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     if args.deb && args.deb_file.is_none() {
         args.deb_file = Some(deb()?);
     }
+    if args.deb && args.bare_release.is_none() {
+        args.bare_release = Some(bare_release()?);
+    }
     latency_lab::vmtest::run(&args, &daemon, &xtask)
 }
 
@@ -39,4 +43,33 @@ fn deb() -> anyhow::Result<std::path::PathBuf> {
         anyhow::bail!("--deb boots {}, which is not there: `cargo xtask dist` builds it", deb.display());
     }
     Ok(deb)
+}
+
+/// target/dist's files the bare route installs (docs/install.md's `## The binary`): the x86_64
+/// static binary of this version and `dist::UNIT_FILES`, each listed in SHA256SUMS with its hash
+/// (the release uploads what SHA256SUMS lists: a user can download and check each).
+fn bare_release() -> anyhow::Result<latency_lab::vmtest::bare::Release> {
+    let dist = dist::dir();
+    let binary = dist.join(format!("latency-daemon-{}-x86_64-linux-musl", env!("CARGO_PKG_VERSION")));
+    let others: Vec<std::path::PathBuf> = dist::UNIT_FILES.iter().map(|(name, _)| dist.join(name)).collect();
+    let sums_path = dist.join("SHA256SUMS");
+    let sums = std::fs::read_to_string(&sums_path).unwrap_or_default();
+    for file in std::iter::once(&binary).chain(&others) {
+        if !file.is_file() {
+            anyhow::bail!(
+                "--deb installs {} as docs/install.md says: it is not there; `cargo xtask dist` builds it",
+                file.display()
+            );
+        }
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        let hash = latency_lab::package::sha256_file(file)?;
+        if !sums.lines().any(|l| l.split_whitespace().eq([hash.as_str(), name.as_ref()])) {
+            anyhow::bail!(
+                "{} does not list {name} with its sha256 {hash}: the release would not carry it; `cargo xtask dist` \
+                 writes both",
+                sums_path.display()
+            );
+        }
+    }
+    Ok(latency_lab::vmtest::bare::Release { binary, others, docs: crate::workspace_root().join("docs/install.md") })
 }

@@ -44,13 +44,15 @@ impl Markers {
 pub struct Expected {
     /// The kernel's `uname -r`.
     pub release: String,
-    /// The .deb's binary.
+    /// The binary the unit must run: the .deb's, or target/dist's for the bare route.
     pub sha256: String,
     pub static_binary: bool,
+    /// Whose binary that is, for the check's name (`the .deb's`).
+    pub whose: &'static str,
 }
 
 /// The checker's markers judged: the kernel booted, the unit active and running without a
-/// restart, its process the .deb's static binary, /metrics counting delays, and the process
+/// restart, no unit failed, its process the expected static binary, /metrics counting delays, and the process
 /// bounded by CAP_BPF and CAP_PERFMON, holding nothing else (the daemon keeps CAP_BPF after
 /// attaching where the kernel checks it on each map read, as 5.10 does), with no_new_privs and a
 /// seccomp filter.
@@ -63,6 +65,8 @@ pub fn judge(m: &Markers, expected: &Expected) -> Vec<Check> {
     let bounding = hex("CapBnd");
     let effective = hex("CapEff");
     let last_error = m.journal.iter().rev().find(|l| l.contains("level=error")).map(String::as_str);
+    // The checker prints the marker with nothing after it when no unit failed.
+    let failed_units = m.fields.get("failed_units").map(|f| f.split_whitespace().collect::<Vec<_>>());
     vec![
         Check::new("kernel", m.get("uname") == expected.release, format!("uname -r `{}`", m.get("uname"))),
         Check::new(
@@ -76,13 +80,18 @@ pub fn judge(m: &Markers, expected: &Expected) -> Vec<Check> {
             format!("{}, {}; last error: {}", show("NRestarts"), show("LimitMEMLOCK"), last_error.unwrap_or("none")),
         ),
         Check::new(
-            "the .deb's static binary",
+            "no failed unit",
+            failed_units.as_ref().is_some_and(Vec::is_empty),
+            failed_units.map_or_else(|| "failed_units absent".to_owned(), |f| format!("failed: {f:?}")),
+        ),
+        Check::new(
+            &format!("{} static binary", expected.whose),
             !sha.is_empty() && sha == expected.sha256 && expected.static_binary,
             format!(
                 "{} sha256 {} ({}), {}; `{}`",
                 if m.get("exe").is_empty() { "no serving process" } else { m.get("exe") },
                 sha.get(..12).unwrap_or("absent"),
-                if sha == expected.sha256 { "the .deb's" } else { "not the .deb's" },
+                if sha == expected.sha256 { expected.whose.to_owned() } else { format!("not {}", expected.whose) },
                 if expected.static_binary { "static" } else { "NOT static" },
                 m.get("version")
             ),
@@ -193,13 +202,19 @@ mod tests {
         @@ deb CapBnd=000000c000000000\n\
         @@ deb NoNewPrivs=1\n\
         @@ deb Seccomp=2\n\
+        @@ deb failed_units=\n\
         @@ deb journal attached: 4 programs\n\
         @@ deb journal serving on 0.0.0.0:9954\n\
         @@ deb uname=not the first\n\
         @@ deb done\n";
 
     fn expected() -> Expected {
-        Expected { release: "5.10.0-46-amd64".into(), sha256: "00aa11bb22cc33dd".into(), static_binary: true }
+        Expected {
+            release: "5.10.0-46-amd64".into(),
+            sha256: "00aa11bb22cc33dd".into(),
+            static_binary: true,
+            whose: "the .deb's",
+        }
     }
 
     fn failed(checks: &[Check]) -> Vec<&str> {
@@ -220,13 +235,14 @@ mod tests {
     fn a_passing_console_passes() {
         let checks = judge(&Markers::parse(CONSOLE.lines()), &expected());
         assert!(failed(&checks).is_empty(), "{checks:#?}");
-        assert_eq!(checks.len(), 7);
+        assert_eq!(checks.len(), 8);
     }
 
     /// Each condition, broken alone, fails its own check and only that one.
     #[test]
     fn each_fact_fails_its_check() {
-        let cases: [(&str, &str, &str); 9] = [
+        let cases: [(&str, &str, &str); 10] = [
+            ("@@ deb failed_units=\n", "@@ deb failed_units=systemd-remount-fs.service \n", "no failed unit"),
             ("@@ deb SubState=running", "@@ deb SubState=auto-restart", "unit active"),
             ("@@ deb ActiveState=active", "@@ deb ActiveState=activating", "unit active"),
             ("@@ deb NRestarts=0", "@@ deb NRestarts=2", "no restart"),

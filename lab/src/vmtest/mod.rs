@@ -11,9 +11,12 @@
 //! writes it down; `stall` runs inside the guests of `STALL_KERNELS` (this binary's `vmtest
 //! --guest-stall`): a stall watched through the daemon's wait scan (the lab's `watch`);
 //! `throttle` reads what every paired guest wrote around a busy loop in a cgroup limited by
-//! `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10 once more
-//! with our .deb installed in a Debian root under systemd, and `deb_checks` judges its unit.
+//! `cpu.max`: its wait split by cause. With `--deb`, `systemd` boots 5.10 twice more
+//! in a Debian root under systemd, once with our .deb installed, once with the release's bare
+//! binary, unit and configuration installed by docs/install.md's block (`bare`), and `deb_checks`
+//! judges the unit of each.
 mod arch;
+pub mod bare;
 mod binaries;
 mod checks;
 mod deb_checks;
@@ -77,14 +80,19 @@ pub struct Args {
     /// docs/kernels.md): the plumbing, e.g. of arm64 before there are aarch64 binaries.
     #[arg(long)]
     pub smoke: bool,
-    /// After the matrix, boot 5.10 once more with target/dist's amd64 .deb (`cargo xtask dist`
-    /// builds it) installed in a Debian bullseye root under systemd: its unit must run the .deb's
-    /// static daemon, bounded by CAP_BPF and CAP_PERFMON, and /metrics must count delays.
+    /// After the matrix, boot 5.10 twice more in a Debian bullseye root under systemd: with
+    /// target/dist's amd64 .deb (`cargo xtask dist` builds it) installed, then with its static
+    /// x86_64 binary, unit and configuration installed by docs/install.md's `## The binary` block.
+    /// Each unit must run that static daemon, bounded by CAP_BPF and CAP_PERFMON, and /metrics
+    /// must count delays.
     #[arg(long)]
     pub deb: bool,
     /// The .deb of `--deb` (xtask names target/dist's).
     #[arg(skip)]
     pub deb_file: Option<PathBuf>,
+    /// The release's files of `--deb`'s bare route (xtask names target/dist's).
+    #[arg(skip)]
+    pub bare_release: Option<bare::Release>,
     /// Only fetch what the guests boot into the cache (the kernels, their busybox, with --deb the
     /// Debian root), and boot nothing: network and unpacking, which `cargo xtask test` overlaps
     /// with its build.
@@ -263,11 +271,17 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     // column says each guest's own).
     let matrix_s = matrix.elapsed().as_secs_f64();
     let (first_arch, accel) = setups.into_iter().next().map(|setup| (setup.0, setup.2)).context("no guest booted")?;
-    let deb = if args.deb {
+    let (deb, bare) = if args.deb {
         let accel = if first_arch.is_host() { accel.name.as_str() } else { "tcg" };
-        Some(deb_guest(args, &cache, accel, &out)?)
+        let file = args.deb_file.as_deref().context("--deb: no .deb given (cargo xtask vmtest names target/dist's)")?;
+        let release = args
+            .bare_release
+            .as_ref()
+            .context("--deb: no release files given (cargo xtask vmtest names target/dist's)")?;
+        let deb = systemd_guest(args, systemd::Route::Deb(file), &cache, accel, &out)?;
+        (Some(deb), Some(systemd_guest(args, systemd::Route::Bare(release), &cache, accel, &out)?))
     } else {
-        None
+        (None, None)
     };
     let report = report::Report {
         accel,
@@ -278,6 +292,7 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         matrix_s,
         guests: results,
         deb,
+        bare,
     };
     report::write(&report, &out)?;
     if args.out.is_none() && !args.smoke {
@@ -291,8 +306,8 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
         out.join("report.md").display()
     );
     let mut failed: Vec<String> = report.guests.iter().filter(|g| !g.ok).map(report::label).collect();
-    if report.deb.as_ref().is_some_and(|d| !d.ok) {
-        failed.push(format!("the .deb under systemd ({})", systemd::KERNEL));
+    for systemd in [&report.deb, &report.bare].into_iter().flatten().filter(|d| !d.ok) {
+        failed.push(format!("{} under systemd ({})", systemd.route, systemd::KERNEL));
     }
     if !failed.is_empty() {
         bail!("failed on {}; see {}", failed.join(", "), out.join("report.md").display());
@@ -300,20 +315,29 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--deb`'s guest: the .deb of `args.deb_file` on kernel 5.10 under systemd, its progress
-/// printed like the matrix's; its console goes to `out`/guests/deb-5.10.
-fn deb_guest(args: &Args, cache: &Path, accel: &str, out: &Path) -> anyhow::Result<systemd::DebResult> {
-    let file = args.deb_file.as_deref().context("--deb: no .deb given (cargo xtask vmtest names target/dist's)")?;
+/// One of `--deb`'s guests: `route` on kernel 5.10 under systemd, its progress printed like the
+/// matrix's; its console goes to `out`/guests/deb-5.10 (the .deb) or bare-5.10.
+fn systemd_guest(
+    args: &Args,
+    route: systemd::Route<'_>,
+    cache: &Path,
+    accel: &str,
+    out: &Path,
+) -> anyhow::Result<systemd::DebResult> {
     let kernels = kernels::fetch(&[systemd::KERNEL.to_owned()], cache)?;
     let kernel = kernels.first().context("kernel 5.10 was fetched")?;
-    println!("vmtest: [deb] {} on {} {} under systemd", file.display(), kernel.package, kernel.version);
+    let (tag, what) = match route {
+        systemd::Route::Deb(file) => ("deb", file.display().to_string()),
+        systemd::Route::Bare(release) => ("bare", format!("{} by docs/install.md", release.binary.display())),
+    };
+    println!("vmtest: [{tag}] {what} on {} {} under systemd", kernel.package, kernel.version);
     let deb = systemd::Deb {
         kernel,
-        deb: file,
+        route,
         accel,
         cpus: args.cpus,
         cache,
-        dir: out.join("guests").join(format!("deb-{}", systemd::KERNEL)),
+        dir: out.join("guests").join(format!("{tag}-{}", systemd::KERNEL)),
     };
     let result = systemd::run(&deb, &mut |t, line| {
         println!("vmtest:   {t:6.1} s  {}", line.trim_start_matches("@@ "));

@@ -1,7 +1,8 @@
-//! Our .deb under a booted systemd: in, a kernel (the oldest we support, 5.10), the amd64 .deb
-//! and the cache folder; out, a `DebResult` — the unit's state as `systemctl show` gives it, the
-//! process's capabilities, its /metrics counts and journal, each judged, with the timings — and
-//! the guest's console in the report folder.
+//! Our .deb, or the bare binary as docs/install.md installs it (`bare`), under a booted systemd:
+//! in, a kernel (the oldest we support, 5.10), the route (the amd64 .deb, or the release's files
+//! and the docs' block) and the cache folder; out, a `DebResult` — the unit's state as `systemctl
+//! show` gives it, the process's capabilities, its /metrics counts and journal, each judged, with
+//! the timings — and the guest's console in the report folder.
 //!
 //! The guest's userland is the kernel's own Debian release (bullseye for 5.10, so its systemd
 //! 247 reads the unit): mmdebstrap's `minbase` with systemd, bootstrapped once into a tarball in
@@ -20,6 +21,7 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
 use super::arch::elf_kind;
+use super::bare;
 use super::checks::Check;
 use super::deb_checks::{Expected, MARK, Markers, judge};
 use super::kernels::Kernel;
@@ -37,6 +39,10 @@ pub const UNIT: &str = "latency-daemon.service";
 const UNIT_PATH: &str = "usr/lib/systemd/system/latency-daemon.service";
 const CONFFILE: &str = "etc/latency-daemon.toml";
 const CHECKER: &str = "vmtest-deb-check.service";
+/// Where the daemon serves without a configuration file (`listen`'s default), as the checker
+/// reaches it.
+const DEFAULT_HOST: &str = "127.0.0.1";
+const DEFAULT_PORT: u16 = 9954;
 const DONE: &str = "@@ deb done";
 /// systemd's first line on the console (`Welcome to Debian GNU/Linux 11 (bullseye)!`).
 const WELCOME: &str = "Welcome to ";
@@ -45,12 +51,34 @@ const WELCOME: &str = "Welcome to ";
 /// the checker waits 150 s at most, and the deadline leaves room for a slower host.
 const DEADLINE: Duration = Duration::from_secs(300);
 
+/// How the daemon gets into the root.
+#[derive(Debug, Clone, Copy)]
+pub enum Route<'a> {
+    /// This .deb, by the root's dpkg.
+    Deb(&'a Path),
+    /// The release's files, by docs/install.md's block.
+    Bare(&'a bare::Release),
+}
+
+impl Route<'_> {
+    /// `Route::Bare`'s title.
+    pub const BARE: &'static str = "the bare binary (docs/install.md)";
+
+    /// The report's and the console's name for it.
+    pub fn title(&self) -> &'static str {
+        match self {
+            Route::Deb(_) => "the .deb",
+            Route::Bare(_) => Self::BARE,
+        }
+    }
+}
+
 /// What to boot.
 #[derive(Debug)]
 pub struct Deb<'a> {
     /// x86_64 (the .deb is amd64).
     pub kernel: &'a Kernel,
-    pub deb: &'a Path,
+    pub route: Route<'a>,
     pub accel: &'a str,
     pub cpus: u32,
     /// Where the bootstrap tarball is kept.
@@ -63,7 +91,10 @@ pub struct Deb<'a> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DebResult {
     pub kernel: Kernel,
-    /// The .deb's file name.
+    /// What was installed: `Route::title`.
+    #[serde(default)]
+    pub route: String,
+    /// The .deb's file name, or the bare binary's.
     pub deb: String,
     /// The guest's Debian release.
     pub suite: String,
@@ -88,6 +119,9 @@ pub struct DebResult {
     pub ok: bool,
     /// The console's last lines when the guest did not pass.
     pub console_tail: Vec<String>,
+    /// How it was installed: the docs' block and what it printed (the bare route).
+    #[serde(default)]
+    pub install_log: Vec<String>,
 }
 
 /// The cached tarball of `kernel`'s Debian release with systemd, bootstrapped now if missing
@@ -113,9 +147,17 @@ pub fn run(deb: &Deb<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result
     let scratch = Scratch::new("runqlat-vmtest-deb")?;
     let root = scratch.join("root");
     rootfs::unpack(&tarball, &root)?;
-    let installed = install(&root, deb.deb)?;
-    let listen = std::fs::read_to_string(root.join(CONFFILE)).with_context(|| format!("reading {CONFFILE}"))?;
-    let (host, port) = probe_address(&listen).with_context(|| format!("{CONFFILE} names no listen address"))?;
+    let installed = match deb.route {
+        Route::Deb(file) => install(&root, file)?,
+        Route::Bare(release) => bare::install(&root, release)?,
+    };
+    let (host, port) = match std::fs::read_to_string(root.join(CONFFILE)) {
+        Ok(listen) => probe_address(&listen).with_context(|| format!("{CONFFILE} names no listen address"))?,
+        // A bare install that left the file out: the unit's `--config` fails, and the boot shows
+        // it; the checker still needs an address.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (DEFAULT_HOST.to_owned(), DEFAULT_PORT),
+        Err(e) => return Err(e).with_context(|| format!("reading {CONFFILE}")),
+    };
     prepare(&root, &host, port)?;
     let initramfs = scratch.join("deb.cpio");
     let initramfs_bytes = pack(&root, &initramfs)?;
@@ -144,12 +186,12 @@ pub fn run(deb: &Deb<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result
         release: deb.kernel.release.clone(),
         sha256: installed.sha256,
         static_binary: installed.static_binary,
+        whose: match deb.route {
+            Route::Deb(_) => "the .deb's",
+            Route::Bare(_) => "target/dist's",
+        },
     };
-    let mut checks = vec![Check::new(
-        "enabled by postinst",
-        installed.enabled,
-        format!("{}'s postinst, run by the root's dpkg: multi-user.target.wants/{UNIT}", suite),
-    )];
+    let mut checks = installed.checks;
     if !boot.finished {
         let why = if boot.timed_out { "the host's deadline passed" } else { "the guest stopped early" };
         checks.push(Check::new("finished", false, format!("{why} after {:.0} s", boot.wall_s)));
@@ -163,7 +205,13 @@ pub fn run(deb: &Deb<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result
         .map(|(t, _)| *t);
     Ok(DebResult {
         kernel: deb.kernel.clone(),
-        deb: deb.deb.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        route: deb.route.title().to_owned(),
+        deb: match deb.route {
+            Route::Deb(file) => file,
+            Route::Bare(release) => release.binary.as_path(),
+        }
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         suite,
         accel: deb.accel.to_owned(),
         cpus: deb.cpus,
@@ -182,6 +230,7 @@ pub fn run(deb: &Deb<'_>, progress: &mut dyn FnMut(f64, &str)) -> anyhow::Result
         } else {
             boot.console.iter().rev().take(25).rev().map(|(_, l)| l.clone()).collect()
         },
+        install_log: installed.log,
     })
 }
 
@@ -207,15 +256,18 @@ fn bootstrap(suite: &str, tarball: &Path) -> anyhow::Result<()> {
     rootfs::bootstrap(tarball, &args, &format!("Debian {suite} with systemd, for the .deb's guest"))
 }
 
-/// What installing the .deb left in the root.
+/// What installing left in the root.
 #[derive(Debug)]
-struct Installed {
-    /// The sha256 of the .deb's /usr/bin/latency-daemon.
-    sha256: String,
+pub struct Installed {
+    /// The sha256 of the binary the unit must run (the .deb's /usr/bin/latency-daemon, or
+    /// target/dist's).
+    pub sha256: String,
     /// It asks for no loader (static or static-pie).
-    static_binary: bool,
-    /// postinst left the unit's multi-user.target.wants link.
-    enabled: bool,
+    pub static_binary: bool,
+    /// What the install itself showed, judged (the unit enabled, …).
+    pub checks: Vec<Check>,
+    /// What it ran and printed, for the report.
+    pub log: Vec<String>,
 }
 
 /// `dpkg --install` of `deb` by the root's own dpkg, chrooted (its maintainer scripts run there).
@@ -235,10 +287,17 @@ fn install(root: &Path, deb: &Path) -> anyhow::Result<Installed> {
     let bytes = std::fs::read(root.join(binary.trim_start_matches('/')))
         .with_context(|| format!("the unit's ExecStart names {binary}, which the .deb does not install"))?;
     let sha256 = crate::package::sha256_file(&root.join(binary.trim_start_matches('/')))?;
+    let enabled = root.join("etc/systemd/system/multi-user.target.wants").join(UNIT).is_symlink();
+    let suite = std::fs::read_to_string(root.join("etc/debian_version")).unwrap_or_default();
     Ok(Installed {
         sha256,
         static_binary: elf_kind(&bytes).is_some_and(|(machine, dynamic)| machine == 62 && !dynamic),
-        enabled: root.join("etc/systemd/system/multi-user.target.wants").join(UNIT).is_symlink(),
+        checks: vec![Check::new(
+            "enabled by postinst",
+            enabled,
+            format!("the postinst, run by Debian {}'s dpkg: multi-user.target.wants/{UNIT}", suite.trim()),
+        )],
+        log: Vec::new(),
     })
 }
 
@@ -338,7 +397,8 @@ pub fn one_line(r: &DebResult) -> String {
     let verdict = if r.ok { "PASS".to_owned() } else { format!("FAIL — {}", failed.join("; ")) };
     let secs = |s: Option<f64>| s.map_or_else(|| "—".to_owned(), |s| format!("{s:.1} s"));
     format!(
-        "{verdict}: systemd up {}, /metrics served {}, guest {:.0} s (build {:.0} s{})",
+        "{}: {verdict}: systemd up {}, /metrics served {}, guest {:.0} s (build {:.0} s{})",
+        r.route,
         secs(r.systemd_s),
         secs(r.served_s),
         r.guest_s,

@@ -3,7 +3,8 @@
 //! no shared library, `--version` run: under qemu-user for another architecture), and
 //! then from them (`latency_lab::package`) a CycloneDX SBOM, a .deb and a tarball per architecture
 //! (with the man pages and shell completions the daemon's `manual` example writes from its CLI) and one
-//! multi-arch OCI image (layout and `oci-archive`), and `SHA256SUMS` over everything. Binaries
+//! multi-arch OCI image (layout and `oci-archive`), the systemd unit and the configuration file
+//! the bare binary is installed with (`UNIT_FILES`), and `SHA256SUMS` over everything. Binaries
 //! are stripped as Debian strips its own (`--strip-unneeded`, no `.comment`): the .deb, the image and the SBOM's
 //! hash are of the file in dist/.
 //!
@@ -84,6 +85,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     files.extend(artifacts.debs.iter().map(|(_, p)| p.as_path()));
     files.extend(artifacts.tarballs.iter().map(|(_, p)| p.as_path()));
     files.push(&artifacts.image.archive);
+    let unit_files = unit_files(&root, &dir())?;
+    files.extend(unit_files.iter().map(PathBuf::as_path));
     for file in &files[built.len()..] {
         println!("dist: {}", file.display());
     }
@@ -91,6 +94,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let sums = sha256sums(&dir(), files)?;
     println!("dist: {}", sums.display());
     Ok(())
+}
+
+/// The files a user installs the bare binary with, as the release names them, and where each
+/// comes from: the unit as deploy/ has it (`ExecStart=/usr/local/bin/latency-daemon`), the
+/// configuration file as the .deb ships it (every setting commented out at its default).
+pub const UNIT_FILES: [(&str, &str); 2] = [
+    ("latency-daemon.service", "deploy/systemd/latency-daemon.service"),
+    ("latency-daemon.toml", "deploy/latency-daemon.toml"),
+];
+
+/// Copies `UNIT_FILES` from the checkout at `root` into `dist`; returns their paths there.
+fn unit_files(root: &Path, dist: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut placed = Vec::new();
+    for (name, source) in UNIT_FILES {
+        let (from, to) = (root.join(source), dist.join(name));
+        std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        placed.push(to);
+    }
+    Ok(placed)
 }
 
 /// The dist folder: `<target>/dist` (CARGO_TARGET_DIR honoured).
