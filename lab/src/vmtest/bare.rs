@@ -18,7 +18,7 @@ use anyhow::{Context as _, bail};
 
 use super::arch::elf_kind;
 use super::checks::Check;
-use super::systemd::{Installed, UNIT};
+use super::deb_checks::{Installed, UNIT};
 
 /// What marks the tested block in docs/install.md.
 pub const MARKER: &str = "<!-- tested: bare install -->";

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use super::checks::Check;
 
+/// The unit under test, as the .deb installs it.
+pub const UNIT: &str = "latency-daemon.service";
 /// How each of the checker's lines starts.
 pub const MARK: &str = "@@ deb ";
 /// CAP_PERFMON (38) and CAP_BPF (39): the unit's CapabilityBoundingSet=.
@@ -175,6 +177,20 @@ pub fn cap_names(mask: u64) -> String {
         .map(|bit| NAMES.get(bit).map_or_else(|| format!("cap {bit}"), |n| (*n).to_owned()))
         .collect();
     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
+
+/// What installing left in the root.
+#[derive(Debug)]
+pub struct Installed {
+    /// The sha256 of the binary the unit must run (the .deb's /usr/bin/latency-daemon, or
+    /// target/dist's).
+    pub sha256: String,
+    /// It asks for no loader (static or static-pie).
+    pub static_binary: bool,
+    /// What the install itself showed, judged (the unit enabled, …).
+    pub checks: Vec<Check>,
+    /// What it ran and printed, for the report.
+    pub log: Vec<String>,
 }
 
 #[cfg(test)]

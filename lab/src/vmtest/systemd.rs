@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::arch::elf_kind;
 use super::bare;
 use super::checks::Check;
-use super::deb_checks::{Expected, MARK, Markers, judge};
+use super::deb_checks::{Expected, Installed, MARK, Markers, UNIT, judge};
 use super::kernels::Kernel;
 use super::qemu::{self, Guest};
 use super::unpacked::HOST_BUSYBOX;
@@ -34,8 +34,6 @@ use crate::package::rootfs::{self, TARBALL_ARG};
 
 /// The kernel the .deb is booted on: the oldest we support.
 pub const KERNEL: &str = "5.10";
-/// The unit under test, as the .deb installs it.
-pub const UNIT: &str = "latency-daemon.service";
 const UNIT_PATH: &str = "usr/lib/systemd/system/latency-daemon.service";
 const CONFFILE: &str = "etc/latency-daemon.toml";
 const CHECKER: &str = "vmtest-deb-check.service";
@@ -254,20 +252,6 @@ fn bootstrap(suite: &str, tarball: &Path) -> anyhow::Result<()> {
     args.push(source_line(&mirrors.archive, suite).trim().to_owned());
     args.push(source_line(&mirrors.security, &format!("{suite}-security")).trim().to_owned());
     rootfs::bootstrap(tarball, &args, &format!("Debian {suite} with systemd, for the .deb's guest"))
-}
-
-/// What installing left in the root.
-#[derive(Debug)]
-pub struct Installed {
-    /// The sha256 of the binary the unit must run (the .deb's /usr/bin/latency-daemon, or
-    /// target/dist's).
-    pub sha256: String,
-    /// It asks for no loader (static or static-pie).
-    pub static_binary: bool,
-    /// What the install itself showed, judged (the unit enabled, …).
-    pub checks: Vec<Check>,
-    /// What it ran and printed, for the report.
-    pub log: Vec<String>,
 }
 
 /// `dpkg --install` of `deb` by the root's own dpkg, chrooted (its maintainer scripts run there).
