@@ -46,12 +46,15 @@ fn deb() -> anyhow::Result<std::path::PathBuf> {
 }
 
 /// target/dist's files the bare route installs (docs/install.md's `## The binary`): the x86_64
-/// static binary of this version and `dist::UNIT_FILES`, each listed in SHA256SUMS with its hash
+/// static binary of this version and `package::tarball::UNIT_FILES`, each listed in SHA256SUMS with its hash
 /// (the release uploads what SHA256SUMS lists: a user can download and check each).
 fn bare_release() -> anyhow::Result<latency_lab::vmtest::bare::Release> {
     let dist = dist::dir();
     let binary = dist.join(format!("latency-daemon-{}-x86_64-linux-musl", env!("CARGO_PKG_VERSION")));
-    let others: Vec<std::path::PathBuf> = dist::UNIT_FILES.iter().map(|(name, _)| dist.join(name)).collect();
+    let others: Vec<std::path::PathBuf> = latency_lab::package::tarball::UNIT_FILES
+        .iter()
+        .filter_map(|source| std::path::Path::new(source).file_name().map(|name| dist.join(name)))
+        .collect();
     let sums_path = dist.join("SHA256SUMS");
     let sums = std::fs::read_to_string(&sums_path).unwrap_or_default();
     for file in std::iter::once(&binary).chain(&others) {

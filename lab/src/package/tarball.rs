@@ -17,16 +17,15 @@ use anyhow::Context as _;
 
 use super::{Binary, Release, manual};
 
+/// The files a user installs the bare binary with, by path in the repository (released under
+/// their file names, on their own and in the tarball): the unit as deploy/ has it
+/// (`ExecStart=/usr/local/bin/latency-daemon`), the configuration file as the .deb ships it
+/// (every setting commented out at its default).
+pub const UNIT_FILES: [&str; 2] = ["deploy/systemd/latency-daemon.service", "deploy/latency-daemon.toml"];
+
 /// What the tarball holds from the repository, by path there, under the same file name.
-pub const FROM_REPOSITORY: [&str; 7] = [
-    "deploy/systemd/latency-daemon.service",
-    "deploy/latency-daemon.toml",
-    "README.md",
-    "CHANGELOG.md",
-    "LICENSE-APACHE",
-    "LICENSE-MIT",
-    "LICENSE-GPL-2.0",
-];
+pub const FROM_REPOSITORY: [&str; 7] =
+    [UNIT_FILES[0], UNIT_FILES[1], "README.md", "CHANGELOG.md", "LICENSE-APACHE", "LICENSE-MIT", "LICENSE-GPL-2.0"];
 
 /// The directory every file of the tarball is under (and the tarball's name without `.tar.gz`).
 pub fn top(release: &Release, binary: &Binary) -> String {

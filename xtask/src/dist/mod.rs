@@ -4,7 +4,7 @@
 //! then from them (`latency_lab::package`) a CycloneDX SBOM, a .deb and a tarball per architecture
 //! (with the man pages and shell completions the daemon's `manual` example writes from its CLI) and one
 //! multi-arch OCI image (layout and `oci-archive`), the systemd unit and the configuration file
-//! the bare binary is installed with (`UNIT_FILES`), and `SHA256SUMS` over everything. Binaries
+//! the bare binary is installed with (`package::tarball::UNIT_FILES`), and `SHA256SUMS` over everything. Binaries
 //! are stripped as Debian strips its own (`--strip-unneeded`, no `.comment`): the .deb, the image and the SBOM's
 //! hash are of the file in dist/.
 //!
@@ -96,19 +96,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The files a user installs the bare binary with, as the release names them, and where each
-/// comes from: the unit as deploy/ has it (`ExecStart=/usr/local/bin/latency-daemon`), the
-/// configuration file as the .deb ships it (every setting commented out at its default).
-pub const UNIT_FILES: [(&str, &str); 2] = [
-    ("latency-daemon.service", "deploy/systemd/latency-daemon.service"),
-    ("latency-daemon.toml", "deploy/latency-daemon.toml"),
-];
-
-/// Copies `UNIT_FILES` from the checkout at `root` into `dist`; returns their paths there.
+/// Copies the bare binary's unit and configuration file (`package::tarball::UNIT_FILES`) from the
+/// checkout at `root` into `dist` under their file names; returns their paths there.
 fn unit_files(root: &Path, dist: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut placed = Vec::new();
-    for (name, source) in UNIT_FILES {
-        let (from, to) = (root.join(source), dist.join(name));
+    for source in package::tarball::UNIT_FILES {
+        let from = root.join(source);
+        let to = dist.join(Path::new(source).file_name().context("a unit file has a name")?);
         std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         placed.push(to);
     }
