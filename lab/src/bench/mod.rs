@@ -34,9 +34,12 @@ use crate::workspace_root;
 pub const GUARD_FLOOR_RATIO: f64 = 2.5;
 /// The guard also fails when ours, beyond the "clock read only" tracer (the floor plus one clock
 /// read per event), costs more than this many floors: everything our program does besides reading
-/// the clock. It measured 0.38–0.90 × in six runs before the cause split and 0.68–0.75 × in three
-/// with it (the split's snapshots included); 1.2 keeps a third above the worst.
-pub const GUARD_LOGIC_RATIO: f64 = 1.2;
+/// the clock. It measured 0.38–0.90 × in six runs before the cause split, 0.68–0.75 × in three
+/// with it, and 0.77–0.92 × in the last seven runs on one machine — where the floor is a few ns
+/// lower, the same code reads a tenth or two higher, and one CI run crossed 1.2 with no change of
+/// code. 1.5 is still crossed by a third more logic per event; a failed measurement is taken once
+/// more before the guard fails.
+pub const GUARD_LOGIC_RATIO: f64 = 1.5;
 /// Rounds of the guard (medians).
 const GUARD_ROUNDS: usize = 5;
 
@@ -121,48 +124,58 @@ impl Binaries {
     }
 }
 
+/// One measurement of the guard: its table and figures printed; an error if a limit is crossed.
+fn guard_round(binaries: &Binaries, started: Instant) -> anyhow::Result<()> {
+    let tracers =
+        [overhead::Tracer::Floor, overhead::Tracer::ClockOnly, overhead::Tracer::Runqlat, overhead::ours_default()];
+    let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
+    let rows = inprog::measure(binaries, &pinned, &tracers, GUARD_ROUNDS)?;
+    print!("{}", inprog::table(&rows));
+    let floor = rows[0].ns_per_event;
+    let [clock, runqlat, ours] = [1, 2, 3].map(|i| rows[i].ns_per_event - floor);
+    println!(
+        "bench guard: floor {floor:.0} ns/event; beyond it ours {ours:.0} ({:.2} × the floor), runqlat \
+         {runqlat:.0} (ours {:.2} × runqlat's), one clock read alone {clock:.0} ({:.2} × the floor, {:.2} × \
+         runqlat's), ours beyond that read {:.0} ({:.2} × the floor) ({:.1} s)",
+        ours / floor,
+        ours / runqlat,
+        clock / floor,
+        clock / runqlat,
+        ours - clock,
+        (ours - clock) / floor,
+        started.elapsed().as_secs_f64()
+    );
+    if ours >= runqlat {
+        bail!("ours adds {ours:.0} ns per scheduler event beyond the floor, no less than runqlat's {runqlat:.0}");
+    }
+    let logic = ours - clock;
+    if logic > GUARD_LOGIC_RATIO * floor {
+        bail!(
+            "ours adds {logic:.0} ns per scheduler event beyond one clock read, more than {GUARD_LOGIC_RATIO} × \
+             the floor's {floor:.0}"
+        );
+    }
+    if ours > GUARD_FLOOR_RATIO * floor {
+        bail!(
+            "ours adds {ours:.0} ns per scheduler event beyond the floor, more than {GUARD_FLOOR_RATIO} × \
+             the floor's {floor:.0}"
+        );
+    }
+    Ok(())
+}
+
 /// The whole bench, its guard or the daemon's part, as `args` say. The caller has prepared the
 /// machine and built `binaries` (xtask's `bench` does, then calls this).
 pub fn run(args: &Args, binaries: &Binaries) -> anyhow::Result<()> {
     let daemon = binaries.daemon.as_path();
     let started = Instant::now();
     if args.guard {
-        let tracers =
-            [overhead::Tracer::Floor, overhead::Tracer::ClockOnly, overhead::Tracer::Runqlat, overhead::ours_default()];
-        let pinned = overhead::workloads().into_iter().take(1).collect::<Vec<_>>();
-        let rows = inprog::measure(binaries, &pinned, &tracers, GUARD_ROUNDS)?;
-        print!("{}", inprog::table(&rows));
-        let floor = rows[0].ns_per_event;
-        let [clock, runqlat, ours] = [1, 2, 3].map(|i| rows[i].ns_per_event - floor);
-        println!(
-            "bench guard: floor {floor:.0} ns/event; beyond it ours {ours:.0} ({:.2} × the floor), runqlat \
-             {runqlat:.0} (ours {:.2} × runqlat's), one clock read alone {clock:.0} ({:.2} × the floor, {:.2} × \
-             runqlat's), ours beyond that read {:.0} ({:.2} × the floor) ({:.1} s)",
-            ours / floor,
-            ours / runqlat,
-            clock / floor,
-            clock / runqlat,
-            ours - clock,
-            (ours - clock) / floor,
-            started.elapsed().as_secs_f64()
-        );
-        if ours >= runqlat {
-            bail!("ours adds {ours:.0} ns per scheduler event beyond the floor, no less than runqlat's {runqlat:.0}");
-        }
-        let logic = ours - clock;
-        if logic > GUARD_LOGIC_RATIO * floor {
-            bail!(
-                "ours adds {logic:.0} ns per scheduler event beyond one clock read, more than {GUARD_LOGIC_RATIO} × \
-                 the floor's {floor:.0}"
-            );
-        }
-        if ours > GUARD_FLOOR_RATIO * floor {
-            bail!(
-                "ours adds {ours:.0} ns per scheduler event beyond the floor, more than {GUARD_FLOOR_RATIO} × \
-                 the floor's {floor:.0}"
-            );
-        }
-        return Ok(());
+        // A gross regression fails every measurement; one that fails once is measured again, and
+        // only a second failure fails the guard (both printed: the first is never hidden).
+        let first = guard_round(binaries, started);
+        let Err(why) = first else { return Ok(()) };
+        println!("bench guard: {why:#}; measuring once more ({GUARD_ROUNDS} rounds) before failing");
+        return guard_round(binaries, Instant::now()).with_context(|| format!("and before that: {why:#}"));
     }
     if args.is_together() {
         let this = || together::Build::plain(binaries.daemon.clone());
