@@ -64,7 +64,9 @@ fn get(addr: &str, path: &str, limit: Duration) -> Option<(u16, Vec<u8>)> {
 #[test]
 fn slow_clients_and_snapshot_loopers_cannot_starve_scrapes() {
     let daemon_bin = std::env::var("STARVATION_DAEMON").unwrap_or_else(|_| DAEMON.to_owned());
-    let daemon = Daemon::start(&daemon_bin, &["--per-task"]).unwrap();
+    // Windows of 2 s: the snapshot is served once the first has closed, and the loopers' load is
+    // each window's per-task table, whatever its length.
+    let daemon = Daemon::start(&daemon_bin, &["--per-task", "--window", "2s"]).unwrap();
     // The first window must have closed for the snapshot to be served.
     let deadline = Instant::now() + Duration::from_secs(30);
     while daemon.get("/api/v1/snapshot").map(|r| r.status).ok() != Some(200) {
