@@ -54,7 +54,9 @@ pub struct Args {
     /// vCPUs of each guest.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cpus: u32,
-    /// One more guest on the newest x86_64 kernel with this many vCPUs (0: none).
+    /// The newest x86_64 kernel boots with this many vCPUs instead of --cpus (0: with --cpus like
+    /// every other): one boot checks every configuration there on a wider machine. If that kernel
+    /// has a stall or beside scene (which need --cpus), it boots twice, at --cpus and then wide.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub wide: u32,
     /// Seconds of load in each guest.
@@ -222,10 +224,18 @@ pub fn run(args: &Args, daemon: &Path, xtask: &Path) -> anyhow::Result<()> {
     let out = args.out.clone().unwrap_or_else(default_out);
     let guests_dir = out.join("guests");
     let _ = std::fs::remove_dir_all(&guests_dir);
-    let mut plan: Vec<(&kernels::Kernel, u32)> = kernels.iter().map(|k| (k, args.cpus)).collect();
     let newest_host = kernels.iter().filter(|k| k.arch.is_host()).max_by_key(|k| kernels::natural(&k.release));
-    if let Some(newest) = newest_host.filter(|_| args.wide > 0 && !args.smoke) {
-        plan.push((newest, args.wide));
+    let wide = newest_host.filter(|_| args.wide > 0 && !args.smoke);
+    // A kernel with a scene of its own at --cpus keeps that guest, and the wide one comes after.
+    let scenes_of_its_own =
+        |k: &kernels::Kernel| STALL_KERNELS.contains(&k.id.as_str()) || BESIDE_KERNELS.contains(&k.id.as_str());
+    let widened = wide.filter(|k| !scenes_of_its_own(k));
+    let mut plan: Vec<(&kernels::Kernel, u32)> = kernels
+        .iter()
+        .map(|k| (k, if widened.is_some_and(|w| std::ptr::eq(w, k)) { args.wide } else { args.cpus }))
+        .collect();
+    if let Some(wide) = wide.filter(|_| widened.is_none()) {
+        plan.push((wide, args.wide));
     }
     let matrix = Instant::now();
     let mut results: Vec<GuestResult> = Vec::new();

@@ -163,6 +163,7 @@ fn work(spec: Spec, secs: f64, events: &Sender<Event>, announce: bool, open: &At
         run_delay_ns: own_run_delay(),
         largest_gap_ns: largest.map(|(gap, _)| gap),
         largest_gap_end_ns: largest.map(|(_, end)| end),
+        blocks: own_blocks(),
     };
     let _ = events.send(Event::Done(done));
     // park() (no lock to contend) until released; a spurious return just parks again.
@@ -248,6 +249,15 @@ fn current_nice(tid: u32) -> i32 {
 /// This thread's run_delay in ns (0 if the kernel shows none).
 fn own_run_delay() -> u64 {
     Schedstat::own().map_or(0, |s| s.run_delay_ns)
+}
+
+/// How often this thread has blocked: its voluntary context switches (`getrusage(RUSAGE_THREAD)`).
+fn own_blocks() -> Option<u64> {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is the calling thread.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    (rc == 0).then(|| u64::try_from(usage.ru_nvcsw).unwrap_or(0))
 }
 
 /// How often the kernel moved this thread between CPUs (`se.nr_migrations`).

@@ -47,6 +47,11 @@ pub struct Done {
     /// (CLOCK_MONOTONIC, the clock of our recorder's stamps).
     pub largest_gap_ns: Option<u64>,
     pub largest_gap_end_ns: Option<u64>,
+    /// How often the thread had blocked (its voluntary context switches, `ru_nvcsw`), read after
+    /// everything else: each block ends in one wakeup, whether it was a sleep or not, and a sleep
+    /// whose timer fired before the thread got to block is none.
+    #[serde(default)]
+    pub blocks: Option<u64>,
 }
 
 impl Event {
@@ -107,6 +112,7 @@ mod tests {
                 run_delay_ns: 6,
                 largest_gap_ns: None,
                 largest_gap_end_ns: None,
+                blocks: None,
             }),
         ];
         for event in events {

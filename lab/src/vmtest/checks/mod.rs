@@ -120,7 +120,7 @@ pub fn recording(rec: &Recording, load: &Load, cpus: usize) -> Vec<Check> {
     // count must be the kernel's. Its wakeups are its sleeps and its first run where every sleep
     // blocks; preemptions while it runs (often on PREEMPT_RT) are counted apart.
     let mut bad = Vec::new();
-    let (mut sleeps, mut woken, mut preempted, mut runs) = (0, 0, 0, 0);
+    let (mut sleeps, mut blocks, mut woken, mut preempted, mut runs) = (0, 0, 0, 0, 0);
     for d in &load.sleepers {
         let task = rec.task(d.tid).cloned().unwrap_or_default();
         let ran = load.runs.get(&d.tid).copied();
@@ -128,24 +128,33 @@ pub fn recording(rec: &Recording, load: &Load, cpus: usize) -> Vec<Check> {
         (woken, preempted, runs) =
             (woken + task.delay_wakeup_count, preempted + task.delay_preempt_count, runs + ran.unwrap_or(0));
         let counted = ran.is_some_and(|r| within(task.delay_count as f64, r as f64, 0.0));
-        // Unjudged, a sleep may not block, but no more wakeups come than sleeps (within 2 %: a
-        // thread also blocks now and then on its process's memory map lock), unless the threads
-        // block elsewhere too.
-        let slept = match load.sleeps_unjudged {
-            Some(_) => load.blocks_elsewhere || task.delay_wakeup_count as f64 <= (d.sleeps + 1) as f64 * 1.02,
-            None => within(task.delay_wakeup_count as f64, d.sleeps as f64 + 1.0, 0.0),
+        // Where the thread says how often it blocked, every block ended in one wakeup, whatever
+        // blocked it and however loaded the host: its wakeups are its blocks and its first run.
+        // Otherwise, unjudged, a sleep may not block, but no more wakeups come than sleeps (within
+        // 2 %: a thread also blocks now and then on its process's memory map lock), unless the
+        // threads block elsewhere too.
+        let slept = match (d.blocks, load.sleeps_unjudged) {
+            (Some(blocks), _) => within(task.delay_wakeup_count as f64, blocks as f64 + 1.0, 0.0),
+            (None, Some(_)) => load.blocks_elsewhere || task.delay_wakeup_count as f64 <= (d.sleeps + 1) as f64 * 1.02,
+            (None, None) => within(task.delay_wakeup_count as f64, d.sleeps as f64 + 1.0, 0.0),
         };
+        blocks += d.blocks.unwrap_or(0);
         if !counted || !slept {
             bad.push(format!(
-                "{}: {} delays ({} wakeups) for {ran:?} runs and {} sleeps",
-                d.name, task.delay_count, task.delay_wakeup_count, d.sleeps
+                "{}: {} delays ({} wakeups) for {ran:?} runs, {} sleeps and {:?} blocks",
+                d.name, task.delay_count, task.delay_wakeup_count, d.sleeps, d.blocks
             ));
         }
     }
     let detail = if bad.is_empty() {
-        let judged = load.sleeps_unjudged.map_or_else(String::new, |why| format!(" (sleeps not judged: {why})"));
+        let by_blocks = load.sleepers.iter().all(|d| d.blocks.is_some());
+        let judged = match load.sleeps_unjudged {
+            Some(why) if !by_blocks => format!(" (sleeps not judged: {why})"),
+            _ => String::new(),
+        };
         format!(
-            "{} sleepers: {sleeps} sleeps, {woken} wakeup + {preempted} preempt delays, {runs} runs by the kernel's count{judged}",
+            "{} sleepers: {sleeps} sleeps, {blocks} blocks, {woken} wakeup + {preempted} preempt delays, {runs} runs \
+             by the kernel's count{judged}",
             load.sleepers.len()
         )
     } else {
@@ -265,6 +274,7 @@ mod tests {
             run_delay_ns,
             largest_gap_ns: None,
             largest_gap_end_ns: None,
+            blocks: None,
         }
     }
 
@@ -306,6 +316,22 @@ mod tests {
             !super::recording(&recording(TASK), &load(1000, 1001), 2).iter().all(|c| c.ok),
             "a missing vCPU passed"
         );
+    }
+
+    #[test]
+    fn a_sleepers_wakeups_are_its_blocks_where_it_counted_them() {
+        let load = |sleeps, blocks| Load {
+            sleepers: vec![Done { blocks: Some(blocks), ..done("io/0", 7, sleeps, 5_000_000) }],
+            runs: BTreeMap::from([(7, 1001)]),
+            // Judged by the blocks even where the sleeps could not be.
+            sleeps_unjudged: Some("vCPUs outnumber host CPUs"),
+            ..Load::default()
+        };
+        let sleepers = |l: &Load| super::recording(&recording(TASK), l, 1).into_iter().find(|c| c.what == "sleepers");
+        // 1,080 sleeps of which 80 fired before the thread blocked: 1,000 blocks, 1,001 wakeups.
+        assert!(sleepers(&load(1080, 1000)).is_some_and(|c| c.ok && !c.detail.contains("not judged")));
+        assert!(sleepers(&load(1000, 1100)).is_some_and(|c| !c.ok), "100 blocks without a wakeup passed");
+        assert!(sleepers(&load(1000, 900)).is_some_and(|c| !c.ok), "100 wakeups without a block passed");
     }
 
     #[test]
