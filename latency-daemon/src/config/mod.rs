@@ -14,6 +14,7 @@ pub mod otlp;
 mod redact;
 pub mod reference;
 mod sources;
+mod values;
 pub mod web;
 
 use std::net::SocketAddr;
