@@ -261,3 +261,27 @@ fn design_md_shows_the_rule() {
         at.and_then(|a| expected.lines().nth(a)),
     );
 }
+
+/// The most lines a source file holds before its unit tests (`#[cfg(test)]`): past it, a file is
+/// two concerns, and the house has a room for the second.
+const MOST_LINES: usize = 600;
+
+#[test]
+fn no_source_file_is_longer_than_a_room() {
+    let rule = the_rule();
+    let mut long = Vec::new();
+    for c in &rule.crates {
+        let root = workspace().join(&c.src);
+        let mut files = Vec::new();
+        rust_files(&root, &mut files);
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let lines = text.lines().take_while(|l| l.trim() != "#[cfg(test)]").count();
+            // A file of unit tests alone (`tests.rs`) is tests.
+            if lines > MOST_LINES && path.file_name().is_some_and(|n| n != "tests.rs") {
+                long.push(format!("{}: {lines} lines", path.strip_prefix(workspace()).unwrap_or(&path).display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "files over {MOST_LINES} lines before their tests:\n{}", long.join("\n"));
+}
