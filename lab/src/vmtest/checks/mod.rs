@@ -128,13 +128,20 @@ pub fn recording(rec: &Recording, load: &Load, cpus: usize) -> Vec<Check> {
         (woken, preempted, runs) =
             (woken + task.delay_wakeup_count, preempted + task.delay_preempt_count, runs + ran.unwrap_or(0));
         let counted = ran.is_some_and(|r| within(task.delay_count as f64, r as f64, 0.0));
-        // Where the thread says how often it blocked, every block ended in one wakeup, whatever
-        // blocked it and however loaded the host: its wakeups are its blocks and its first run.
-        // Otherwise, unjudged, a sleep may not block, but no more wakeups come than sleeps (within
-        // 2 %: a thread also blocks now and then on its process's memory map lock), unless the
-        // threads block elsewhere too.
+        // Where the thread says how often it blocked: every block ended in one wakeup, and every
+        // wakeup came from a block or a sleep's timer — one that fired before the thread got to
+        // block (a busy host) may still wake it as it goes to sleep. So its wakeups lie from its
+        // blocks to its sleeps (or blocks, if more: it also blocks elsewhere), plus its first run,
+        // each within 2 %; on a quiet host blocks and sleeps are one number. Otherwise, unjudged,
+        // a sleep may not block, but no more wakeups come than sleeps (within 2 %: a thread also
+        // blocks now and then on its process's memory map lock), unless the threads block
+        // elsewhere too.
         let slept = match (d.blocks, load.sleeps_unjudged) {
-            (Some(blocks), _) => within(task.delay_wakeup_count as f64, blocks as f64 + 1.0, 0.0),
+            (Some(blocks), _) => {
+                let woken = task.delay_wakeup_count as f64;
+                let (least, most) = (blocks as f64 + 1.0, blocks.max(d.sleeps) as f64 + 1.0);
+                woken >= least - 0.02 * least && woken <= most + 0.02 * most
+            }
             (None, Some(_)) => load.blocks_elsewhere || task.delay_wakeup_count as f64 <= (d.sleeps + 1) as f64 * 1.02,
             (None, None) => within(task.delay_wakeup_count as f64, d.sleeps as f64 + 1.0, 0.0),
         };
@@ -328,10 +335,12 @@ mod tests {
             ..Load::default()
         };
         let sleepers = |l: &Load| super::recording(&recording(TASK), l, 1).into_iter().find(|c| c.what == "sleepers");
-        // 1,080 sleeps of which 80 fired before the thread blocked: 1,000 blocks, 1,001 wakeups.
+        // 1,080 sleeps of which 80 fired before the thread blocked: 1,000 blocks, 1,001 wakeups,
+        // or a few more where such a timer still woke it.
         assert!(sleepers(&load(1080, 1000)).is_some_and(|c| c.ok && !c.detail.contains("not judged")));
+        assert!(sleepers(&load(1000, 980)).is_some_and(|c| c.ok), "20 sleeps woken before blocking failed");
         assert!(sleepers(&load(1000, 1100)).is_some_and(|c| !c.ok), "100 blocks without a wakeup passed");
-        assert!(sleepers(&load(1000, 900)).is_some_and(|c| !c.ok), "100 wakeups without a block passed");
+        assert!(sleepers(&load(900, 900)).is_some_and(|c| !c.ok), "100 wakeups without a block or sleep passed");
     }
 
     #[test]
