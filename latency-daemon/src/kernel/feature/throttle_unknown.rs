@@ -7,6 +7,8 @@
 //! while the task waited. Such a wait is counted as `Cause::Unknown` instead of being charged to
 //! whoever held the CPU when it ended (usually nobody: the idle task). It stands in for
 //! `throttle_hooks`, which stands in for `throttle_split`: it is needed only where neither is on.
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use latency_common::{Knobs, THROTTLE_FROM_OVERLAP};
 
 use super::{
@@ -53,17 +55,46 @@ pub const ROOM: Room = Room {
     ..Room::new("throttle_unknown", flag!(throttle_unknown), |btf| layout(btf).map(drop), knobs)
 };
 
+/// What the daemon says once where this feature is on (`announce`).
+pub const WARNING: &str = "this kernel keeps no throttle clock the daemon can read (no cfs_rq.throttled_clock_self, \
+                           throttle hooks off or not attachable): waits that overlapped a CPU-limit throttle are \
+                           counted as cause=\"unknown\", not by who held the CPU";
+
+static ANNOUNCED: AtomicBool = AtomicBool::new(false);
+
+/// Logs `WARNING` where the final load has this feature `on`, once per process: not from `knobs`,
+/// which runs for each load `load::degrade` tries, nor again at a reload.
+pub fn announce(on: bool) {
+    if let Some(warning) = to_say(on, &ANNOUNCED) {
+        log::warn!(feature = ROOM.name(); "{warning}");
+    }
+}
+
+/// `WARNING` the first time `on` is true, `said` remembering it.
+fn to_say(on: bool, said: &AtomicBool) -> Option<&'static str> {
+    (on && !said.swap(true, Ordering::Relaxed)).then_some(WARNING)
+}
+
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let l = layout(btf)?;
-    log::warn!(
-        "this kernel keeps no throttle clock the daemon can read (no cfs_rq.throttled_clock_self, throttle \
-         hooks off or not attachable): waits that overlapped a CPU-limit throttle are counted as cause=\"unknown\", \
-         not by who held the CPU"
-    );
     Ok(Knobs {
         task_se_nr_migrations: l.nr_migrations.offset,
         split_throttle: THROTTLE_FROM_OVERLAP,
         cfs_rq_throttled_clock_self_time: l.total.offset,
         ..run_queue_clock::with_chain(&l.rq, knobs)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warning_is_said_once_and_only_where_on() {
+        let said = AtomicBool::new(false);
+        assert_eq!(to_say(false, &said), None);
+        // The first load with it on, then another (a reload, or a later try of the process).
+        assert_eq!((to_say(true, &said), to_say(true, &said), to_say(false, &said)), (Some(WARNING), None, None));
+        assert!(WARNING.contains("a CPU-limit throttle are counted as cause=\"unknown\""), "vmtest looks for it");
+    }
 }
