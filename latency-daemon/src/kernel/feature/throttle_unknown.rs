@@ -55,24 +55,25 @@ pub const ROOM: Room = Room {
     ..Room::new("throttle_unknown", flag!(throttle_unknown), |btf| layout(btf).map(drop), knobs)
 };
 
-/// What the daemon says once where this feature is on (`announce`).
-pub const WARNING: &str = "this kernel keeps no throttle clock the daemon can read (no cfs_rq.throttled_clock_self, \
-                           throttle hooks off or not attachable): waits that overlapped a CPU-limit throttle are \
-                           counted as cause=\"unknown\", not by who held the CPU";
-
 static ANNOUNCED: AtomicBool = AtomicBool::new(false);
 
-/// Logs `WARNING` where the final load has this feature `on`, once per process: not from `knobs`,
-/// which runs for each load `load::degrade` tries, nor again at a reload.
+/// Logs why the throttled waits are `unknown` where the final load has this feature `on`, once
+/// per process: not from `knobs`, which runs for each load `load::degrade` tries, nor again at a
+/// reload. (vmtest's `checks::unknown_warning` counts the line in each daemon's log.)
 pub fn announce(on: bool) {
-    if let Some(warning) = to_say(on, &ANNOUNCED) {
-        log::warn!(feature = ROOM.name(); "{warning}");
+    if first(on, &ANNOUNCED) {
+        log::warn!(
+            feature = ROOM.name();
+            "this kernel keeps no throttle clock the daemon can read (no cfs_rq.throttled_clock_self, throttle \
+             hooks off or not attachable): waits that overlapped a CPU-limit throttle are counted as cause=\"unknown\", \
+             not by who held the CPU"
+        );
     }
 }
 
-/// `WARNING` the first time `on` is true, `said` remembering it.
-fn to_say(on: bool, said: &AtomicBool) -> Option<&'static str> {
-    (on && !said.swap(true, Ordering::Relaxed)).then_some(WARNING)
+/// Whether `on` is true for the first time, `said` remembering it.
+fn first(on: bool, said: &AtomicBool) -> bool {
+    on && !said.swap(true, Ordering::Relaxed)
 }
 
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
@@ -92,9 +93,8 @@ mod tests {
     #[test]
     fn the_warning_is_said_once_and_only_where_on() {
         let said = AtomicBool::new(false);
-        assert_eq!(to_say(false, &said), None);
+        assert!(!first(false, &said));
         // The first load with it on, then another (a reload, or a later try of the process).
-        assert_eq!((to_say(true, &said), to_say(true, &said), to_say(false, &said)), (Some(WARNING), None, None));
-        assert!(WARNING.contains("a CPU-limit throttle are counted as cause=\"unknown\""), "vmtest looks for it");
+        assert_eq!((first(true, &said), first(true, &said), first(false, &said)), (true, false, false));
     }
 }
