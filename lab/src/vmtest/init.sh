@@ -176,15 +176,6 @@ if [ "$STALL" = 1 ]; then
   done
   mark stalled
 fi
-# The throttle scenes (vmt.throttle=1, throttle.rs's SCENES): `scene NAME LIMITED TASK SECS
-# [beside]` runs a busy loop pinned to CPU 1 for SECS in cgroup TASK, LIMITED (TASK itself, or its
-# parent, as a pod's limit is) allowed 10 ms per 100 ms (CPU_MAX); with `beside`, an unlimited busy
-# neighbour on CPU 1 meanwhile. Written down: LIMITED's cpu.max and cpu.stat before and after,
-# TASK's cpu.stat.local (6.8+), the loop's own account and `run`'s /metrics two drains after it (the
-# cgroups are new: nothing of them before). The process starts outside the cgroup and moves in once
-# ready: loading it under the limit would have its threads wait through the same throttles side by
-# side. With the kernel's BPF run-time accounting on during the first scene, `run`'s programs by
-# name (from their tags in kallsyms): runs and ns in them during it.
 # The loop's threads: `TID RUN_DELAY_NS` each (schedstat's second field), and their states, once each.
 waited() {
   for t in /proc/$LOOP/task/*; do read -r _ rd _ < $t/schedstat && echo "${t##*/} $rd"; done
@@ -192,6 +183,17 @@ waited() {
 states() {
   for t in /proc/$LOOP/task/*; do s=$(cat $t/stat) && s=${s##*) } && echo "${s%% *}"; done | sort -u | tr -d '\n'
 }
+# The throttle scenes (vmt.throttle=1, throttle.rs's SCENES): `scene NAME LIMITED TASK SECS
+# [beside]` runs a busy loop pinned to CPU 1 for SECS in cgroup TASK, LIMITED (TASK itself, or its
+# parent, as a pod's limit is) allowed 10 ms per 100 ms (CPU_MAX); with `beside`, an unlimited busy
+# neighbour on CPU 1 meanwhile. Written down: LIMITED's cpu.max and cpu.stat before and after,
+# TASK's cpu.stat.local (6.8+), the loop's own account and `run`'s /metrics two drains after it (the
+# cgroups are new: nothing of them before). The process starts outside the cgroup and moves in once
+# ready: loading it under the limit would have its threads wait through the same throttles side by
+# side. It moves out once every thread is asleep after the last report, before its release: its
+# exit is not the scene's. At both moves, each thread's run_delay (`waited`): what each waited in
+# the cgroup. With the kernel's BPF run-time accounting on during the first scene, `run`'s programs
+# by name (from their tags in kallsyms): runs and ns in them during it.
 scene() {
   name=$1; L=/sys/fs/cgroup$2; T=/sys/fs/cgroup$3; secs=$4; beside=$5
   mark "$name"

@@ -264,8 +264,9 @@ fn never_idle(t: &Throttled) -> Check {
 /// of the loop's threads wait through one throttle, each rightly counting it: each thread's part
 /// is at most the group's throttled time and at most its own wait (`Throttled::throttled_bound_s`,
 /// from their run_delay while in the cgroup, which covers the scene from the loop's first run
-/// there to its last: it moves in and out asleep, so no throttle of its falls outside). On 6.8+
-/// the group's own clock (`cpu.stat.local`) is the figure.
+/// there to its last: it moves in and out asleep, so no throttle of its falls outside), with the
+/// same allowance for the edges (run_delay and the waits are timed on different clocks) and no
+/// period's. On 6.8+ the group's own clock (`cpu.stat.local`) is the figure.
 fn agreement(t: &Throttled, throttled: f64) -> (bool, String) {
     const EDGE_S: f64 = 0.001;
     let stat_s = t.local_throttled_us.unwrap_or(t.throttled_us) as f64 / 1e6;
