@@ -27,7 +27,9 @@ use latency_lab::{
 };
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
-const CAUSES: [&str; 6] = ["throttled", "irq_steal", "same", "other", "kernel", "idle"];
+/// The causes as the daemon labels them; `unknown` stands in `throttled`'s place where the kernel
+/// keeps no throttle clock it can read (`throttle_unknown` on): a scrape has one of the two.
+const CAUSES: [&str; 7] = ["throttled", "irq_steal", "same", "other", "kernel", "idle", "unknown"];
 const QUOTA_US: u64 = 10_000;
 const PERIOD_US: u64 = 100_000;
 
@@ -111,23 +113,23 @@ fn cgroup_value(text: &str, name: &str, path: &str, cause: Option<&str>) -> Opti
     })
 }
 
-/// A cgroup's waited time and its six causes at one scrape.
-fn split(text: &str, path: &str) -> (f64, [f64; 6]) {
+/// A cgroup's waited time and its causes at one scrape (0 for the one of throttled/unknown absent).
+fn split(text: &str, path: &str) -> (f64, [f64; 7]) {
     let sum = cgroup_value(text, "runqlat_cgroup_delay_seconds_sum", path, None).unwrap_or(0.0);
     let by =
         CAUSES.map(|c| cgroup_value(text, "runqlat_cgroup_wait_cause_seconds_total", path, Some(c)).unwrap_or(0.0));
     (sum, by)
 }
 
-fn part(by: &[f64; 6], cause: &str) -> f64 {
+fn part(by: &[f64; 7], cause: &str) -> f64 {
     by[CAUSES.iter().position(|c| *c == cause).expect("one of CAUSES")]
 }
 
-fn delta(a: &(f64, [f64; 6]), b: &(f64, [f64; 6])) -> (f64, [f64; 6]) {
+fn delta(a: &(f64, [f64; 7]), b: &(f64, [f64; 7])) -> (f64, [f64; 7]) {
     (b.0 - a.0, std::array::from_fn(|i| b.1[i] - a.1[i]))
 }
 
-fn show(what: &str, (waited, by): &(f64, [f64; 6])) {
+fn show(what: &str, (waited, by): &(f64, [f64; 7])) {
     let shares: Vec<String> =
         CAUSES.iter().zip(by).map(|(c, s)| format!("{c} {s:.6} s ({:.1} %)", 100.0 * s / waited.max(1e-12))).collect();
     eprintln!("causes: {what} waited {waited:.6} s: {}", shares.join(", "));
@@ -201,7 +203,8 @@ impl Drop for Crowd {
     }
 }
 
-/// The six machine-wide causes add up to the delay sums, and each cgroup's to its own.
+/// The six machine-wide causes add up to the delay sums, and each cgroup's to its own: every
+/// cause of `CAUSES` but one of `throttled` and `unknown` is there.
 fn check_sums(text: &str) {
     let eps = |x: f64| 1e-9 * x.max(1.0) * 10.0;
     let by = total(text, "runqlat_wait_cause_seconds_total{");
@@ -213,11 +216,11 @@ fn check_sums(text: &str) {
         let (series, waited) = line.rsplit_once(' ').unwrap();
         let waited: f64 = waited.parse().unwrap();
         let labels = series.trim_start_matches("runqlat_cgroup_delay_seconds_sum{").trim_end_matches('}');
-        let by: f64 = CAUSES
+        let found: Vec<(&str, Option<f64>)> = CAUSES
             .iter()
             .map(|c| {
-                let s = format!("runqlat_cgroup_wait_cause_seconds_total{{{labels},cause=\"{c}\"}}");
-                text.lines()
+                let value = text
+                    .lines()
                     .filter_map(|l| l.strip_prefix("runqlat_cgroup_wait_cause_seconds_total{"))
                     .find_map(|l| {
                         let (ls, v) = l.rsplit_once("} ")?;
@@ -227,10 +230,13 @@ fn check_sums(text: &str) {
                         want.sort_unstable();
                         have.sort_unstable();
                         (want == have).then(|| v.trim().parse::<f64>().ok())?
-                    })
-                    .unwrap_or_else(|| panic!("no {s}"))
+                    });
+                (*c, value)
             })
-            .sum();
+            .collect();
+        let absent: Vec<&str> = found.iter().filter(|(_, v)| v.is_none()).map(|(c, _)| *c).collect();
+        assert!(absent == ["throttled"] || absent == ["unknown"], "{series}: causes absent: {absent:?}");
+        let by: f64 = found.iter().filter_map(|(_, v)| *v).sum();
         assert!((by - waited).abs() <= eps(waited), "{series}: {waited} s waited, {by} s by cause");
         checked += 1;
     }
@@ -273,7 +279,11 @@ fn waits_split_by_cause_agree_with_cpu_stat_and_proc_stat() {
     let start = at_drain(&daemon, 0.0);
     let steal_start = irq_steal_s();
     let crowd = Crowd::watch();
-    let throttle_split = sample(&start.text, "runqlat_feature_info{feature=\"throttle_split\",state=\"on\"}").is_some();
+    let on = |f: &str| sample(&start.text, &format!("runqlat_feature_info{{feature=\"{f}\",state=\"on\"}}")).is_some();
+    // The throttled part's source: the group's own clock (6.8+) or the throttle hooks before; where
+    // neither, the throttled waits are `unknown` (`throttle_unknown`).
+    let source = ["throttle_split", "throttle_hooks"].into_iter().find(|f| on(f));
+    let unknown = on("throttle_unknown");
     let irq_steal_split =
         sample(&start.text, "runqlat_feature_info{feature=\"irq_steal_split\",state=\"on\"}").is_some();
     let features: Vec<&str> = start.text.lines().filter(|l| l.starts_with("runqlat_feature_info{")).collect();
@@ -323,20 +333,32 @@ fn waits_split_by_cause_agree_with_cpu_stat_and_proc_stat() {
         );
         check_sums(&last.text);
         assert!(stat_s > 0.5 * span, "the limited loop was throttled only {stat_s} s in {span} drains");
-        if throttle_split {
+        let share = if quiet { 0.9 } else { 0.5 };
+        if let Some(source) = source {
+            eprintln!("causes: the throttled part from {source}");
             let tolerance = (2.0 * PERIOD_US as f64 / 1e6).max(0.1 * stat_s);
-            let share = if quiet { 0.9 } else { 0.5 };
             assert!(throttled >= share * d.0, "limited: throttled {throttled} s of {} s waited", d.0);
             assert!((throttled - stat_s).abs() <= tolerance, "limited: ours {throttled} s, cpu.stat {stat_s} s");
             assert!(throttled <= stat_s * tasks as f64 + tolerance, "limited: ours {throttled} s > cpu.stat × {tasks}");
+            assert_eq!(part(&d.1, "unknown"), 0.0, "limited: unknown beside a throttled part: {d:?}");
         } else {
-            eprintln!("causes: throttle_split is not on on this kernel: the throttled part must be 0");
+            // No clock of the throttles: the waits they overlapped are `unknown`, whole, never
+            // charged to a holder (on a quiet CPU 1, the idle task).
+            eprintln!("causes: no source of the throttled part on this kernel: the throttled waits must be unknown");
+            assert!(unknown, "neither a source of the throttled part nor throttle_unknown is on");
             assert!(
-                last.text.contains("runqlat_wait_cause_seconds_total{cause=\"throttled\"}"),
-                "no throttled series in the machine-wide family"
+                last.text.contains("runqlat_wait_cause_seconds_total{cause=\"unknown\"}"),
+                "no unknown series in the machine-wide family"
             );
             assert_eq!(throttled, 0.0, "limited: {d:?}");
+            assert!(
+                part(&d.1, "unknown") >= share * d.0,
+                "limited: unknown {} s of {} s waited",
+                part(&d.1, "unknown"),
+                d.0
+            );
         }
+        assert!(part(&d.1, "idle") <= 0.05 * d.0, "limited: a throttled wait charged to idle: {d:?}");
     }
 
     // 2: a 1 ms sleeper beside an unlimited busy neighbour on CPU 1.

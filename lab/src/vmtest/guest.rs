@@ -258,6 +258,7 @@ fn configuration(config: &Config, cx: &Context<'_>) -> ConfigResult {
             list.push(checks::feature(prom, log, checks::IRQ_TRACEPOINTS, false));
         }
         list.extend(checks::causes(prom));
+        list.push(checks::unknown_warning(prom, log));
     }
     ConfigResult {
         name: name.to_owned(),

@@ -176,6 +176,13 @@ if [ "$STALL" = 1 ]; then
   done
   mark stalled
 fi
+# The loop's threads: `TID RUN_DELAY_NS` each (schedstat's second field), and their states, once each.
+waited() {
+  for t in /proc/$LOOP/task/*; do read -r _ rd _ < $t/schedstat && echo "${t##*/} $rd"; done
+}
+states() {
+  for t in /proc/$LOOP/task/*; do s=$(cat $t/stat) && s=${s##*) } && echo "${s%% *}"; done | sort -u | tr -d '\n'
+}
 # The throttle scenes (vmt.throttle=1, throttle.rs's SCENES): `scene NAME LIMITED TASK SECS
 # [beside]` runs a busy loop pinned to CPU 1 for SECS in cgroup TASK, LIMITED (TASK itself, or its
 # parent, as a pod's limit is) allowed 10 ms per 100 ms (CPU_MAX); with `beside`, an unlimited busy
@@ -183,8 +190,10 @@ fi
 # TASK's cpu.stat.local (6.8+), the loop's own account and `run`'s /metrics two drains after it (the
 # cgroups are new: nothing of them before). The process starts outside the cgroup and moves in once
 # ready: loading it under the limit would have its threads wait through the same throttles side by
-# side. With the kernel's BPF run-time accounting on during the first scene, `run`'s programs by
-# name (from their tags in kallsyms): runs and ns in them during it.
+# side. It moves out once every thread is asleep after the last report, before its release: its
+# exit is not the scene's. At both moves, each thread's run_delay (`waited`): what each waited in
+# the cgroup. With the kernel's BPF run-time accounting on during the first scene, `run`'s programs
+# by name (from their tags in kallsyms): runs and ns in them during it.
 scene() {
   name=$1; L=/sys/fs/cgroup$2; T=/sys/fs/cgroup$3; secs=$4; beside=$5
   mark "$name"
@@ -206,10 +215,15 @@ scene() {
   exec 6> /tmp/$name.go
   i=0
   until grep -q '"ready"' /tmp/$name.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
+  waited > /tmp/$name.tasks0
   echo $LOOP > $T/cgroup.procs 2>> /tmp/$name.err
   echo go >&6
   i=0
   until grep -q '"finished"' /tmp/$name.json || [ $i -gt 100 ]; do i=$((i + 1)); sleep 0.1; done
+  i=0
+  until [ "$(states)" = S ] || [ $i -gt 50 ]; do i=$((i + 1)); sleep 0.1; done
+  waited > /tmp/$name.tasks1
+  echo $LOOP > /sys/fs/cgroup/cgroup.procs 2>> /tmp/$name.err
   exec 6>&-
   wait $LOOP
   echo $? > /tmp/$name.rc
@@ -293,7 +307,7 @@ fi
 if [ "$THROTTLE" = 1 ]; then
   put throttle.bpf /tmp/throttle.bpf
   for name in throttle pod beside; do
-    for part in max stat0 stat1 local prom blind err; do put "$name.$part" /tmp/$name.$part; done
+    for part in max stat0 stat1 local prom blind err tasks0 tasks1; do put "$name.$part" /tmp/$name.$part; done
     put $name.json /tmp/$name.json "$(cat /tmp/$name.rc)"
   done
 fi

@@ -2,13 +2,15 @@
 //! (`vmt.throttle=1`) wrote around a busy loop pinned to CPU 1 in each of `SCENES` — a cgroup
 //! limited by `cpu.max` (`CPU_MAX`) itself, a child of a limited one (a pod's limit), and a
 //! limited one beside an unlimited busy neighbour: the limited cgroup's `cpu.stat` before and
-//! after, the loop cgroup's `cpu.stat.local` (6.8+), the loop's own account and `run`'s /metrics
-//! two drains after it ended; out, one `Throttled` per scene: the cgroup's wait by cause beside the
-//! kernel's count of its throttled time, judged by `checks::throttle`.
+//! after, the loop cgroup's `cpu.stat.local` (6.8+), the loop's own account, each of its threads'
+//! run_delay as it moved into the cgroup and out of it, and `run`'s /metrics two drains after it
+//! ended; out, one `Throttled` per scene: the cgroup's wait by cause beside the kernel's count of
+//! its throttled time, judged by `checks::throttle`.
 //!
 //! The guest's side is init.sh's `scene` (busybox: `cgroup.subtree_control`, `taskset`, `xtask
-//! workload cpu --wait-for-go`, moved into the cgroup once ready): nothing runs beside the loop but
-//! the parked crews, the daemons and, in `beside`, the neighbour.
+//! workload cpu --wait-for-go`, moved into the cgroup once ready and out of it once every thread
+//! is asleep after its report, before it is released): nothing runs beside the loop but the parked
+//! crews, the daemons and, in `beside`, the neighbour.
 use serde::{Deserialize, Serialize};
 
 use super::sections::Sections;
@@ -73,6 +75,12 @@ pub struct Throttled {
     /// The loop thread's CPU time and run_delay (its own account at its end).
     pub spun_ns: u64,
     pub run_delay_ns: u64,
+    /// Each thread of the loop's process and its run_delay while in the cgroup (ns; schedstat's
+    /// before it moved in, all its threads asleep, and once every one was asleep again, when it
+    /// moved out): the thread that spins and the main thread that starts it, wakes for its two
+    /// reports and waits for the release, so up to two tasks wait in the cgroup at once.
+    #[serde(default)]
+    pub tasks: Vec<(u32, u64)>,
     /// `runqlat_feature_info{feature="throttle_split"}`'s state in the scrape.
     pub split: Option<String>,
     /// `runqlat_feature_info{feature="throttle_hooks"}`'s: the throttled part where the kernel
@@ -126,6 +134,7 @@ impl Throttled {
             local_throttled_us: stat("local", "throttled_usec"),
             spun_ns: done.as_ref().map_or(0, |d| d.cpu_ns),
             run_delay_ns: done.as_ref().map_or(0, |d| d.run_delay_ns),
+            tasks: waited_in(data.text(&part("tasks0")), data.text(&part("tasks1"))),
             split: feature_state(prom, "throttle_split"),
             hooks: feature_state(prom, "throttle_hooks"),
             unknown: feature_state(prom, "throttle_unknown"),
@@ -162,6 +171,19 @@ impl Throttled {
         self.causes_s.iter().find(|(c, _)| c == cause).map_or(0.0, |(_, s)| *s)
     }
 
+    /// The threads that waited in the cgroup.
+    pub fn waiters(&self) -> usize {
+        self.tasks.iter().filter(|(_, ns)| *ns > 0).count()
+    }
+
+    /// The most any source can rightly call throttled, seconds: each thread's waits overlapped
+    /// the group's throttles for at most the group's throttled time (`throttled_us`, or on 6.8+
+    /// `cpu.stat.local`'s, the loop cgroup's own clock) and at most its own wait.
+    pub fn throttled_bound_s(&self) -> f64 {
+        let stat = self.local_throttled_us.unwrap_or(self.throttled_us) * 1_000;
+        self.tasks.iter().map(|(_, ns)| (*ns).min(stat)).sum::<u64>() as f64 / 1e9
+    }
+
     /// The programs that ran, for a report line: `sched_switch 41,230 runs × 310 ns`.
     pub fn program_runs(&self) -> String {
         let parts: Vec<String> = self
@@ -192,6 +214,24 @@ fn field(text: &str, key: &str) -> Option<u64> {
 
 fn delta(after: Option<u64>, before: Option<u64>) -> u64 {
     after.unwrap_or(0).saturating_sub(before.unwrap_or(0))
+}
+
+/// Each thread's run_delay between two `TID NS` listings (a thread absent before had 0), in the
+/// order of the second.
+fn waited_in(before: &str, after: &str) -> Vec<(u32, u64)> {
+    let parse = |text: &str| -> Vec<(u32, u64)> {
+        text.lines()
+            .filter_map(|l| {
+                let (tid, ns) = l.split_once(' ')?;
+                Some((tid.trim().parse().ok()?, ns.trim().parse().ok()?))
+            })
+            .collect()
+    };
+    let before = parse(before);
+    parse(after)
+        .into_iter()
+        .map(|(tid, ns)| (tid, ns.saturating_sub(before.iter().find(|(t, _)| *t == tid).map_or(0, |(_, b)| *b))))
+        .collect()
 }
 
 /// A scene as `run --throttle-hooks=false` saw it.
@@ -256,6 +296,14 @@ mod tests {
             .collect();
         assert!(at.is_sorted(), "init.sh runs the scenes in another order");
         assert!(init.contains(&format!("echo \"{CPU_MAX}\" > $L/cpu.max")), "init.sh's cpu.max is not {CPU_MAX}");
+        // The threads' waits, read as the loop moves in (asleep) and out (every thread asleep).
+        let moved_in = init.find("waited > /tmp/$name.tasks0\n  echo $LOOP > $T/cgroup.procs");
+        let moved_out = init.find("waited > /tmp/$name.tasks1\n  echo $LOOP > /sys/fs/cgroup/cgroup.procs");
+        assert!(moved_in.is_some() && moved_out.is_some(), "init.sh reads the threads' waits elsewhere");
+        assert!(
+            init.contains("for part in max stat0 stat1 local prom blind err tasks0 tasks1; do"),
+            "init.sh puts other parts"
+        );
         let names: Vec<&str> = SCENES.iter().map(|s| s.name).collect();
         assert!(init.contains(&format!("for name in {}; do", names.join(" "))), "init.sh puts other scenes");
         assert!(
@@ -286,7 +334,9 @@ mod tests {
              @@begin pod.stat1\nusage_usec 250000\nnr_throttled 24\nthrottled_usec 2180000\n@@end pod.stat1\n\
              @@begin pod.json\n{done}\n@@end pod.json 0\n\
              @@begin pod.prom\n{prom}@@end pod.prom 0\n@@begin pod.err\n@@end pod.err\n\
-             @@begin pod.bpf\nsched_switch 3000 10\nthrottle_down 0 0\n@@end pod.bpf\n"
+             @@begin pod.bpf\nsched_switch 3000 10\nthrottle_down 0 0\n@@end pod.bpf\n\
+             @@begin pod.tasks0\n620 5000\n@@end pod.tasks0\n\
+             @@begin pod.tasks1\n620 105000\n626 2250000000\n@@end pod.tasks1\n"
         );
         let t = Throttled::parse(&Sections::parse(&data), scene);
         assert_eq!(t.scene, "pod");
@@ -295,6 +345,9 @@ mod tests {
         assert_eq!((t.hooks.as_deref(), t.source()), (None, Some("throttle_split")));
         assert_eq!((t.cause_s("throttled"), t.cause_s("idle"), t.waited_s), (2.2, 0.05, 2.25));
         assert_eq!((t.spun_ns, t.run_delay_ns), (250_000_000, 2_250_000_000));
+        // The main thread waited 0.1 ms in the cgroup, the spinning one (new there) all its wait.
+        assert_eq!((t.tasks.as_slice(), t.waiters()), ([(620, 100_000), (626, 2_250_000_000)].as_slice(), 2));
+        assert_eq!(t.throttled_bound_s(), (100_000u64 + 2_180_000_000) as f64 / 1e9);
         assert_eq!(t.by_cause(), "throttled 2.200 s, idle 0.050 s");
         assert_eq!(t.program_runs(), "sched_switch 10 runs × 300 ns");
     }

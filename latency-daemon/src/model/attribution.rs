@@ -219,6 +219,24 @@ mod tests {
     }
 
     #[test]
+    fn where_the_kernel_keeps_no_throttle_clock_the_part_is_unknown_in_json() {
+        let mut inc = Incident::ZERO;
+        inc.delay_ns = 120_000_000;
+        inc.throttled_ns = 120_000_000;
+        // `throttle_unknown`: the slot holds the whole wait a throttle overlapped.
+        crate::model::causes::set_throttled_unknown(true);
+        let a = attribution(Reason::Preempt, 0, &inc, WallClock::new(0, 0), |_| None);
+        crate::model::causes::set_throttled_unknown(false);
+        assert_eq!((a.throttled_ns, a.unknown_ns, a.held_ns()), (0, 120_000_000, 0));
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!((&json["throttled_ns"], &json["unknown_ns"]), (&0u64.into(), &120_000_000u64.into()));
+        // With the clock the same record is throttled, and JSON has no unknown part.
+        let a = attribution(Reason::Preempt, 0, &inc, WallClock::new(0, 0), |_| None);
+        assert_eq!((a.throttled_ns, a.unknown_ns), (120_000_000, 0));
+        assert!(serde_json::to_value(&a).unwrap().get("unknown_ns").is_none());
+    }
+
+    #[test]
     fn naming_fills_the_victims_and_the_culprits_pods() {
         let mut inc = Incident::ZERO;
         inc.delay_ns = 10;

@@ -11,17 +11,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use latency_common::maps::Cause;
 use serde::{Serialize, Serializer, ser::SerializeMap as _};
 
+#[cfg(not(test))]
 static THROTTLED_IS_UNKNOWN: AtomicBool = AtomicBool::new(false);
+
+// In unit tests, each test's own: the test harness runs tests on threads of their own, side by
+// side, and a test that sets it must not rename the slot under another that reads it.
+#[cfg(test)]
+thread_local! {
+    static THROTTLED_IS_UNKNOWN: AtomicBool = const { AtomicBool::new(false) };
+}
 
 /// Says whether this process's kernel program counts waits a throttle overlapped as unknown in
 /// the throttled slot (see the module). Set once per load, before anything is reported.
 pub fn set_throttled_unknown(on: bool) {
+    #[cfg(not(test))]
     THROTTLED_IS_UNKNOWN.store(on, Ordering::Relaxed);
+    #[cfg(test)]
+    THROTTLED_IS_UNKNOWN.with(|u| u.store(on, Ordering::Relaxed));
 }
 
 /// Whether the throttled slot holds `unknown` (see the module).
 pub fn throttled_is_unknown() -> bool {
-    THROTTLED_IS_UNKNOWN.load(Ordering::Relaxed)
+    #[cfg(not(test))]
+    return THROTTLED_IS_UNKNOWN.load(Ordering::Relaxed);
+    #[cfg(test)]
+    THROTTLED_IS_UNKNOWN.with(|u| u.load(Ordering::Relaxed))
 }
 
 /// The cause's label value: `Cause::name`, except the throttled slot's where it holds `unknown`.
@@ -109,5 +123,17 @@ mod tests {
         assert_eq!(c.get(Cause::Idle), 30);
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(json, r#"{"throttled":10,"irq_steal":0,"same":10,"other":0,"kernel":20,"idle":30}"#);
+    }
+
+    #[test]
+    fn the_throttled_slot_is_unknown_where_the_kernel_keeps_no_throttle_clock() {
+        set_throttled_unknown(true);
+        let said = (name(Cause::Throttled), describe(Cause::Throttled), short(Cause::Throttled));
+        let json = serde_json::to_string(&Causes([10, 0, 0, 0, 0, 0])).unwrap();
+        set_throttled_unknown(false);
+        assert_eq!((said.0, said.2), ("unknown", "unkn"));
+        assert!(said.1.starts_with("cause unknown on this kernel"), "{}", said.1);
+        assert!(json.starts_with(r#"{"unknown":10,"irq_steal":0"#), "{json}");
+        assert_eq!((name(Cause::Throttled), name(Cause::Idle)), ("throttled", "idle"));
     }
 }

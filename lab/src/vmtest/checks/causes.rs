@@ -52,6 +52,21 @@ pub fn feature(prom: &str, log: &str, name: &str, switched_off: bool) -> Check {
     Check::new(&name.replace('_', " "), ok, detail)
 }
 
+/// Where `throttle_unknown` is on, its warning (the throttled waits are counted as `unknown`) is in
+/// the daemon's log once, however many loads it tried; where it is not, never.
+pub fn unknown_warning(prom: &str, log: &str) -> Check {
+    // Quote-free: logfmt escapes the quotes around `unknown`, JSON too.
+    const SAID: &str = "a CPU-limit throttle are counted as cause=";
+    let state = throttle::feature_state(prom, "throttle_unknown");
+    let lines = log.lines().filter(|l| l.contains(SAID)).count();
+    let want = usize::from(state.as_deref() == Some("on"));
+    Check::new(
+        "throttle unknown said once",
+        lines == want,
+        format!("throttle_unknown {}: the warning logged {lines} times", state.as_deref().unwrap_or("absent")),
+    )
+}
+
 /// The reason in a daemon's log line (logfmt: `msg="… running without it: WHY" feature=NAME`).
 fn reason(line: &str) -> &str {
     let line = line.trim();
@@ -125,13 +140,13 @@ fn unknown_share(causes_s: &[(String, f64)], waited: f64, state: Option<&str>, b
 
 /// A throttle scene (`throttle::Throttled`): the loop was throttled (cpu.stat counts it) and the
 /// daemon split its cgroup's wait. Where the throttled part is on (`throttle_split`, or
-/// `throttle_hooks` in its place), the throttled part is the kernel's `throttled_usec` within 25 %
-/// or two periods (TCG; and two of the group's tasks waiting through one throttle each count it,
-/// cpu.stat once), and it is at least 90 % of the wait — beside a busy neighbour, where the loop
-/// also waits its turn between throttles, the rest is the neighbour's (`other`) and at most 5 %
-/// is `idle`: the CPU never was. Where neither is on, none of it is throttled and the throttled
-/// waits are `unknown` (`unknown_share`); `run --throttle-hooks=false` must say the same before
-/// 6.8, and have no `unknown` from 6.8.
+/// `throttle_hooks` in its place), it agrees with the kernel's `throttled_usec` (`agreement`: at
+/// least it, at most it times the threads that waited, each bounded by its own wait), and it is
+/// at least 90 % of the wait — beside a busy neighbour, where the loop also waits its turn
+/// between throttles, with the neighbour's `other`. Where neither is on, none of it is throttled
+/// and the throttled waits are `unknown` (`unknown_share`); `run --throttle-hooks=false` must say
+/// the same before 6.8, and have no `unknown` from 6.8. In both, hardly any of it is `idle`
+/// (`never_idle`).
 pub fn throttle(t: &Throttled) -> Vec<Check> {
     let scene = throttle::SCENES.iter().find(|s| s.name == t.scene);
     let name = |what: &str| format!("{}: {what}", t.scene);
@@ -166,22 +181,19 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
     let beside = scene.is_some_and(|s| s.beside);
     let split = match (t.source(), t.split.as_deref(), t.hooks.as_deref()) {
         (Some(source), _, _) => {
-            let slack = (0.25 * stat_s).max(2.0 * t.period_us as f64 / 1e6);
-            let idle = t.cause_s("idle");
             let (ok_share, rule) = if beside {
-                let by_holder = throttled + t.cause_s("other");
-                (by_holder >= 0.9 * t.waited_s && idle <= 0.05 * t.waited_s, "with `other` ≥ 90 %, idle ≤ 5 %")
+                (throttled + t.cause_s("other") >= 0.9 * t.waited_s, "with `other` ≥ 90 %")
             } else {
                 (share >= 0.9, "≥ 90 %")
             };
+            let (ok_stat, against) = agreement(t, throttled);
             Check::new(
                 &name("split"),
-                ok_share && (throttled - stat_s).abs() <= slack,
+                ok_share && ok_stat,
                 format!(
-                    "{source}: throttled {throttled:.3} s = {:.1} % of the cgroup's wait ({rule}); cpu.stat's \
-                     throttled_usec {stat_s:.3} s ({:+.3} s, within ±{slack:.3} s); by cause: {}",
+                    "{source}: throttled {throttled:.3} s = {:.1} % of the cgroup's wait ({rule}); {against}; by \
+                     cause: {}",
                     100.0 * share,
-                    throttled - stat_s,
                     t.by_cause()
                 ),
             )
@@ -213,7 +225,66 @@ pub fn throttle(t: &Throttled) -> Vec<Check> {
         let (ok, detail) = unknown_share(&blind.causes_s, blind.waited_s, blind.unknown.as_deref(), beside);
         Check::new(&name("without hooks"), ok, format!("`run --throttle-hooks=false`: {detail}"))
     };
-    vec![limited, split, without_hooks]
+    vec![limited, split, without_hooks, never_idle(t)]
+}
+
+/// What a throttled scene may call idle, as a share of the cgroup's wait: the loop's own wakeups
+/// on an idle CPU (its main thread's, at the scene's start and end) and nothing of a throttle.
+const IDLE_SHARE: f64 = 0.05;
+
+/// No throttled wait reported as `idle`, in `run` and in `run --throttle-hooks=false` alike: at
+/// most `IDLE_SHARE` of either's wait is `idle` (the throttles took ~90 % of each period, so a
+/// throttle charged to the holder would make `idle` most of it).
+fn never_idle(t: &Throttled) -> Check {
+    let (idle, blind_idle) = (t.cause_s("idle"), t.blind.cause_s("idle"));
+    let share = |idle: f64, waited: f64| if waited > 0.0 { idle / waited } else { 1.0 };
+    let (run, blind) = (share(idle, t.waited_s), share(blind_idle, t.blind.waited_s));
+    Check::new(
+        &format!("{}: never idle", t.scene),
+        run <= IDLE_SHARE && blind <= IDLE_SHARE,
+        format!(
+            "idle {idle:.3} s of {:.3} s ({:.1} %), without the hooks {blind_idle:.3} s of {:.3} s ({:.1} %): at most \
+             {:.0} % each",
+            t.waited_s,
+            100.0 * run,
+            t.blind.waited_s,
+            100.0 * blind,
+            100.0 * IDLE_SHARE
+        ),
+    )
+}
+
+/// The throttled part against the kernel's count: (ok, the words). cpu.stat's `throttled_usec`
+/// is the time the group was throttled with a task queued (the kernel starts its clock only
+/// then), on the run queue's clock, which is what both sources of the part read; every such
+/// throttle is waited through whole by a queued task, so ours is at least that — less only by
+/// the clocks at each wait's edges (the part is the run queue's clock over the throttle, capped at
+/// the wait as the stamps' clock timed it): under a millisecond per throttle (`EDGE_S`; measured,
+/// 5.10 13 ms short over 22 throttles, 6.1 and 6.12 at most 3 ms). It is more only where two
+/// of the loop's threads wait through one throttle, each rightly counting it: each thread's part
+/// is at most the group's throttled time and at most its own wait (`Throttled::throttled_bound_s`,
+/// from their run_delay while in the cgroup, which covers the scene from the loop's first run
+/// there to its last: it moves in and out asleep, so no throttle of its falls outside), with the
+/// same allowance for the edges (run_delay and the waits are timed on different clocks) and no
+/// period's. On 6.8+ the group's own clock (`cpu.stat.local`) is the figure.
+fn agreement(t: &Throttled, throttled: f64) -> (bool, String) {
+    const EDGE_S: f64 = 0.001;
+    let stat_s = t.local_throttled_us.unwrap_or(t.throttled_us) as f64 / 1e6;
+    let of = if t.local_throttled_us.is_some() { "cpu.stat.local's" } else { "cpu.stat's" };
+    let edges = EDGE_S * t.nr_throttled as f64;
+    let bound = t.throttled_bound_s() + edges;
+    let waited: Vec<String> = t.tasks.iter().map(|(tid, ns)| format!("{tid} {:.3} s", *ns as f64 / 1e9)).collect();
+    let ok = !t.tasks.is_empty() && throttled >= stat_s - edges && throttled <= bound;
+    let words = format!(
+        "{of} throttled_usec {stat_s:.3} s ({:+.3} s; at least {:.3} s, at most {bound:.3} s: {} of {} threads waited \
+         in the cgroup, {})",
+        throttled - stat_s,
+        stat_s - edges,
+        t.waiters(),
+        t.tasks.len(),
+        if waited.is_empty() { "none listed".to_owned() } else { waited.join(", ") }
+    );
+    (ok, words)
 }
 
 #[cfg(test)]
@@ -259,6 +330,19 @@ mod tests {
     }
 
     #[test]
+    fn the_unknown_warning_is_logged_once_where_on() {
+        let on = "runqlat_feature_info{feature=\"throttle_unknown\",state=\"on\"} 1\n";
+        let off = "runqlat_feature_info{feature=\"throttle_unknown\",state=\"off\"} 1\n";
+        let line = "time=1 level=warn msg=\"this kernel keeps no throttle clock …: waits that overlapped a CPU-limit \
+                    throttle are counted as cause=\\\"unknown\\\", not by who held the CPU\" feature=throttle_unknown\n";
+        let said = |prom: &str, times: usize| unknown_warning(prom, &line.repeat(times)).ok;
+        assert!(said(on, 1) && said(off, 0));
+        assert!(!said(on, 0), "on and not said passed");
+        assert!(!said(on, 2), "said twice passed");
+        assert!(!said(off, 1), "said while off passed");
+    }
+
+    #[test]
     fn causes_add_up_to_the_delays_machine_wide_and_per_cgroup() {
         let prom = "runqlat_delay_seconds_sum{reason=\"wakeup\"} 0.1\nrunqlat_delay_seconds_sum{reason=\"preempt\"} 0.2\n\
                     runqlat_wait_cause_seconds_total{cause=\"throttled\"} 0.25\n\
@@ -297,6 +381,8 @@ mod tests {
             unknown: Some("off".into()),
             causes_s: of(&[("throttled", 2.2), ("idle", 0.05)]),
             waited_s: 2.25,
+            // The spinning thread, and the main thread that never waited.
+            tasks: vec![(9, 2_250_000_000), (8, 0)],
             blind: Blind {
                 unknown: Some("off".into()),
                 causes_s: of(&[("throttled", 2.2), ("idle", 0.05)]),
@@ -308,10 +394,34 @@ mod tests {
         let all_ok = |t: &Throttled| throttle(t).iter().all(|c| c.ok);
         let fails = |t: &Throttled, what: &str| throttle(t).iter().any(|c| c.what == what && !c.ok);
         assert!(all_ok(&t), "{:?}", throttle(&t));
-        let diluted = Throttled { causes_s: of(&[("throttled", 1.9), ("idle", 0.35)]), ..t.clone() };
+        let diluted = Throttled { causes_s: of(&[("throttled", 1.9), ("idle", 0.05), ("same", 0.3)]), ..t.clone() };
         assert!(fails(&diluted, "throttle: split"), "84 % passed");
         let apart = Throttled { throttled_us: 1_500_000, ..t.clone() };
         assert!(fails(&apart, "throttle: split"), "0.7 s off cpu.stat passed");
+        // One thread waited: never more than cpu.stat, beyond a millisecond per throttle at its
+        // edges; a throttle missed is never made up by them.
+        let over = Throttled { causes_s: of(&[("throttled", 2.21), ("idle", 0.04)]), ..t.clone() };
+        assert!(fails(&over, "throttle: split"), "30 ms over cpu.stat with one thread waiting passed");
+        let under = Throttled { causes_s: of(&[("throttled", 2.15), ("same", 0.1)]), ..t.clone() };
+        assert!(fails(&under, "throttle: split"), "30 ms under cpu.stat passed");
+        // Two waited: up to cpu.stat plus the other's own wait, which it may have spent throttled.
+        let two = Throttled {
+            causes_s: of(&[("throttled", 2.25)]),
+            tasks: vec![(9, 2_150_000_000), (8, 100_000_000)],
+            ..t.clone()
+        };
+        assert!(all_ok(&two), "{:?}", throttle(&two));
+        let more = Throttled { causes_s: of(&[("throttled", 2.35)]), waited_s: 2.35, ..two.clone() };
+        assert!(fails(&more, "throttle: split"), "more than the other thread waited passed");
+        assert!(fails(&Throttled { tasks: Vec::new(), ..t.clone() }, "throttle: split"), "no threads listed passed");
+        // 6.8+: the group's own clock (cpu.stat.local) is the figure.
+        let local = Throttled { local_throttled_us: Some(2_100_000), ..t.clone() };
+        assert!(fails(&local, "throttle: split"), "100 ms over cpu.stat.local passed");
+        // Idle is judged in both configurations.
+        let idle = Throttled { causes_s: of(&[("throttled", 2.2), ("idle", 0.15)]), waited_s: 2.35, ..t.clone() };
+        assert!(fails(&idle, "throttle: never idle"), "6 % idle passed");
+        let blind_idle = Blind { causes_s: of(&[("throttled", 2.0), ("idle", 0.25)]), ..t.blind.clone() };
+        assert!(fails(&Throttled { blind: blind_idle, ..t.clone() }, "throttle: never idle"), "11 % idle passed");
         let blind_unknown = Blind { unknown: Some("on".into()), ..t.blind.clone() };
         assert!(fails(&Throttled { blind: blind_unknown, ..t.clone() }, "throttle: without hooks"));
         // Before 6.8: the throttle hooks give the throttled part in the self clock's place; without
@@ -366,8 +476,9 @@ mod tests {
             throttled_us: 1_500_000,
             hooks: Some("on".into()),
             split: Some("unavailable".into()),
-            causes_s: of(&[("throttled", 1.52), ("other", 0.3), ("idle", 0.02)]),
+            causes_s: of(&[("throttled", 1.51), ("other", 0.31), ("idle", 0.02)]),
             waited_s: 1.84,
+            tasks: vec![(9, 1_840_000_000)],
             blind: crate::vmtest::throttle::Blind {
                 unknown: Some("on".into()),
                 causes_s: of(&[("unknown", 1.7), ("other", 0.12), ("idle", 0.02)]),
@@ -377,8 +488,9 @@ mod tests {
             ..Throttled::default()
         };
         assert!(throttle(&t).iter().all(|c| c.ok), "{:?}", throttle(&t));
-        let idle = Throttled { causes_s: of(&[("throttled", 1.52), ("idle", 0.32)]), ..t.clone() };
+        let idle = Throttled { causes_s: of(&[("throttled", 1.51), ("idle", 0.33)]), ..t.clone() };
         assert!(throttle(&idle).iter().any(|c| c.what == "beside: split" && !c.ok), "an idle CPU passed");
+        assert!(throttle(&idle).iter().any(|c| c.what == "beside: never idle" && !c.ok), "an idle CPU passed");
         let as_other = Throttled { causes_s: of(&[("other", 1.82), ("idle", 0.02)]), ..t.clone() };
         assert!(throttle(&as_other).iter().any(|c| !c.ok), "the throttle charged to the neighbour passed");
         let blind_idle =

@@ -12,7 +12,7 @@ use crate::recording::Recording;
 use crate::web::{sample, total};
 use crate::workload::Done;
 
-pub use self::causes::{IRQ_TRACEPOINTS, JUDGED_APART, causes, feature, throttle};
+pub use self::causes::{IRQ_TRACEPOINTS, JUDGED_APART, causes, feature, throttle, unknown_warning};
 pub use self::stall::{stall, stall_capture};
 
 mod causes;

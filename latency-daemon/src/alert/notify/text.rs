@@ -536,6 +536,28 @@ mod split_tests {
             vec![Culprit { tid: 0, pid: 0, comm: "swapper/1".into(), ran_ns: 11 * MS, ..Culprit::default() }];
         assert!(split(&a.worst).unwrap().ends_with(", 11.3 ms with the CPU idle"), "{:?}", split(&a.worst));
     }
+
+    #[test]
+    fn where_the_kernel_keeps_no_throttle_clock_the_part_is_cause_unknown() {
+        let mut a = alert();
+        // `throttle_unknown`: a throttle overlapped 10 ms of the wait's 12.3 ms, for how long unknown.
+        a.worst.unknown_ns = 10 * MS;
+        let s = split(&a.worst).unwrap();
+        assert_eq!(
+            s,
+            "10.0 ms cause unknown on this kernel (a CPU-limit throttle overlapped it), 2.3 ms behind hog (tid 99)"
+        );
+        assert!(!s.contains("throttled"), "{s}");
+        assert!(summary(&a).contains(": 10.0 ms cause unknown on this kernel"), "{}", summary(&a));
+        let d = description(&a);
+        assert!(d.contains("\nOf that delay: 10.0 ms cause unknown on this kernel (a CPU-limit throttle"), "{d}");
+        // All of it: nothing behind who ran.
+        a.worst.unknown_ns = a.worst.delay_ns;
+        assert_eq!(
+            split(&a.worst).unwrap(),
+            "12.3 ms cause unknown on this kernel (a CPU-limit throttle overlapped it)"
+        );
+    }
 }
 
 #[cfg(test)]

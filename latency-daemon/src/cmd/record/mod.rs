@@ -91,6 +91,7 @@ async fn record(args: RecordArgs) -> Result<(), RecordError> {
     };
     let (mut probe, degraded) = load::load(&options)?;
     crate::model::causes::set_throttled_unknown(probe.is_on(Feature::ThrottleUnknown));
+    feature::throttle_unknown::announce(probe.is_on(Feature::ThrottleUnknown));
     for d in &degraded {
         log::warn!("{} unavailable on this kernel, recording without it: {}", d.feature.name(), d.why);
     }

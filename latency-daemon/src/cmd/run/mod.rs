@@ -207,6 +207,7 @@ fn attach(config: Config, cgroups: bool) -> Result<Attached, RunError> {
     }
     let (probe, degraded) = load::load(&options)?;
     crate::model::causes::set_throttled_unknown(probe.is_on(Feature::ThrottleUnknown));
+    feature::throttle_unknown::announce(probe.is_on(Feature::ThrottleUnknown));
     log::info!("{}", system::stamp_slots_reason(probe.stamp_capacity()));
     for d in &degraded {
         log::warn!(feature = d.feature.name(); "{} unavailable on this kernel, running without it: {}", d.feature.name(), d.reason());

@@ -7,6 +7,8 @@
 //! while the task waited. Such a wait is counted as `Cause::Unknown` instead of being charged to
 //! whoever held the CPU when it ended (usually nobody: the idle task). It stands in for
 //! `throttle_hooks`, which stands in for `throttle_split`: it is needed only where neither is on.
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use latency_common::{Knobs, THROTTLE_FROM_OVERLAP};
 
 use super::{
@@ -53,17 +55,46 @@ pub const ROOM: Room = Room {
     ..Room::new("throttle_unknown", flag!(throttle_unknown), |btf| layout(btf).map(drop), knobs)
 };
 
+static ANNOUNCED: AtomicBool = AtomicBool::new(false);
+
+/// Logs why the throttled waits are `unknown` where the final load has this feature `on`, once
+/// per process: not from `knobs`, which runs for each load `load::degrade` tries, nor again at a
+/// reload. (vmtest's `checks::unknown_warning` counts the line in each daemon's log.)
+pub fn announce(on: bool) {
+    if first(on, &ANNOUNCED) {
+        log::warn!(
+            feature = ROOM.name();
+            "this kernel keeps no throttle clock the daemon can read (no cfs_rq.throttled_clock_self, throttle \
+             hooks off or not attachable): waits that overlapped a CPU-limit throttle are counted as cause=\"unknown\", \
+             not by who held the CPU"
+        );
+    }
+}
+
+/// Whether `on` is true for the first time, `said` remembering it.
+fn first(on: bool, said: &AtomicBool) -> bool {
+    on && !said.swap(true, Ordering::Relaxed)
+}
+
 fn knobs(btf: &Btf, _o: &ProbeOptions, knobs: Knobs) -> Result<Knobs, BtfError> {
     let l = layout(btf)?;
-    log::warn!(
-        "this kernel keeps no throttle clock the daemon can read (no cfs_rq.throttled_clock_self, throttle \
-         hooks off or not attachable): waits that overlapped a CPU-limit throttle are counted as cause=\"unknown\", \
-         not by who held the CPU"
-    );
     Ok(Knobs {
         task_se_nr_migrations: l.nr_migrations.offset,
         split_throttle: THROTTLE_FROM_OVERLAP,
         cfs_rq_throttled_clock_self_time: l.total.offset,
         ..run_queue_clock::with_chain(&l.rq, knobs)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warning_is_said_once_and_only_where_on() {
+        let said = AtomicBool::new(false);
+        assert!(!first(false, &said));
+        // The first load with it on, then another (a reload, or a later try of the process).
+        assert_eq!((first(true, &said), first(true, &said), first(false, &said)), (true, false, false));
+    }
 }

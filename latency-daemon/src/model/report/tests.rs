@@ -157,6 +157,21 @@ fn causes_are_in_json_and_add_up_to_the_delays_beside_them() {
 }
 
 #[test]
+fn where_the_kernel_keeps_no_throttle_clock_the_json_names_the_part_unknown() {
+    // What /api/v1/snapshot serves (and `record --json` prints) under `throttle_unknown`.
+    crate::model::causes::set_throttled_unknown(true);
+    let (earlier, later, maxima, meta) = sample();
+    let v = serde_json::to_value(Report::between(&earlier, &later, &maxima, &meta)).unwrap();
+    crate::model::causes::set_throttled_unknown(false);
+    for causes in [&v["waited_by_cause_ns"], &v["tasks"][0]["waited_by_cause_ns"], &v["cpus"][1]["waited_by_cause_ns"]]
+    {
+        assert_eq!(causes["unknown"], 3_000_000, "{causes}");
+        assert!(causes.get("throttled").is_none(), "both names: {causes}");
+        assert_eq!(causes.as_object().unwrap().len(), 6, "{causes}");
+    }
+}
+
+#[test]
 fn a_window_holds_only_what_changed_in_it() {
     let (earlier, later, maxima, meta) = sample();
     // The same state twice: nothing happened in between.

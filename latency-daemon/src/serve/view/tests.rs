@@ -244,3 +244,26 @@ fn the_status_line_says_what_fires_first_and_colours_what_crossed_its_threshold(
     assert!(html.contains("<p id=\"status\" class=\"off\" data-alerts=\"0\">Alerting is off"), "{html}");
     assert!(!html.contains("class=\"over\""));
 }
+
+#[test]
+fn where_the_kernel_keeps_no_throttle_clock_the_page_says_cause_unknown() {
+    // `throttle_unknown` on: the throttled slot holds the waits a throttle overlapped, whole.
+    crate::model::causes::set_throttled_unknown(true);
+    let mut e = exposition();
+    let last = e.last_alert.as_deref().cloned().expect("the sample's last alert");
+    let worst = Attribution { throttled_ns: 0, unknown_ns: 5_000_000, ..last.worst.clone() };
+    e.last_alert = Some(Arc::new(LastAlert { worst, ..last }));
+    let html = page(&e, &config(), "{}", None);
+    crate::model::causes::set_throttled_unknown(false);
+    let why = html.split("id=\"why-waited\"").nth(1).expect("the why-waited table").split("</table>").next().unwrap();
+    assert!(why.contains("cause unknown on this kernel: a CPU-limit throttle overlapped the wait"), "{why}");
+    assert!(why.contains("data-field=\"cause.unknown_ns\" data-value=\"1000\""), "{why}");
+    assert!(!why.contains("throttled:") && !why.contains("cause.throttled_ns"), "{why}");
+    assert!(html.contains("data-cause=\"unknown\""), "the bar names the slot");
+    // The last alert's split: the unknown part, never a throttled one, and the rest by holder.
+    assert!(html.contains("5 ms cause unknown on this kernel (a CPU-limit throttle overlapped it)"), "{html}");
+    assert!(!html.contains("throttled by the CPU limit of"), "{html}");
+    // And back: the same page with the clock names it throttled.
+    let html = page(&exposition(), &config(), "{}", None);
+    assert!(!html.contains("cause unknown on this kernel") && html.contains("cause.throttled_ns"));
+}
