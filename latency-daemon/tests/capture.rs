@@ -11,10 +11,17 @@
 //! stalls a task on CPU 1 past its cgroup's alert threshold; the alert carries a capture's
 //! address, `/api/v1/captures` lists it behind the same address, and the capture (read back with
 //! Perfetto's classes) holds the spinner taking the CPU, the victim's wakeup and, once its wait
-//! ended, the victim getting the CPU. Prints the figures.
+//! ended, the victim getting the CPU; the daemon asks for basic auth, and without it (or with a
+//! wrong password) the list, the capture and its picture are refused; a real Alertmanager holds
+//! the alert with `capture` and `capture_picture` as whole URLs at the daemon's address. Under an
+//! alert storm on one CPU with the default ring, every alert's capture holds its wait's CPU from
+//! before the wait began, and the caps and counters hold; with the default limits, what they hold
+//! back is counted `suppressed`. Prints the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
+
+use base64::Engine as _;
 
 use std::time::{Duration, Instant};
 
@@ -26,11 +33,15 @@ use latency_lab::{
         perf::{SchedEvent, SchedTrace},
         perfetto,
     },
-    services::TestCgroup,
+    services::{Alertmanager, TestCgroup},
+    web,
     workload::stall::{Plan, Stall, pin},
 };
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+/// The credentials the stall's daemon asks for.
+const USER: &str = "prometheus";
+const PASSWORD: &str = "correct horse";
 /// The CPU the workload shares.
 const CPU: u32 = 1;
 /// How far a capture's time may be from perf's for 99 in 100 switches: both read CLOCK_BOOTTIME,
@@ -333,6 +344,12 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     let config = dir.join("latency-daemon.toml");
     std::fs::write(&config, format!("[alert_cgroup_max_delay]\n\"{}\" = \"300ms\"\n", cg.path)).unwrap();
     let captures = dir.join("captures");
+    // Behind basic auth, sending to a real Alertmanager.
+    let web = dir.join("web.yml");
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  {USER}: '{hash}'\n")).unwrap();
+    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
+    let am_url = am.url();
     let daemon = Daemon::start(
         DAEMON,
         &[
@@ -344,13 +361,23 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
             "1s",
             "--alert-for",
             "1",
+            // Still firing when Alertmanager is asked for it, after the wait ended.
+            "--alert-resolve-after",
+            "60",
             "--capture-dir",
             captures.to_str().unwrap(),
             // The alert's event read as JSON below.
             "--log.format=json",
+            "--web.config.file",
+            web.to_str().unwrap(),
+            "--alertmanager-url",
+            &am_url,
         ],
     )
     .expect("latency-daemon run");
+    let authorization =
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}")));
+    let get = |path: &str| web::get(&daemon.addr, path, &[("Authorization", &authorization)]).expect(path);
     let inside = cg.enter_self().unwrap_or_else(|e| panic!("{e:#}"));
     let plan =
         Plan { cpu: 1, priority: 5, spin: Duration::from_secs(2), wake_after: Duration::from_millis(20), again: None };
@@ -370,7 +397,7 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
             .find(|v| v["event"] == "fired" && v["key"]["cgroup"] == cg.path.as_str());
         if let Some(url) = fired.as_ref().and_then(|f| f["capture"].as_str()) {
             let file = dir.join("capture.pftrace");
-            let got = daemon.get(url).expect("GET the capture");
+            let got = get(url);
             assert_eq!(got.status, 200, "{url}");
             std::fs::write(&file, &got.body).unwrap();
             let ours = perfetto::read(&file).unwrap_or_else(|e| panic!("{e:#}"));
@@ -382,17 +409,46 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
         assert!(Instant::now() < deadline, "no capture on a fired alert of {}: {:?}", cg.path, daemon.log());
         std::thread::sleep(Duration::from_millis(250));
     };
-    let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
+    let listed = get("/api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
     let entry = listed["captures"].as_array().into_iter().flatten().find(|c| c["url"] == url.as_str());
     let entry = entry.unwrap_or_else(|| panic!("{url} not listed: {listed}"));
     let picture_url = entry["picture_url"].as_str().unwrap_or_else(|| panic!("no picture listed: {entry}")).to_owned();
-    let picture = daemon.get(&picture_url).expect("GET the picture");
+    let picture = get(&picture_url);
     assert_eq!((picture.status, picture.header("content-type")), (200, Some("image/svg+xml")), "{picture_url}");
-    let page = daemon.get("/").expect("GET /");
+    let page = get("/");
     let page = String::from_utf8_lossy(&page.body);
     assert!(page.contains(&format!("id=\"capture-picture\" src=\"{picture_url}\"")), "the live view shows it");
-    let metrics = daemon.metrics().expect("GET /metrics");
+    let metrics = get("/metrics").text();
+    // Without credentials, or with wrong ones, none of it.
+    let wrong = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:wrong")));
+    for path in ["/api/v1/captures", url.as_str(), picture_url.as_str()] {
+        for headers in [&[][..], &[("Authorization", wrong.as_str())][..]] {
+            let got = web::get(&daemon.addr, path, headers).expect(path);
+            assert_eq!(got.status, 401, "{path} with {headers:?}: {}", got.text());
+            assert!(!got.body.windows(4).any(|w| w == b"cpu1"), "{path} refused, but its body names a capture");
+        }
+    }
+    // The alert as Alertmanager holds it: both links, absolute, at the daemon's address.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let alerts = am.ours("cgroup", &cg.path).unwrap_or_else(|e| panic!("{e:#}"));
+        if let Some(a) = alerts.into_iter().find(|a| a["annotations"]["capture"].is_string()) {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no alert of {} with a capture in Alertmanager", cg.path);
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let origin = held["generatorURL"].as_str().unwrap_or_default().trim_end_matches('/').to_owned();
+    assert!(
+        origin.starts_with("http://") && origin.ends_with(&format!(":{}", daemon.addr.rsplit(':').next().unwrap()))
+    );
+    let annotation = |k: &str| held["annotations"][k].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        (annotation("capture"), annotation("capture_picture")),
+        (format!("{origin}{url}"), format!("{origin}{picture_url}")),
+        "{held:#}"
+    );
     daemon.stop().expect("SIGTERM");
 
     // The picture: the wait drawn on CPU 1, the spinner holding it, the victim's wakeup marked.
@@ -440,12 +496,13 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     assert!(written >= 1.0, "runqlat_captures_total{{result=\"written\"}} {written}");
     eprintln!(
         "capture on alert: {url}; {} switches, {} wakings on {} threads; the victim woken {:.1} ms after the spinner \
-         took CPU 1, ran {:.1} ms later; {written} written",
+         took CPU 1, ran {:.1} ms later; {written} written; in Alertmanager as {}; refused without credentials",
         ours.switches.len(),
         ours.wakings.len(),
         ours.threads.len(),
         (woken - spinner_in) as f64 / 1e6,
         (ran - woken) as f64 / 1e6,
+        annotation("capture"),
     );
 }
 
