@@ -517,6 +517,24 @@ fn capture_counts(metrics: &str) -> [u64; 4] {
     ]
 }
 
+/// The alerts fired and the captures' counters once they settle: the writer has written what it
+/// was given, and each alert (and each of `others` asked for besides) is counted once, or 10 s.
+fn settled(daemon: &Daemon, others: u64) -> (u64, [u64; 4]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = daemon.metrics().expect("GET /metrics");
+        let fired: f64 = ["wakeup", "preempt"]
+            .iter()
+            .filter_map(|r| latency_lab::web::sample(&m, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
+            .sum();
+        let counts = capture_counts(&m);
+        if counts[0] + counts[1] + counts[2] == fired as u64 + others || Instant::now() > deadline {
+            return (fired as u64, counts);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_for() {
     const CGROUPS: usize = 6;
@@ -553,20 +571,7 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     assert!(asked.status.success(), "latency-daemon capture: {}", String::from_utf8_lossy(&asked.stderr));
     daemon.wait_for_log("capture on demand written", Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e:#}"));
 
-    // Counters settle once the writer has written what it was given.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (fired, counts) = loop {
-        let m = daemon.metrics().expect("GET /metrics");
-        let fired: f64 = ["wakeup", "preempt"]
-            .iter()
-            .filter_map(|r| latency_lab::web::sample(&m, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
-            .sum();
-        let counts = capture_counts(&m);
-        if counts[0] + counts[1] + counts[2] == fired as u64 + 1 || Instant::now() > deadline {
-            break (fired as u64, counts);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let (fired, counts) = settled(&daemon, 1);
     let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
     // Each alert's capture as the daemon wrote it, with how far back its wait's CPU was kept.
@@ -639,12 +644,26 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
             end.ts_ns
         );
         let neighbour = |tid: i32| cgroup_of.get(&tid).is_some_and(|cg| cg != cgroup);
-        let held = on_cpu.iter().any(|s| {
-            let during = (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns);
-            let handed = ran.is_some_and(|r| r.ts_ns == s.ts_ns) && neighbour(s.prev);
-            (during && neighbour(s.next)) || handed
-        });
-        assert!(held, "{name}: no task of another cgroup held CPU {cpu} during the wait of tid {}", begin.tid);
+        // The task on the CPU when the wait began, any switched in during it, or the one that
+        // handed the CPU over at its end.
+        let at_start = on_cpu.iter().rev().find(|s| s.ts_ns <= begin.ts_ns).is_some_and(|s| neighbour(s.next));
+        let held = at_start
+            || on_cpu.iter().any(|s| {
+                let during = (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns);
+                let handed = ran.is_some_and(|r| r.ts_ns == s.ts_ns) && neighbour(s.prev);
+                (during && neighbour(s.next)) || handed
+            });
+        let ran_meanwhile: Vec<String> = on_cpu
+            .iter()
+            .filter(|s| (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns) || ran.is_some_and(|r| r.ts_ns == s.ts_ns))
+            .map(|s| format!("{}→{} ({}) at {}", s.prev_comm, s.next_comm, s.next, s.ts_ns))
+            .collect();
+        assert!(
+            held,
+            "{name}: no task of another cgroup held CPU {cpu} during the wait of tid {} ({}..{}), its switches: \
+             {ran_meanwhile:?}",
+            begin.tid, begin.ts_ns, end.ts_ns
+        );
         judged += 1;
     }
     assert!(
@@ -681,19 +700,7 @@ fn the_capture_limits_hold_back_a_storms_captures_and_count_them_suppressed() {
     let daemon = storm_daemon(&dir, &cgroups, &captures, &[]);
     let started = Instant::now();
     let (_, scrapes) = storm(&daemon, &cgroups);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (fired, counts) = loop {
-        let m = daemon.metrics().expect("GET /metrics");
-        let fired: f64 = ["wakeup", "preempt"]
-            .iter()
-            .filter_map(|r| latency_lab::web::sample(&m, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
-            .sum();
-        let counts = capture_counts(&m);
-        if counts[0] + counts[1] + counts[2] == fired as u64 || Instant::now() > deadline {
-            break (fired as u64, counts);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let (fired, counts) = settled(&daemon, 0);
     let spent = started.elapsed();
     daemon.stop().expect("SIGTERM");
     let [written, suppressed, failed, removed] = counts;
