@@ -1,18 +1,18 @@
 //! The capture trigger, on the drain thread: the alert transitions of one drain, the finished
 //! waits it first saw that may fire an alert (and the operator's asks) in; for an alert that
-//! fires, every CPU's ring of scheduler events read (a few milliseconds) and handed to a writer
-//! thread that turns it into a Perfetto trace and an SVG picture in the capture directory, and the
-//! capture's address set on that alert's transitions from then on (so sinks and re-sends carry
-//! it). A finished wait is judged when its window closes, seconds after it ended, when a busy
-//! CPU's ring no longer holds it: so the rings are read at the drain that first sees it (`held`,
-//! kept in memory, not counted) and its alert's capture is written from that reading. While the alert's wait in progress grows
-//! (`Grown`, at most once a drain) the rings are read again and kept; when it ends (`Updated`),
-//! read once more and the capture rewritten with every reading, so a stall longer than a ring's
-//! reach is kept whole from its start to its end. A capture on demand
-//! (SIGUSR1) reads now and at every drain until `capture_demand` has passed, and is rewritten
-//! with every reading at the end. At most one new
-//! capture per `capture_interval` in all and one per `capture_cpu_interval` per CPU; while the
-//! writer is busy a capture is suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
+//! fires, every CPU's ring of scheduler events read (a few milliseconds, once a drain at most) and
+//! handed to a writer thread that turns it into a Perfetto trace and an SVG picture in the capture
+//! directory, and the capture's address set on that alert's transitions from then on (so sinks
+//! and re-sends carry it). A finished wait is judged when its window closes, seconds after it
+//! ended, when a busy CPU's ring no longer holds it: so the rings are read at the drain that first
+//! sees it (`Held`, kept in memory, not counted) and its alert's capture is written from that
+//! reading. While the alert's wait in progress grows (`Grown`, at most once a drain) the rings are
+//! read again and kept; when it ends (`Updated`), read once more and the capture rewritten with
+//! every reading, so a stall longer than a ring's reach is kept whole from its start to its end. A
+//! capture on demand (SIGUSR1) reads now and at every drain until `capture_demand` has passed, and
+//! is rewritten with every reading at the end. At most one new capture per `capture_interval` in
+//! all and one per `capture_cpu_interval` per CPU; while the writer is busy a capture is
+//! suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -201,13 +201,13 @@ impl Capturer {
         // First the transitions: a held reading of the window that just closed may be replaced
         // below by one of the next window's waits on the same CPU.
         self.annotate(probe, transitions);
-        self.hold(probe, finished);
+        self.hold_readings(probe, finished);
         self.fresh = None;
     }
 
     /// For the finished waits a capture could be taken of (the limits allow their CPU now),
     /// every CPU's ring read and held, the longest waits' readings kept.
-    fn hold(&mut self, probe: &Probe, finished: &[Attribution]) {
+    fn hold_readings(&mut self, probe: &Probe, finished: &[Attribution]) {
         let now = Instant::now();
         let hold = self.hold;
         self.held.retain(|h| now.saturating_duration_since(h.at) < hold);
