@@ -11,10 +11,17 @@
 //! stalls a task on CPU 1 past its cgroup's alert threshold; the alert carries a capture's
 //! address, `/api/v1/captures` lists it behind the same address, and the capture (read back with
 //! Perfetto's classes) holds the spinner taking the CPU, the victim's wakeup and, once its wait
-//! ended, the victim getting the CPU. Prints the figures.
+//! ended, the victim getting the CPU; the daemon asks for basic auth, and without it (or with a
+//! wrong password) the list, the capture and its picture are refused; a real Alertmanager holds
+//! the alert with `capture` and `capture_picture` as whole URLs at the daemon's address. Under an
+//! alert storm on one CPU with the default ring, every alert's capture holds its wait's CPU from
+//! before the wait began, and the caps and counters hold; with the default limits, what they hold
+//! back is counted `suppressed`. Prints the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
+
+use base64::Engine as _;
 
 use std::time::{Duration, Instant};
 
@@ -26,11 +33,15 @@ use latency_lab::{
         perf::{SchedEvent, SchedTrace},
         perfetto,
     },
-    services::TestCgroup,
+    services::{Alertmanager, TestCgroup},
+    web,
     workload::stall::{Plan, Stall, pin},
 };
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_latency-daemon");
+/// The credentials the stall's daemon asks for.
+const USER: &str = "prometheus";
+const PASSWORD: &str = "correct horse";
 /// The CPU the workload shares.
 const CPU: u32 = 1;
 /// How far a capture's time may be from perf's for 99 in 100 switches: both read CLOCK_BOOTTIME,
@@ -333,6 +344,12 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     let config = dir.join("latency-daemon.toml");
     std::fs::write(&config, format!("[alert_cgroup_max_delay]\n\"{}\" = \"300ms\"\n", cg.path)).unwrap();
     let captures = dir.join("captures");
+    // Behind basic auth, sending to a real Alertmanager.
+    let web = dir.join("web.yml");
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  {USER}: '{hash}'\n")).unwrap();
+    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
+    let am_url = am.url();
     let daemon = Daemon::start(
         DAEMON,
         &[
@@ -344,13 +361,23 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
             "1s",
             "--alert-for",
             "1",
+            // Still firing when Alertmanager is asked for it, after the wait ended.
+            "--alert-resolve-after",
+            "60",
             "--capture-dir",
             captures.to_str().unwrap(),
             // The alert's event read as JSON below.
             "--log.format=json",
+            "--web.config.file",
+            web.to_str().unwrap(),
+            "--alertmanager-url",
+            &am_url,
         ],
     )
     .expect("latency-daemon run");
+    let authorization =
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}")));
+    let get = |path: &str| web::get(&daemon.addr, path, &[("Authorization", &authorization)]).expect(path);
     let inside = cg.enter_self().unwrap_or_else(|e| panic!("{e:#}"));
     let plan =
         Plan { cpu: 1, priority: 5, spin: Duration::from_secs(2), wake_after: Duration::from_millis(20), again: None };
@@ -370,7 +397,7 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
             .find(|v| v["event"] == "fired" && v["key"]["cgroup"] == cg.path.as_str());
         if let Some(url) = fired.as_ref().and_then(|f| f["capture"].as_str()) {
             let file = dir.join("capture.pftrace");
-            let got = daemon.get(url).expect("GET the capture");
+            let got = get(url);
             assert_eq!(got.status, 200, "{url}");
             std::fs::write(&file, &got.body).unwrap();
             let ours = perfetto::read(&file).unwrap_or_else(|e| panic!("{e:#}"));
@@ -382,17 +409,46 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
         assert!(Instant::now() < deadline, "no capture on a fired alert of {}: {:?}", cg.path, daemon.log());
         std::thread::sleep(Duration::from_millis(250));
     };
-    let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
+    let listed = get("/api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
     let entry = listed["captures"].as_array().into_iter().flatten().find(|c| c["url"] == url.as_str());
     let entry = entry.unwrap_or_else(|| panic!("{url} not listed: {listed}"));
     let picture_url = entry["picture_url"].as_str().unwrap_or_else(|| panic!("no picture listed: {entry}")).to_owned();
-    let picture = daemon.get(&picture_url).expect("GET the picture");
+    let picture = get(&picture_url);
     assert_eq!((picture.status, picture.header("content-type")), (200, Some("image/svg+xml")), "{picture_url}");
-    let page = daemon.get("/").expect("GET /");
+    let page = get("/");
     let page = String::from_utf8_lossy(&page.body);
     assert!(page.contains(&format!("id=\"capture-picture\" src=\"{picture_url}\"")), "the live view shows it");
-    let metrics = daemon.metrics().expect("GET /metrics");
+    let metrics = get("/metrics").text();
+    // Without credentials, or with wrong ones, none of it.
+    let wrong = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:wrong")));
+    for path in ["/api/v1/captures", url.as_str(), picture_url.as_str()] {
+        for headers in [&[][..], &[("Authorization", wrong.as_str())][..]] {
+            let got = web::get(&daemon.addr, path, headers).expect(path);
+            assert_eq!(got.status, 401, "{path} with {headers:?}: {}", got.text());
+            assert!(!got.body.windows(4).any(|w| w == b"cpu1"), "{path} refused, but its body names a capture");
+        }
+    }
+    // The alert as Alertmanager holds it: both links, absolute, at the daemon's address.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let alerts = am.ours("cgroup", &cg.path).unwrap_or_else(|e| panic!("{e:#}"));
+        if let Some(a) = alerts.into_iter().find(|a| a["annotations"]["capture"].is_string()) {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no alert of {} with a capture in Alertmanager", cg.path);
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let origin = held["generatorURL"].as_str().unwrap_or_default().trim_end_matches('/').to_owned();
+    assert!(
+        origin.starts_with("http://") && origin.ends_with(&format!(":{}", daemon.addr.rsplit(':').next().unwrap()))
+    );
+    let annotation = |k: &str| held["annotations"][k].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        (annotation("capture"), annotation("capture_picture")),
+        (format!("{origin}{url}"), format!("{origin}{picture_url}")),
+        "{held:#}"
+    );
     daemon.stop().expect("SIGTERM");
 
     // The picture: the wait drawn on CPU 1, the spinner holding it, the victim's wakeup marked.
@@ -440,12 +496,13 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     assert!(written >= 1.0, "runqlat_captures_total{{result=\"written\"}} {written}");
     eprintln!(
         "capture on alert: {url}; {} switches, {} wakings on {} threads; the victim woken {:.1} ms after the spinner \
-         took CPU 1, ran {:.1} ms later; {written} written",
+         took CPU 1, ran {:.1} ms later; {written} written; in Alertmanager as {}; refused without credentials",
         ours.switches.len(),
         ours.wakings.len(),
         ours.threads.len(),
         (woken - spinner_in) as f64 / 1e6,
         (ran - woken) as f64 / 1e6,
+        annotation("capture"),
     );
 }
 
@@ -460,6 +517,24 @@ fn capture_counts(metrics: &str) -> [u64; 4] {
     ]
 }
 
+/// The alerts fired and the captures' counters once they settle: the writer has written what it
+/// was given, and each alert (and each of `others` asked for besides) is counted once, or 10 s.
+fn settled(daemon: &Daemon, others: u64) -> (u64, [u64; 4]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = daemon.metrics().expect("GET /metrics");
+        let fired: f64 = ["wakeup", "preempt"]
+            .iter()
+            .filter_map(|r| latency_lab::web::sample(&m, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
+            .sum();
+        let counts = capture_counts(&m);
+        if counts[0] + counts[1] + counts[2] == fired as u64 + others || Instant::now() > deadline {
+            return (fired as u64, counts);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_for() {
     const CGROUPS: usize = 6;
@@ -469,30 +544,16 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
         return;
     }
     let dir = Scratch::new("runqlat-capture-storm").unwrap();
-    let cgroups: Vec<TestCgroup> =
-        (0..CGROUPS).map(|i| TestCgroup::new(&format!("storm{i}")).expect("a test cgroup")).collect();
-    let thresholds: String = cgroups.iter().map(|cg| format!("\"{}\" = \"100us\"\n", cg.path)).collect();
-    let config = dir.join("latency-daemon.toml");
-    std::fs::write(&config, format!("[alert_cgroup_max_delay]\n{thresholds}")).unwrap();
+    let cgroups = storm_cgroups("storm", CGROUPS);
     let captures = dir.join("captures");
     let max_files = MAX_FILES.to_string();
-    let daemon = Daemon::start(
-        DAEMON,
+    // The default ring (4,096 events per CPU): a finished wait's rings are read at the drain that
+    // first sees it, at most an interval after it ended.
+    let daemon = storm_daemon(
+        &dir,
+        &cgroups,
+        &captures,
         &[
-            "--config",
-            config.to_str().unwrap(),
-            "--interval",
-            "100ms",
-            "--window",
-            "500ms",
-            "--alert-for",
-            "1",
-            "--alert-resolve-after",
-            "1",
-            "--alert-cooldown",
-            "0s",
-            "--capture-dir",
-            captures.to_str().unwrap(),
             "--capture-interval",
             "0s",
             "--capture-cpu-interval",
@@ -501,61 +562,34 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
             &max_files,
             "--capture-demand",
             "1s",
-            // A finished wait is captured when its window closes: on this busy CPU (about 20,000
-            // events a second) the default 4,096 slots reach back less than a window.
-            "--capture-events",
-            "16384",
         ],
-    )
-    .expect("latency-daemon run");
-
-    // Two spinners and, in each cgroup, a 1 ms sleeper, all on CPU 1: every sleeper waits past
-    // its threshold again and again, and each of its alerts fires, resolves and fires anew.
-    let spinners = [spawn("while :; do :; done", "a spinner"), spawn("while :; do :; done", "a spinner")];
-    let spinner_pids: Vec<i32> = spinners.iter().map(|s| s.pid() as i32).collect();
-    let cpu = CPU.to_string();
-    let sleep = "select(undef, undef, undef, 0.001) while 1";
-    let sleepers: Vec<Proc> =
-        cgroups.iter().map(|cg| cg.spawn(&["taskset", "-c", &cpu, "perl", "-e", sleep]).expect("a sleeper")).collect();
-    // Each task's cgroup: the spinners' is none of ours.
-    let mut cgroup_of: std::collections::HashMap<i32, &str> =
-        spinner_pids.iter().map(|&pid| (pid, "(a spinner's, none of ours)")).collect();
-    cgroup_of.extend(sleepers.iter().zip(&cgroups).map(|(s, cg)| (s.pid() as i32, cg.path.as_str())));
-    let storm = Instant::now();
-    let mut scrapes = 0;
-    while storm.elapsed() < Duration::from_secs(6) {
-        let m = daemon.metrics().expect("a scrape during the storm");
-        assert!(m.contains("runqlat_captures_total"), "a scrape during the storm without the captures' counters");
-        scrapes += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    drop(sleepers);
-    drop(spinners);
+    );
+    let (cgroup_of, scrapes) = storm(&daemon, &cgroups);
 
     // Asked for by the command a user types, after the storm: every CPU for a second.
     let asked = Command::new(DAEMON).args(["capture", "--pid", &daemon.pid().to_string()]).output().unwrap();
     assert!(asked.status.success(), "latency-daemon capture: {}", String::from_utf8_lossy(&asked.stderr));
     daemon.wait_for_log("capture on demand written", Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e:#}"));
 
-    // Counters settle once the writer has written what it was given.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (fired, counts) = loop {
-        let m = daemon.metrics().expect("GET /metrics");
-        let fired: f64 = ["wakeup", "preempt"]
-            .iter()
-            .filter_map(|r| latency_lab::web::sample(&m, &format!("runqlat_alerts_total{{reason=\"{r}\"}}")))
-            .sum();
-        let counts = capture_counts(&m);
-        if counts[0] + counts[1] + counts[2] == fired as u64 + 1 || Instant::now() > deadline {
-            break (fired as u64, counts);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let (fired, counts) = settled(&daemon, 1);
     let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
+    // Each alert's capture as the daemon wrote it, with how far back its wait's CPU was kept.
+    let log = daemon.log();
+    let alert_captures: Vec<String> = log.iter().filter(|l| l.contains("capture written: ")).cloned().collect();
+    let fired_lines: Vec<&String> = log.iter().filter(|l| l.contains("alert fired")).collect();
     daemon.stop().expect("SIGTERM");
 
     let [written, suppressed, failed, removed] = counts;
+    // Every one, not only those the cap kept: its CPU's ring reached back to its wait's start.
+    assert_eq!(alert_captures.len() as u64, written - 1, "a log line per alert's capture: {alert_captures:?}");
+    let mut beyond_reach: Vec<String> =
+        alert_captures.iter().filter(|l| !l.contains(" ms before the wait began")).cloned().collect();
+    let mut reached: Vec<f64> = alert_captures
+        .iter()
+        .filter_map(|l| l.split(" from ").nth(1)?.split(" ms before the wait began").next()?.parse().ok())
+        .collect();
+    reached.sort_by(f64::total_cmp);
     // A storm: more captures asked for than the directory keeps, twice over (each cgroup's alert
     // fires about twice in 6 s on a quiet machine, less often on a loaded one).
     assert!(fired >= 2 * MAX_FILES as u64, "no storm: {fired} alerts fired");
@@ -586,7 +620,7 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     // a sleeper's own track, named with its cgroup, ending where the capture switches it in; and a
     // task of another cgroup (a spinner, or another cgroup's sleeper) holding that CPU during it.
     let ours: Vec<&str> = cgroups.iter().map(|cg| cg.path.as_str()).collect();
-    let (mut judged, mut beyond_reach) = (0, 0);
+    let mut judged = 0;
     for name in listed.iter().filter_map(|c| c["name"].as_str()).filter(|n| !n.ends_with("-demand.pftrace")) {
         let c = perfetto::read(&captures.join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let begin = c.slices.iter().find(|s| s.kind == 1).unwrap_or_else(|| panic!("{name}: no wait marked"));
@@ -595,8 +629,9 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
         assert!(ours.contains(&cgroup), "{name}: the wait of a task in {cgroup:?}, none of ours");
         let cpu = begin.notes.get("cpu").and_then(serde_json::Value::as_u64).expect("its CPU") as u32;
         let on_cpu: Vec<_> = c.switches.iter().filter(|s| s.cpu == cpu).collect();
+        // How far before the wait's start its CPU's ring reached when it was read.
         if on_cpu.first().is_none_or(|s| s.ts_ns > begin.ts_ns) {
-            beyond_reach += 1;
+            beyond_reach.push(format!("{name}: CPU {cpu}'s ring starts inside the wait"));
             continue;
         }
         // A wait still in progress when its alert's last reading was taken ends where it was seen.
@@ -608,27 +643,139 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
             begin.tid,
             end.ts_ns
         );
-        let neighbour = |tid: i32| cgroup_of.get(&tid).is_some_and(|cg| *cg != cgroup);
-        let held = on_cpu.iter().any(|s| {
-            let during = (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns);
-            let handed = ran.is_some_and(|r| r.ts_ns == s.ts_ns) && neighbour(s.prev);
-            (during && neighbour(s.next)) || handed
-        });
-        assert!(held, "{name}: no task of another cgroup held CPU {cpu} during the wait of tid {}", begin.tid);
+        let neighbour = |tid: i32| cgroup_of.get(&tid).is_some_and(|cg| cg != cgroup);
+        // The task on the CPU when the wait began, any switched in during it, or the one that
+        // handed the CPU over at its end.
+        let at_start = on_cpu.iter().rev().find(|s| s.ts_ns <= begin.ts_ns).is_some_and(|s| neighbour(s.next));
+        let held = at_start
+            || on_cpu.iter().any(|s| {
+                let during = (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns);
+                let handed = ran.is_some_and(|r| r.ts_ns == s.ts_ns) && neighbour(s.prev);
+                (during && neighbour(s.next)) || handed
+            });
+        let ran_meanwhile: Vec<String> = on_cpu
+            .iter()
+            .filter(|s| (begin.ts_ns..=end.ts_ns).contains(&s.ts_ns) || ran.is_some_and(|r| r.ts_ns == s.ts_ns))
+            .map(|s| format!("{}→{} ({}) at {}", s.prev_comm, s.next_comm, s.next, s.ts_ns))
+            .collect();
+        assert!(
+            held,
+            "{name}: no task of another cgroup held CPU {cpu} during the wait of tid {} ({}..{}), its switches: \
+             {ran_meanwhile:?}",
+            begin.tid, begin.ts_ns, end.ts_ns
+        );
         judged += 1;
     }
     assert!(
-        judged >= 1,
-        "no alert's capture kept beside the one on demand ({beyond_reach} beyond its ring's reach): {listed:?}"
+        beyond_reach.is_empty(),
+        "captures whose ring no longer reached their wait: {beyond_reach:#?}; the alerts fired: {fired_lines:#?}"
     );
+    assert!(judged >= 1, "no alert's capture kept beside the one on demand: {listed:?}");
     eprintln!(
         "capture storm: {fired} alerts fired in {CGROUPS} cgroups over 6 s ({scrapes} scrapes answered); captures \
          written {written}, suppressed {suppressed}, failed {failed}, removed {removed}, {} kept ({judged} of a \
-         sleeper held up by a neighbour cgroup's task, as judged; {beyond_reach} older than its ring's reach); on \
-         demand: {} switches on {} CPUs over {:.2} s",
+         sleeper held up by a neighbour cgroup's task, as judged); each alert's capture kept its CPU from {:.1} ms \
+         (median {:.1}, at most {:.1}) before the wait began; on demand: {} switches on {} CPUs over {:.2} s",
         traces.len(),
+        reached.first().copied().unwrap_or(0.0),
+        reached.get(reached.len() / 2).copied().unwrap_or(0.0),
+        reached.last().copied().unwrap_or(0.0),
         read.switches.len(),
         cpus.len(),
         span as f64 / 1e9
     );
+}
+
+#[test]
+fn the_capture_limits_hold_back_a_storms_captures_and_count_them_suppressed() {
+    const CGROUPS: usize = 6;
+    if latency_lab::workload::cpus() < 2 {
+        eprintln!("capture limits: skipped: needs 2 CPUs");
+        return;
+    }
+    let dir = Scratch::new("runqlat-capture-limits").unwrap();
+    let cgroups = storm_cgroups("limits", CGROUPS);
+    let captures = dir.join("captures");
+    // The default limits: one capture per 10 s in all, one per minute per CPU.
+    let daemon = storm_daemon(&dir, &cgroups, &captures, &[]);
+    let started = Instant::now();
+    let (_, scrapes) = storm(&daemon, &cgroups);
+    let (fired, counts) = settled(&daemon, 0);
+    let spent = started.elapsed();
+    daemon.stop().expect("SIGTERM");
+    let [written, suppressed, failed, removed] = counts;
+    assert!(fired >= 2, "no storm: {fired} alerts fired");
+    // Every wait was on CPU 1 and every alert fired within a minute of the first (within 10 s,
+    // too): the first is captured, the rest held back by the limits and counted.
+    assert!(spent < Duration::from_secs(60), "the storm and its settling took {spent:?}, longer than the limits");
+    assert_eq!(
+        (written, suppressed, failed, removed),
+        (1, fired - 1, 0, 0),
+        "{fired} alerts fired: (written, suppressed, failed, removed)"
+    );
+    let traces = std::fs::read_dir(&captures)
+        .unwrap()
+        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".pftrace")))
+        .count();
+    assert_eq!(traces, 1, "one capture in {}", captures.display());
+    eprintln!(
+        "capture limits: {fired} alerts fired in {CGROUPS} cgroups over 6 s ({scrapes} scrapes answered), default \
+         capture_interval and capture_cpu_interval: written {written}, suppressed {suppressed}"
+    );
+}
+
+/// `n` test cgroups named `prefix0`…
+fn storm_cgroups(prefix: &str, n: usize) -> Vec<TestCgroup> {
+    (0..n).map(|i| TestCgroup::new(&format!("{prefix}{i}")).expect("a test cgroup")).collect()
+}
+
+/// A daemon alerting on any wait over 100 µs in `cgroups`, every window (500 ms, drains every
+/// 100 ms), resolving at the first quiet one with no cooldown, capturing into `captures`; `more`
+/// arguments after these.
+fn storm_daemon(dir: &Scratch, cgroups: &[TestCgroup], captures: &std::path::Path, more: &[&str]) -> Daemon {
+    let thresholds: String = cgroups.iter().map(|cg| format!("\"{}\" = \"100us\"\n", cg.path)).collect();
+    let config = dir.join("latency-daemon.toml");
+    std::fs::write(&config, format!("[alert_cgroup_max_delay]\n{thresholds}")).unwrap();
+    let mut args = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--interval",
+        "100ms",
+        "--window",
+        "500ms",
+        "--alert-for",
+        "1",
+        "--alert-resolve-after",
+        "1",
+        "--alert-cooldown",
+        "0s",
+        "--capture-dir",
+        captures.to_str().unwrap(),
+    ];
+    args.extend_from_slice(more);
+    Daemon::start(DAEMON, &args).expect("latency-daemon run")
+}
+
+/// Six seconds of two spinners and, in each cgroup, a 1 ms sleeper, all on CPU 1: every sleeper
+/// waits past its threshold again and again, and each of its alerts fires, resolves and fires
+/// anew; the daemon scraped every 200 ms meanwhile. Each task's cgroup (by pid) and the scrapes.
+fn storm(daemon: &Daemon, cgroups: &[TestCgroup]) -> (std::collections::HashMap<i32, String>, usize) {
+    let spinners = [spawn("while :; do :; done", "a spinner"), spawn("while :; do :; done", "a spinner")];
+    let cpu = CPU.to_string();
+    let sleep = "select(undef, undef, undef, 0.001) while 1";
+    let sleepers: Vec<Proc> =
+        cgroups.iter().map(|cg| cg.spawn(&["taskset", "-c", &cpu, "perl", "-e", sleep]).expect("a sleeper")).collect();
+    // The spinners' cgroup is none of ours.
+    let mut cgroup_of: std::collections::HashMap<i32, String> =
+        spinners.iter().map(|s| (s.pid() as i32, "(a spinner's, none of ours)".to_owned())).collect();
+    cgroup_of.extend(sleepers.iter().zip(cgroups).map(|(s, cg)| (s.pid() as i32, cg.path.clone())));
+    let storm = Instant::now();
+    let mut scrapes = 0;
+    while storm.elapsed() < Duration::from_secs(6) {
+        let m = daemon.metrics().expect("a scrape during the storm");
+        assert!(m.contains("runqlat_captures_total"), "a scrape during the storm without the captures' counters");
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (cgroup_of, scrapes)
 }

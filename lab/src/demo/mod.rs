@@ -320,15 +320,20 @@ fn write(out: &std::path::Path, report: &Report) -> anyhow::Result<()> {
             Some(figure::Series { label, color, buckets: &s.buckets, max_ns: s.max_ns })
         })
         .collect();
-    let mut files = vec![("report.md", md), ("report.json", json + "\n"), ("delays.svg", figure::svg(&series))];
+    let mut files = vec![
+        ("report.md", md.into_bytes()),
+        ("report.json", (json + "\n").into_bytes()),
+        ("delays.svg", figure::svg(&series).into_bytes()),
+    ];
     if let Some(a) = &report.stall_alert {
-        files.push(("stall-alert.svg", timeline::svg(a)));
-        if let Some(picture) = &a.capture_picture {
-            files.push(("stall-capture.svg", picture.clone()));
+        files.push(("stall-alert.svg", timeline::svg(a).into_bytes()));
+        if let Some(c) = &a.capture {
+            files.push(("stall-capture.svg", c.picture.clone().into_bytes()));
+            files.push(("stall-capture.pftrace", c.trace.clone()));
         }
     }
     if let Some(c) = &report.causes {
-        files.push(("causes.svg", causes::figure::svg(c)));
+        files.push(("causes.svg", causes::figure::svg(c).into_bytes()));
     }
     for (name, text) in files {
         let path = out.join(name);

@@ -51,9 +51,18 @@ pub struct StallAlert {
     pub watched: Watched,
     /// The first alert on a wait in progress on that CPU that fired while the victim waited.
     pub fired: Option<Fired>,
-    /// The picture of the capture the first alert on that CPU took (the daemon's own SVG).
+    /// The capture the first alert on that CPU took, and its picture (the daemon's own SVG).
     #[serde(skip)]
-    pub capture_picture: Option<String>,
+    pub capture: Option<Capture>,
+}
+
+/// An alert's capture as the daemon wrote it.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    /// Its address, as the alert carried it.
+    pub url: String,
+    pub trace: Vec<u8>,
+    pub picture: String,
 }
 
 impl StallAlert {
@@ -103,8 +112,19 @@ impl StallAlert {
         };
         let shown = self.watched.longest_before_run().map_or(0, |(_, n)| n);
         let told = self.fired.as_ref().and_then(|f| f.final_ns);
+        let captured = match &self.capture {
+            Some(c) => check(
+                "its capture",
+                !c.trace.is_empty() && c.picture.contains("<svg"),
+                format!("{}: {} KiB of trace, {} KiB of picture", c.url, c.trace.len() / 1024, c.picture.len() / 1024),
+            ),
+            None => {
+                check("its capture", false, "no alert on that CPU carries a capture kept with its picture".to_owned())
+            }
+        };
         vec![
             fired,
+            captured,
             check(
                 "final delay",
                 shown > 0
@@ -145,7 +165,7 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
         "1",
         "--capture-dir",
         dir,
-        // The alert's event read as JSON (`fired`, `capture_picture`).
+        // The alert's event read as JSON (`fired`, `capture`).
         "--log.format=json",
     ];
     let d = Daemon::start(daemon, &args)?;
@@ -156,7 +176,7 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
         bail!("{e}");
     }
     let fired = fired(&log, &watched, PLAN.cpu as u32);
-    let capture_picture = capture_picture(&log, PLAN.cpu as u32, captures.path());
+    let capture = capture(&log, PLAN.cpu as u32, captures.path());
     Ok(StallAlert {
         cpu: PLAN.cpu,
         spin_ns: watched.ends_ns - watched.began_ns,
@@ -165,18 +185,20 @@ pub fn measure(daemon: &Path) -> anyhow::Result<StallAlert> {
         interval: INTERVAL,
         watched,
         fired,
-        capture_picture,
+        capture,
     })
 }
 
-/// The picture beside the capture of the first alert fired on `cpu` that took one.
-fn capture_picture(log: &[String], cpu: u32, dir: &Path) -> Option<String> {
+/// The capture of the first alert fired on `cpu` that took one, and the picture beside it.
+fn capture(log: &[String], cpu: u32, dir: &Path) -> Option<Capture> {
     let url = log.iter().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find_map(|v| {
         let ours = v["event"] == "fired" && v["worst"]["cpu"].as_u64() == Some(u64::from(cpu));
         ours.then(|| v["capture"].as_str().map(str::to_owned)).flatten()
     })?;
     let name = url.rsplit('/').next()?.strip_suffix(".pftrace")?;
-    std::fs::read_to_string(dir.join(format!("{name}.svg"))).ok()
+    let trace = std::fs::read(dir.join(format!("{name}.pftrace"))).ok()?;
+    let picture = std::fs::read_to_string(dir.join(format!("{name}.svg"))).ok()?;
+    Some(Capture { url, trace, picture })
 }
 
 /// The first `fired` event on a wait in progress on the stalled CPU while the victim waited (the
@@ -239,5 +261,27 @@ mod tests {
         assert_eq!(f.task, "kworker/1:1 (tid 5)");
         let later = Watched { long_waits: vec![(1600, 2000)], ..w.clone() };
         assert!(fired(&log, &later, 1).is_none(), "an alert before the task was woken");
+    }
+
+    #[test]
+    fn the_capture_is_the_first_on_that_cpu_and_counts_only_with_its_picture() {
+        let dir = crate::guard::Scratch::new("runqlat-demo-capture-test").unwrap_or_else(|e| panic!("{e:#}"));
+        let name = "capture-1796550909195-cpu1-tid5";
+        let log: Vec<String> = [
+            r#"{"event":"fired","worst":{"cpu":0},"capture":"/api/v1/captures/capture-1-cpu0-tid8.pftrace"}"#,
+            r#"{"event":"fired","worst":{"cpu":1}}"#,
+            r#"{"event":"fired","worst":{"cpu":1},"capture":"/api/v1/captures/capture-1796550909195-cpu1-tid5.pftrace"}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let write = |ext: &str, text: &str| {
+            std::fs::write(dir.path().join(format!("{name}.{ext}")), text).unwrap_or_else(|e| panic!("{e}"))
+        };
+        write("pftrace", "trace");
+        assert!(capture(&log, 1, dir.path()).is_none(), "no picture beside it");
+        write("svg", "<svg/>");
+        let c = capture(&log, 1, dir.path()).unwrap_or_else(|| panic!("no capture found"));
+        assert_eq!((c.url.as_str(), c.trace.as_slice()), (&*format!("/api/v1/captures/{name}.pftrace"), &b"trace"[..]));
+        assert!(capture(&log[..2], 1, dir.path()).is_none(), "no alert on CPU 1 carried one");
     }
 }

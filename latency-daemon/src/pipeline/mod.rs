@@ -3,12 +3,13 @@
 //! `Transition`s out. The run pipeline's rules: when a window closes, its report and late writes,
 //! attribution, alerts and the last alert (`alerts`), the cgroup series with top N and "other",
 //! removed cgroups forgotten, container labels (`cgroups`), each reason's worst wait as an exemplar
-//! (`exemplars`), the timeline. Pure: the kernel reads and
-//! the host lookups are the caller's (`cmd::run`'s drainer, `benches/pipeline.rs`), so every rule is
-//! tested without root.
+//! (`exemplars`), the timeline; at each drain, the open window's finished waits that may fire an
+//! alert, for the capture trigger (`finished`). Pure: the kernel reads and the host lookups are
+//! the caller's (`cmd::run`'s drainer, `benches/pipeline.rs`), so every rule is tested without root.
 mod alerts;
 mod cgroups;
 mod exemplars;
+mod finished;
 #[cfg(test)]
 mod tests;
 mod waits;
@@ -101,6 +102,8 @@ pub struct Pipeline {
     series: CgroupSeries,
     alerts: Engine,
     exposition: Exposition,
+    /// The open window's incidents as the last drains saw them (`finished`).
+    seen: finished::Seen,
 }
 
 impl Pipeline {
@@ -118,6 +121,7 @@ impl Pipeline {
             series: CgroupSeries::default(),
             alerts: Engine::default(),
             exposition,
+            seen: finished::Seen::default(),
         };
         pipeline.apply(settings);
         pipeline

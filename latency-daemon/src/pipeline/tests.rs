@@ -662,3 +662,35 @@ fn each_reason_s_exemplar_is_its_largest_maximum_with_the_victim_s_pod() {
     drain(&mut p, &mut names, snap(3 * S, 3, &[]), Vec::new(), Vec::new());
     assert_eq!(p.exposition().exemplars, [None, None]);
 }
+
+#[test]
+fn a_finished_wait_over_its_threshold_is_handed_to_the_capture_trigger_at_the_drain_that_first_sees_it() {
+    let mut p = pipeline(alerting(3));
+    let mut names = Table::with_paths(&[1]);
+    names.containers.insert("/c1".into(), pod("web"));
+    let epoch = p.open_epoch();
+    let at = |p: &mut Pipeline, names: &mut Table, incidents: &Incidents| -> Vec<(u32, u64)> {
+        let e = p.open_epoch();
+        p.finished(e, incidents, BOOT_UNIX_NS + S, names).iter().map(|a| (a.victim_tid, a.delay_ns)).collect()
+    };
+    // Under the threshold: nothing; over it: once, at the first drain that sees it, named.
+    assert!(at(&mut p, &mut names, &vec![incident(1, 9 * MS, S)]).is_empty());
+    let over = vec![incident(1, 20 * MS, S + MS)];
+    let first = p.finished(epoch, &over, BOOT_UNIX_NS + S, &mut names);
+    assert_eq!(
+        first.iter().map(|a| (a.delay_ns, a.cgroup.as_str(), a.names.pod.as_str())).collect::<Vec<_>>(),
+        [(20 * MS, "/c1", "web")]
+    );
+    assert!(at(&mut p, &mut names, &over).is_empty(), "seen at the last drain");
+    assert!(p.finished(epoch + 1, &vec![incident(1, 30 * MS, S + 2 * MS)], BOOT_UNIX_NS + S, &mut names).is_empty());
+    // The window closes on it: its alert fires, and a longer wait of the same alert no longer
+    // needs a capture of its own.
+    drain(&mut p, &mut names, snap(S, 0, &[]), Vec::new(), Vec::new());
+    drain(&mut p, &mut names, snap(2 * S, 0, &[]), Vec::new(), Vec::new());
+    let (_, t) = drain(&mut p, &mut names, snap(3 * S, 0, &[]), Vec::new(), over.clone());
+    assert_eq!(kinds(&t), ["fired"]);
+    assert!(at(&mut p, &mut names, &vec![incident(1, 40 * MS, 3 * S + MS)]).is_empty(), "its alert fires");
+    // Another cgroup's wait in the new window may fire its own.
+    names.paths.insert(2, "/c2".into());
+    assert_eq!(at(&mut p, &mut names, &vec![incident(2, 40 * MS, 3 * S + 2 * MS)]), [(7, 40 * MS)]);
+}

@@ -99,7 +99,7 @@ pub(super) fn section(out: &mut String, a: &StallAlert) {
          ![the stall's timeline](stall-alert.svg)",
         waits.join(", ")
     );
-    if a.capture_picture.is_some() {
+    if a.capture.is_some() {
         let _ = writeln!(
             out,
             "\nWhat CPU 1 did meanwhile, as the capture the alert took shows it (the daemon's own picture; the \

@@ -225,6 +225,12 @@ impl Engine {
         }
     }
 
+    /// Whether a delay over its threshold for `key` could fire an alert at a window's close after
+    /// `now_unix_ns`: that alert is not firing and not in its cooldown.
+    pub fn may_fire(&self, key: &AlertKey, now_unix_ns: u64) -> bool {
+        self.states.get(key).is_none_or(|s| s.firing.is_none() && now_unix_ns >= s.quiet_until_unix_ns)
+    }
+
     /// Alerts firing now, for `runqlat_alert_active` and re-sending.
     pub fn active(&self) -> Vec<&Alert> {
         let mut v: Vec<&Alert> = self.states.values().filter_map(|s| s.firing.as_ref()).collect();
@@ -367,14 +373,20 @@ mod tests {
         let r = Rules { cooldown_ns: 40 * S, ..rules() };
         let bad: &[(Reason, &str, u64)] = &[(Preempt, "/", 50 * MS)];
         let mut e = Engine::default();
-        let mut log = Vec::new();
+        let key = AlertKey { reason: Preempt, cgroup: "/".into() };
+        let (mut log, mut may) = (Vec::new(), Vec::new());
         for (i, w) in [bad, &[], bad, &[], &[], bad].iter().enumerate() {
             let incidents: Vec<Attribution> = w.iter().map(|(r, c, d)| incident(*r, c, *d)).collect();
-            log.push(e.evaluate(&r, &incidents, (i as u64 + 1) * 15 * S).len());
+            let end = (i as u64 + 1) * 15 * S;
+            log.push(e.evaluate(&r, &incidents, end).len());
+            may.push(e.may_fire(&key, end + S));
         }
         // Fired at 15 s, resolved at 30 s; the breach at 45 s is inside the 40 s cooldown;
-        // at 90 s it is past it and fires again.
+        // at 90 s it is past it and fires again. A delay could fire it neither while it fires
+        // nor in its cooldown (until 70 s).
         assert_eq!(log, vec![1, 1, 0, 0, 0, 1]);
+        assert_eq!(may, vec![false, false, false, false, true, false]);
+        assert!(e.may_fire(&AlertKey { reason: Wakeup, cgroup: "/".into() }, 0), "another key");
         assert_eq!(e.suppressed, 1);
     }
 

@@ -65,10 +65,12 @@ fn postable(alert: &Alert, origin: &Origin, ends_at_unix_ns: u64) -> PostableAle
         // "true": `delay` is a wait so far and `at` when it was seen; the task had not run yet.
         ("still_waiting", a.waiting.to_string()),
     ]);
-    // The CPUs' last scheduler events when it fired, on the daemon that sent it.
+    // The CPUs' last scheduler events when it fired, on the daemon that sent it: absolute, at the
+    // address `generatorURL` gives it, for a receiver that knows no other.
     if let Some(capture) = &alert.capture {
-        annotations.insert("capture", capture.clone());
-        annotations.insert("capture_picture", crate::model::capture::picture(capture));
+        let at = |path: &str| format!("{}{path}", origin.generator_url.trim_end_matches('/'));
+        annotations.insert("capture", at(capture));
+        annotations.insert("capture_picture", at(&crate::model::capture::picture(capture)));
     }
     PostableAlert {
         labels,
@@ -178,8 +180,20 @@ mod tests {
         assert_eq!(ann["culprit_pods"], "none recorded");
         assert_eq!((&ann["throttled"], &ann["irq_steal"]), (&json!("0 ns"), &json!("0 ns")));
         assert_eq!(ann["still_waiting"], "false");
+        assert!(ann.get("capture").is_none(), "no capture, no link: {ann}");
         assert_eq!(alerts[1]["labels"]["reason"], "wakeup");
         assert_eq!(alerts[1]["endsAt"], "2023-11-14T22:14:59.000Z", "a resolved alert ends when it resolved");
+    }
+
+    #[test]
+    fn a_capture_is_linked_at_the_daemons_own_address() {
+        let mut a = alert();
+        a.capture = Some("/api/v1/captures/capture-1700000000000-cpu1-tid7.pftrace".into());
+        let body = alertmanager_body([&a], [], &origin(), NOW, NOW).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        let ann = &v[0]["annotations"];
+        assert_eq!(ann["capture"], "http://node1:9954/api/v1/captures/capture-1700000000000-cpu1-tid7.pftrace");
+        assert_eq!(ann["capture_picture"], "http://node1:9954/api/v1/captures/capture-1700000000000-cpu1-tid7.svg");
     }
 
     #[test]

@@ -1,15 +1,18 @@
-//! The capture trigger, on the drain thread: the alert transitions of one drain (and the
-//! operator's asks) in; for an alert that fires, every CPU's ring of scheduler events read (a few
-//! milliseconds) and handed to a writer thread that turns it into a Perfetto trace and an SVG
-//! picture in the capture directory, and the capture's address set on that alert's transitions
-//! from then on (so sinks and re-sends carry it). While the alert's wait in progress grows
-//! (`Grown`, at most once a drain) the rings are read again and kept; when it ends (`Updated`),
-//! read once more and the capture rewritten with every reading, so a stall longer than a ring's
-//! reach is kept whole from its start to its end. A capture on demand
-//! (SIGUSR1) reads now and at every drain until `capture_demand` has passed, and is rewritten
-//! with every reading at the end. At most one new
-//! capture per `capture_interval` in all and one per `capture_cpu_interval` per CPU; while the
-//! writer is busy a capture is suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
+//! The capture trigger, on the drain thread: the alert transitions of one drain, the finished
+//! waits it first saw that may fire an alert (and the operator's asks) in; for an alert that
+//! fires, every CPU's ring of scheduler events read (a few milliseconds, once a drain at most) and
+//! handed to a writer thread that turns it into a Perfetto trace and an SVG picture in the capture
+//! directory, and the capture's address set on that alert's transitions from then on (so sinks
+//! and re-sends carry it). A finished wait is judged when its window closes, seconds after it
+//! ended, when a busy CPU's ring no longer holds it: so the rings are read at the drain that first
+//! sees it (`Held`, kept in memory, not counted) and its alert's capture is written from that
+//! reading. While the alert's wait in progress grows (`Grown`, at most once a drain) the rings are
+//! read again and kept; when it ends (`Updated`), read once more and the capture rewritten with
+//! every reading, so a stall longer than a ring's reach is kept whole from its start to its end. A
+//! capture on demand (SIGUSR1) reads now and at every drain until `capture_demand` has passed, and
+//! is rewritten with every reading at the end. At most one new capture per `capture_interval` in
+//! all and one per `capture_cpu_interval` per CPU; while the writer is busy a capture is
+//! suppressed, never waited for. Everything is counted (`runqlat_captures_total`).
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -19,9 +22,12 @@ use latency_common::maps::CaptureRecord;
 use crate::{
     alert::engine::{AlertKey, Transition},
     host::{captures::Store, clock},
-    kernel::{capture, drain, probe::Probe},
+    kernel::{
+        capture, drain,
+        probe::{Probe, ProbeError},
+    },
     metrics::instruments::capture::CaptureStats,
-    model::{self, capture::Wait, perfetto, wall},
+    model::{self, attribution::Attribution, capture::Wait, perfetto, wall},
     serve::view,
 };
 
@@ -29,6 +35,8 @@ use crate::{
 const QUEUE: usize = 2;
 /// Readings the writer keeps to merge a capture rewritten when its wait ends.
 const KEPT: usize = 4;
+/// Finished waits whose reading the trigger holds for their window's close: the longest.
+const HELD: usize = 4;
 
 struct Job {
     name: String,
@@ -49,6 +57,37 @@ enum Reading {
     Interim,
     /// The last (the wait ended, the demand's time is up): the capture rewritten with every reading.
     Last,
+}
+
+/// A reading of every CPU's ring taken at the drain that first saw a finished wait that may
+/// fire an alert, held until its window closes.
+struct Held {
+    /// The wait's CPU, victim and end (CLOCK_MONOTONIC), as its alert will name it.
+    cpu: u32,
+    tid: u32,
+    end_ns: u64,
+    delay_ns: u64,
+    key: AlertKey,
+    at: Instant,
+    reading: Arc<Taken>,
+}
+
+/// One reading of the rings.
+struct Taken {
+    records: Vec<CaptureRecord>,
+    /// The drain thread's CPU time reading them.
+    read_cpu: Duration,
+}
+
+impl Taken {
+    /// Whether the reading holds the end of `wait` on its CPU (the victim's run), and how far
+    /// before the wait's start its ring there reaches back (negative: it starts inside the wait).
+    fn reach(&self, wait: &Wait) -> Option<i128> {
+        let mut on_cpu = self.records.iter().filter(|r| r.cpu == wait.cpu).map(|r| r.ts_ns);
+        let first = on_cpu.next()?;
+        let last = on_cpu.next_back().unwrap_or(first);
+        (first <= wait.end_ns && wait.end_ns <= last).then(|| i128::from(wait.start_ns) - i128::from(first))
+    }
 }
 
 /// A capture on demand still reading.
@@ -86,6 +125,11 @@ impl Limiter {
 pub(super) struct Capturer {
     slots: u32,
     demand_for: Duration,
+    /// How long a held reading may wait for its window's close.
+    hold: Duration,
+    held: Vec<Held>,
+    /// This drain's reading of the rings, shared by every capture it takes and every wait it holds.
+    fresh: Option<Arc<Taken>>,
     jobs: mpsc::SyncSender<Job>,
     stats: Arc<CaptureStats>,
     limiter: Limiter,
@@ -110,6 +154,9 @@ pub(super) struct Limits {
     pub interval: Duration,
     pub cpu_interval: Duration,
     pub demand: Duration,
+    /// How long after a finished wait its alert may fire: the window's close (`window` ×
+    /// `alert_for`, and a drain more).
+    pub hold: Duration,
 }
 
 impl Capturer {
@@ -134,6 +181,9 @@ impl Capturer {
         Ok(Capturer {
             slots,
             demand_for: limits.demand,
+            hold: limits.hold,
+            held: Vec::new(),
+            fresh: None,
             jobs,
             stats,
             limiter: Limiter { interval: limits.interval, cpu_interval: limits.cpu_interval, ..Limiter::default() },
@@ -142,20 +192,92 @@ impl Capturer {
         })
     }
 
+    /// One drain's alert transitions and the finished waits it first saw that may fire an alert
+    /// when their window closes (the pipeline's `finished`): the captures the transitions call for
+    /// taken and their addresses set on them, then readings held for those waits. The rings are
+    /// read once at most, however many alerts fire: a reading takes milliseconds, and the next
+    /// would no longer reach as far back.
+    pub(super) fn drained(&mut self, probe: &Probe, transitions: &mut [Transition], finished: &[Attribution]) {
+        // First the transitions: a held reading of the window that just closed may be replaced
+        // below by one of the next window's waits on the same CPU.
+        self.annotate(probe, transitions);
+        self.hold_readings(probe, finished);
+        self.fresh = None;
+    }
+
+    /// For the finished waits a capture could be taken of (the limits allow their CPU now),
+    /// every CPU's ring read and held, the longest waits' readings kept.
+    fn hold_readings(&mut self, probe: &Probe, finished: &[Attribution]) {
+        let now = Instant::now();
+        let hold = self.hold;
+        self.held.retain(|h| now.saturating_duration_since(h.at) < hold);
+        let due: Vec<&Attribution> = finished.iter().filter(|a| self.limiter.allows(a.cpu, now)).collect();
+        if due.is_empty() {
+            return;
+        }
+        let reading = match self.reading(probe) {
+            Ok(taken) => taken,
+            Err(e) => {
+                // Counted if its alert fires and the rings cannot be read then either.
+                log::debug!("the rings could not be read for a finished wait: {e}");
+                return;
+            }
+        };
+        for a in due {
+            // The window keeps one wait per reason and CPU, the longest: a new one replaces it.
+            self.held.retain(|h| !(h.cpu == a.cpu && h.key.reason == a.reason));
+            self.held.push(Held {
+                cpu: a.cpu,
+                tid: a.victim_tid,
+                end_ns: a.end_ns,
+                delay_ns: a.delay_ns,
+                key: AlertKey { reason: a.reason, cgroup: a.cgroup.clone() },
+                at: now,
+                reading: Arc::clone(&reading),
+            });
+        }
+        self.held.sort_by_key(|h| std::cmp::Reverse(h.delay_ns));
+        self.held.truncate(HELD);
+    }
+
+    /// A held reading for the finished wait `worst` whose alert fires: the one taken for it, or
+    /// else the one that reaches furthest back before it while holding its end.
+    fn held_for(&self, worst: &Attribution, wait: &Wait) -> Option<Arc<Taken>> {
+        if worst.waiting {
+            return None;
+        }
+        let own =
+            self.held.iter().find(|h| h.cpu == worst.cpu && h.tid == worst.victim_tid && h.end_ns == worst.end_ns);
+        if let Some(h) = own
+            && h.reading.reach(wait).is_some()
+        {
+            return Some(Arc::clone(&h.reading));
+        }
+        let reach = |h: &&Held| h.reading.reach(wait);
+        self.held.iter().filter(|h| reach(h).is_some()).max_by_key(reach).map(|h| Arc::clone(&h.reading))
+    }
+
     /// Takes the captures this drain's transitions call for and sets their addresses on them;
     /// reads again for a capture on demand still going.
-    pub(super) fn annotate(&mut self, probe: &Probe, transitions: &mut [Transition]) {
+    fn annotate(&mut self, probe: &Probe, transitions: &mut [Transition]) {
         for t in transitions {
             match t {
                 Transition::Fired(a) => {
                     let cpu = a.worst.cpu;
+                    let wait = Wait::of(&a.worst, boot_minus_mono_ns());
+                    let held = self.held_for(&a.worst, &wait);
+                    // Its alert fires: its other finished waits need no capture of their own.
+                    self.held.retain(|h| h.key != a.key);
                     if !self.limiter.allows(cpu, Instant::now()) {
                         self.stats.suppressed();
                         continue;
                     }
                     let name = model::capture::name(a.worst.end_unix_ns, cpu, a.worst.victim_tid);
-                    let wait = Wait::of(&a.worst, boot_minus_mono_ns());
-                    if self.take(probe, &name, Some(wait), Reading::New) {
+                    let queued = match held {
+                        Some(taken) => self.queue(&name, &taken, Some(wait), Reading::New),
+                        None => self.take(probe, &name, Some(wait), Reading::New),
+                    };
+                    if queued {
                         self.limiter.took(cpu, Instant::now());
                         a.capture = Some(model::capture::url(&name));
                         self.names.insert(a.key.clone(), name);
@@ -196,7 +318,11 @@ impl Capturer {
             return;
         }
         let name = model::capture::demand_name(wall::now_unix_ns());
-        if self.take(probe, &name, None, Reading::New) {
+        // Between drains: read now.
+        self.fresh = None;
+        let taken = self.take(probe, &name, None, Reading::New);
+        self.fresh = None;
+        if taken {
             log::info!(
                 "capture on demand: reading every CPU's events for {}, to {}",
                 humantime::format_duration(self.demand_for),
@@ -206,20 +332,39 @@ impl Capturer {
         }
     }
 
-    /// Reads the rings and queues them as capture `name`; whether it was queued.
-    fn take(&self, probe: &Probe, name: &str, wait: Option<Wait>, reading: Reading) -> bool {
+    /// This drain's reading of every CPU's ring: read now if it was not yet.
+    fn reading(&mut self, probe: &Probe) -> Result<Arc<Taken>, ProbeError> {
+        if let Some(taken) = &self.fresh {
+            return Ok(Arc::clone(taken));
+        }
         let cpu_before = clock::thread_cpu_ns();
-        let rings = match capture::read(probe, self.slots) {
-            Ok(rings) => rings,
+        let rings = capture::read(probe, self.slots)?;
+        let taken = Arc::new(Taken {
+            records: rings.records,
+            read_cpu: Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before)),
+        });
+        self.stats.torn(rings.cpus.iter().map(|c| c.torn).sum());
+        self.fresh = Some(Arc::clone(&taken));
+        Ok(taken)
+    }
+
+    /// Queues this drain's reading of the rings as capture `name`; whether it was queued.
+    fn take(&mut self, probe: &Probe, name: &str, wait: Option<Wait>, reading: Reading) -> bool {
+        match self.reading(probe) {
+            Ok(taken) => self.queue(name, &taken, wait, reading),
             Err(e) => {
                 log::warn!("a capture could not be read: {e} (runqlat_captures_total{{result=\"failed\"}})");
                 self.stats.failed();
-                return false;
+                false
             }
-        };
-        self.stats.torn(rings.cpus.iter().map(|c| c.torn).sum());
-        let read_cpu = Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before));
-        match self.jobs.try_send(Job { name: name.to_owned(), records: rings.records, wait, reading, read_cpu }) {
+        }
+    }
+
+    /// Queues reading `taken` as capture `name`; whether it was queued.
+    fn queue(&self, name: &str, taken: &Taken, wait: Option<Wait>, reading: Reading) -> bool {
+        let job =
+            Job { name: name.to_owned(), records: taken.records.clone(), wait, reading, read_cpu: taken.read_cpu };
+        match self.jobs.try_send(job) {
             Ok(()) => true,
             Err(_) => {
                 if reading == Reading::New {
@@ -272,10 +417,11 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
                     (false, _) => "capture on demand written",
                 };
                 log::info!(
-                    "{what}: {}: {} events, {} KiB of trace and {} KiB of picture; CPU: read {:.1} ms (drain thread), \
+                    "{what}: {}: {} events{}, {} KiB of trace and {} KiB of picture; CPU: read {:.1} ms (drain thread), \
                      encoded, drawn and written {:.1} ms (capture thread)",
                     model::capture::url(&job.name),
                     records.len(),
+                    job.wait.as_ref().map_or(String::new(), |w| reach(&records, w)),
                     trace.len().div_ceil(1024),
                     picture.len().div_ceil(1024),
                     job.read_cpu.as_secs_f64() * 1e3,
@@ -295,6 +441,20 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
     }
 }
 
+/// How far back a capture's records reach on its wait's CPU, for the log: from before the wait
+/// began, or only from inside it (its CPU's ring had wrapped when it was read).
+fn reach(records: &[CaptureRecord], wait: &Wait) -> String {
+    let Some(first) = records.iter().find(|r| r.cpu == wait.cpu).map(|r| r.ts_ns) else {
+        return format!(", none of CPU {}", wait.cpu);
+    };
+    let ms = |ns: u64| ns as f64 / 1e6;
+    if first <= wait.start_ns {
+        format!(", CPU {} from {:.1} ms before the wait began", wait.cpu, ms(wait.start_ns - first))
+    } else {
+        format!(", CPU {} only from {:.1} ms into the wait (its ring had wrapped)", wait.cpu, ms(first - wait.start_ns))
+    }
+}
+
 /// Keeps a capture's records (and the records it lacks) to merge with its next reading.
 fn keep(kept: &mut VecDeque<(String, Vec<CaptureRecord>, u64)>, name: String, records: Vec<CaptureRecord>, lost: u64) {
     kept.push_back((name, records, lost));
@@ -306,6 +466,21 @@ fn keep(kept: &mut VecDeque<(String, Vec<CaptureRecord>, u64)>, name: String, re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reading_reaches_a_wait_when_it_holds_its_end_on_its_cpu() {
+        let record = |cpu: u32, ts_ns: u64| CaptureRecord { cpu, ts_ns, ..CaptureRecord::default() };
+        let taken = Taken {
+            records: vec![record(1, 100), record(0, 150), record(1, 200), record(1, 900)],
+            read_cpu: Duration::ZERO,
+        };
+        let wait = |cpu: u32, start_ns: u64, end_ns: u64| Wait { cpu, start_ns, end_ns, ..Wait::default() };
+        assert_eq!(taken.reach(&wait(1, 300, 800)), Some(200), "from 100, 200 ns before its start");
+        assert_eq!(taken.reach(&wait(1, 50, 800)), Some(-50), "its start overwritten");
+        assert_eq!(taken.reach(&wait(1, 300, 950)), None, "read before it ended");
+        assert_eq!(taken.reach(&wait(1, 10, 90)), None, "its end overwritten");
+        assert_eq!(taken.reach(&wait(2, 300, 800)), None, "nothing of its CPU");
+    }
 
     #[test]
     fn captures_are_limited_in_all_and_per_cpu() {

@@ -258,7 +258,17 @@ impl Drainer {
             }
         }
         if let Some(capturer) = &mut self.capturer {
-            capturer.annotate(&self.probe, &mut transitions);
+            // The open window's finished waits, while the rings still hold them.
+            let epoch = self.pipeline.open_epoch();
+            let finished = match self.pipeline.attributes().then(|| drain::incidents(&self.probe, epoch)) {
+                Some(Ok(incidents)) => self.pipeline.finished(epoch, &incidents, wall::now_unix_ns(), &mut names),
+                Some(Err(e)) => {
+                    log::debug!("the open window's incidents not read: {e}");
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            capturer.drained(&self.probe, &mut transitions, &finished);
         }
         for t in transitions {
             if let Some(n) = &self.notifier {

@@ -278,6 +278,7 @@ fn start_captures(
         interval: config.capture_interval,
         cpu_interval: config.capture_cpu_interval,
         demand: config.capture_demand,
+        hold: config.window * config.alert.for_windows.max(1) + config.interval,
     };
     let started = host::captures::Store::open(dir, caps).and_then(|store| {
         let shelf = host::captures::Store::open(dir, caps)?;
@@ -387,11 +388,13 @@ fn sink_config(config: &Config, client: Client) -> SinkConfig {
             .collect()
     };
     let host = system::hostname();
+    // Where this daemon answers: alerts link to it (its live view, an alert's capture).
+    let scheme = if config.web.as_ref().is_some_and(|w| w.tls.is_some()) { "https" } else { "http" };
     SinkConfig {
         alertmanagers: parse(&config.alert.alertmanagers),
         webhooks: parse(&config.alert.webhooks),
         resend: config.alert.resend,
-        generator_url: format!("http://{host}:{}/", config.listen.port()),
+        generator_url: format!("{scheme}://{host}:{}/", config.listen.port()),
         instance: host,
         severity: config.alert.severity.clone(),
         log: true,
