@@ -64,15 +64,48 @@ pub fn load(asked: &ProbeOptions) -> Result<(Probe, Vec<Degraded>), ProbeError> 
         .filter_map(|feature| feature.room().available(&btf).err().map(|e| Degraded { feature, why: e.to_string() }))
         .collect();
     drop(btf);
+    let lacking: Vec<Feature> = missing.iter().map(|d| d.feature).collect();
     let (options, missing, not_needed) = stand_ins(asked, missing);
-    let (probe, mut degraded) = degrade(&options, missing, Probe::load)?;
-    // A stand-in left out because its feature's BTF is here, where the verifier then refused
-    // that feature: neither is in, and the stand-in says why it could not help.
+    with_stand_ins(asked, &options, missing, not_needed, &lacking, Probe::load)
+}
+
+/// `degrade`, then once more for each stand-in left out because its feature's BTF was here where
+/// the kernel then refused that feature (the verifier, or a trampoline it would not attach): the
+/// stand-in loads in its place if its own BTF is here (`lacking` says whose is not), so a
+/// throttled wait is never charged to whoever held the CPU; one it could not help says why.
+fn with_stand_ins<T>(
+    asked: &ProbeOptions,
+    options: &ProbeOptions,
+    missing: Vec<Degraded>,
+    not_needed: Vec<Degraded>,
+    lacking: &[Feature],
+    mut load: impl FnMut(&ProbeOptions) -> Result<T, ProbeError>,
+) -> Result<(T, Vec<Degraded>), ProbeError> {
+    let (mut probe, mut degraded) = degrade(options, missing, &mut load)?;
+    let mut options = options.clone();
+    let mut left_out = not_needed;
+    // A chain (the detector for the hooks for the self clock) may need a turn per link.
+    loop {
+        let refused: Vec<Feature> = degraded.iter().map(|d| d.feature).collect();
+        let stands_in = |d: &Degraded| d.feature.room().stands_in_for().is_some_and(|other| refused.contains(&other));
+        let (now, rest): (Vec<Degraded>, Vec<Degraded>) =
+            left_out.into_iter().partition(|d| stands_in(d) && !lacking.contains(&d.feature));
+        left_out = rest;
+        if now.is_empty() {
+            break;
+        }
+        for d in &now {
+            d.feature.room().set(&mut options, asked, true);
+        }
+        (probe, degraded) = degrade(&options, degraded, &mut load)?;
+        for d in &degraded {
+            d.feature.room().set(&mut options, asked, false);
+        }
+    }
+    // What stood in for a refused feature and could not load (its own BTF lacking) says why.
     let refused: Vec<Feature> = degraded.iter().map(|d| d.feature).collect();
     degraded.extend(
-        not_needed
-            .into_iter()
-            .filter(|d| d.feature.room().stands_in_for().is_some_and(|other| refused.contains(&other))),
+        left_out.into_iter().filter(|d| d.feature.room().stands_in_for().is_some_and(|other| refused.contains(&other))),
     );
     Ok((probe, degraded))
 }
@@ -274,6 +307,46 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
         assert!(!got.throttle_hooks && got.split_throttle);
         assert_eq!(off.iter().map(|d| d.feature).collect::<Vec<_>>(), [Feature::ThrottleHooks]);
+    }
+
+    #[test]
+    fn where_the_kernel_refuses_the_hooks_the_detector_loads_in_their_place() {
+        let state =
+            |states: &[(Feature, &'static str)], f: Feature| states.iter().find(|(g, _)| *g == f).map(|(_, s)| *s);
+        let refused = || ProbeError::Trampoline {
+            program: "throttle_down",
+            function: "tg_throttle_down",
+            source: aya::programs::ProgramError::AlreadyAttached,
+        };
+        let lacks = |f: Feature| Degraded { feature: f, why: "lacking".into() };
+        // Before 6.8, the hooks' functions in BTF but no trampoline to attach them with: the
+        // detector, left out at first as not needed, loads in their place.
+        let lacking = [Feature::ThrottleSplit];
+        let (options, missing, left_out) = stand_ins(&all_on(), vec![lacks(Feature::ThrottleSplit)]);
+        let (got, off) = with_stand_ins(&all_on(), &options, missing, left_out, &lacking, |o| {
+            if o.throttle_hooks { Err(refused()) } else { Ok(o.clone()) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!got.throttle_hooks && got.throttle_unknown, "{got:?}");
+        let now = states(&all_on(), &off);
+        assert_eq!(state(&now, Feature::ThrottleHooks), Some("unavailable"));
+        assert_eq!(state(&now, Feature::ThrottleUnknown), Some("on"));
+        // With the detector's own BTF lacking too, it cannot help, and says so.
+        let lacking = [Feature::ThrottleSplit, Feature::ThrottleUnknown];
+        let (options, missing, left_out) =
+            stand_ins(&all_on(), vec![lacks(Feature::ThrottleSplit), lacks(Feature::ThrottleUnknown)]);
+        let (got, off) = with_stand_ins(&all_on(), &options, missing, left_out, &lacking, |o| {
+            if o.throttle_hooks { Err(refused()) } else { Ok(o.clone()) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!got.throttle_hooks && !got.throttle_unknown, "{got:?}");
+        assert_eq!(state(&states(&all_on(), &off), Feature::ThrottleUnknown), Some("unavailable"));
+        // Where the hooks load, the detector stays out.
+        let lacking = [Feature::ThrottleSplit];
+        let (options, missing, left_out) = stand_ins(&all_on(), vec![lacks(Feature::ThrottleSplit)]);
+        let (got, _) = with_stand_ins(&all_on(), &options, missing, left_out, &lacking, |o| Ok(o.clone()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(got.throttle_hooks && !got.throttle_unknown, "{got:?}");
     }
 
     #[test]
