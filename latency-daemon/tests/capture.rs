@@ -11,7 +11,9 @@
 //! stalls a task on CPU 1 past its cgroup's alert threshold; the alert carries a capture's
 //! address, `/api/v1/captures` lists it behind the same address, and the capture (read back with
 //! Perfetto's classes) holds the spinner taking the CPU, the victim's wakeup and, once its wait
-//! ended, the victim getting the CPU; the daemon asks for basic auth, and without it (or with a
+//! ended, the victim getting the CPU — and, against `perf record` beside it, every switch on CPU 1
+//! while perf ran is perf's in perf's order (the wait's too) and the victim's waker is perf's;
+//! the daemon asks for basic auth, and without it (or with a
 //! wrong password) the list, the capture and its picture are refused; a real Alertmanager holds
 //! the alert with `capture` and `capture_picture` as whole URLs at the daemon's address. Under an
 //! alert storm on one CPU with the default ring, every alert's capture holds its wait's CPU from
@@ -378,6 +380,9 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     let authorization =
         format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}")));
     let get = |path: &str| web::get(&daemon.addr, path, &[("Authorization", &authorization)]).expect(path);
+    // perf's own trace of the scheduler beside it: the alert's capture must say what perf saw.
+    let mut perf = SchedTrace::start(&dir.join("perf.data")).expect("perf record");
+    perf.wait_ready().expect("perf record");
     let inside = cg.enter_self().unwrap_or_else(|e| panic!("{e:#}"));
     let plan =
         Plan { cpu: 1, priority: 5, spin: Duration::from_secs(2), wake_after: Duration::from_millis(20), again: None };
@@ -409,6 +414,8 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
         assert!(Instant::now() < deadline, "no capture on a fired alert of {}: {:?}", cg.path, daemon.log());
         std::thread::sleep(Duration::from_millis(250));
     };
+    let (perf, lost) = perf.stop().expect("perf script");
+    assert!(lost.is_none(), "perf lost events: {lost:?}");
     let listed = get("/api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
     let entry = listed["captures"].as_array().into_iter().flatten().find(|c| c["url"] == url.as_str());
@@ -478,6 +485,7 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     let woken = woken.unwrap_or_else(|| panic!("no waking of the victim {victim} before it ran"));
     assert!(spinner_in < woken, "the spinner took the CPU before the victim was woken");
     assert!(ran - woken >= 300_000_000, "the victim waited {} ns in the capture, under the threshold", ran - woken);
+    let perf_agrees = alert_capture_is_perfs(&ours, &perf, victim, (woken, ran));
     // The wait on the victim's own track, where Perfetto shows its thread states: from its wakeup
     // to its run, as the daemon measured them, with the cgroup it fired for.
     let begin = ours.slices.iter().find(|s| s.tid == i64::from(victim) && s.kind == 1);
@@ -496,7 +504,8 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     assert!(written >= 1.0, "runqlat_captures_total{{result=\"written\"}} {written}");
     eprintln!(
         "capture on alert: {url}; {} switches, {} wakings on {} threads; the victim woken {:.1} ms after the spinner \
-         took CPU 1, ran {:.1} ms later; {written} written; in Alertmanager as {}; refused without credentials",
+         took CPU 1, ran {:.1} ms later; {written} written; in Alertmanager as {}; refused without credentials; \
+         against perf: {perf_agrees}",
         ours.switches.len(),
         ours.wakings.len(),
         ours.threads.len(),
@@ -504,6 +513,61 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
         (ran - woken) as f64 / 1e6,
         annotation("capture"),
     );
+}
+
+/// The alert's capture against perf's trace of the same seconds, on the stalled CPU: every switch
+/// from perf's start on (the capture reaches back further) is perf's, the same tasks in the same
+/// order at perf's time (`same_as_perfs`), none missing, none added — those of the wait itself
+/// counted apart — and every waking of the victim names the waker perf saw.
+fn alert_capture_is_perfs(ours: &perfetto::Capture, perf: &[SchedEvent], victim: u32, wait: (u64, u64)) -> String {
+    const STALLED: u32 = 1;
+    // In time order: one CPU's events are, whatever order perf's output gives them in.
+    let mut theirs: Vec<(u64, (u32, u32))> = perf
+        .iter()
+        .filter_map(|e| match *e {
+            SchedEvent::Switch { cpu, ts_ns, prev, next } if cpu == STALLED => Some((ts_ns, (prev, next))),
+            _ => None,
+        })
+        .collect();
+    theirs.sort_by_key(|&(ts, _)| ts);
+    let (Some(&(perf_from, _)), Some(&(perf_to, _))) = (theirs.first(), theirs.last()) else {
+        panic!("perf saw no switch on CPU {STALLED}");
+    };
+    // From a millisecond after perf's first switch there (so the capture's first is perf's too)
+    // to perf's last.
+    let ours_pairs: Vec<(u64, (u32, u32))> = ours
+        .switches
+        .iter()
+        .filter(|s| s.cpu == STALLED && s.ts_ns > perf_from + 1_000_000 && s.ts_ns <= perf_to)
+        .map(|s| (s.ts_ns, (s.prev as u32, s.next as u32)))
+        .collect();
+    assert!(ours_pairs.len() >= 2, "{} switches on CPU {STALLED} in the capture while perf ran", ours_pairs.len());
+    let switched = same_as_perfs("switch", STALLED, 2_000, &ours_pairs, &theirs);
+    let (woken, ran) = wait;
+    let in_wait = |t: u64| t + CLOCK_SLACK_NS >= woken && t <= ran + CLOCK_SLACK_NS;
+    let perf_in_wait = theirs.iter().filter(|(t, _)| in_wait(*t)).count();
+    let ours_in_wait = ours_pairs.iter().filter(|(t, _)| in_wait(*t)).count();
+    assert_eq!(ours_in_wait, perf_in_wait, "switches on CPU {STALLED} during the wait: the capture's, perf's");
+    let perf_wakers: Vec<(u64, u32)> = perf
+        .iter()
+        .filter_map(|e| match *e {
+            SchedEvent::Waking { ts_ns, tid, woken, .. } if woken == victim => Some((ts_ns, tid)),
+            _ => None,
+        })
+        .collect();
+    let wakings: Vec<_> = ours.wakings.iter().filter(|w| w.woken as u32 == victim && w.ts_ns > perf_from).collect();
+    assert!(!wakings.is_empty(), "no waking of the victim {victim} in the capture while perf ran");
+    for w in &wakings {
+        let nearest = perf_wakers.iter().min_by_key(|(t, _)| t.abs_diff(w.ts_ns)).expect("perf saw the victim woken");
+        assert_eq!(w.waker, nearest.1, "the waker of the victim at {}", w.ts_ns);
+        assert!(nearest.0.abs_diff(w.ts_ns) < 1_000_000, "the victim's waking at {} is not perf's", w.ts_ns);
+    }
+    format!(
+        "CPU {STALLED}: {} switches, perf's in perf's order ({switched}), {ours_in_wait} of them in the wait \
+         (perf's {perf_in_wait}); {} wakings of the victim, each with perf's waker",
+        ours_pairs.len(),
+        wakings.len()
+    )
 }
 
 /// Captures' counters as the daemon shows them: written, suppressed, failed, removed.

@@ -323,8 +323,13 @@ pub fn parse_sched_script(text: &str) -> Vec<SchedEvent> {
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let Some(cpu_at) = words.iter().position(|w| w.starts_with('[') && w.ends_with(']')) else { continue };
+        // perf prints -1 for a task it no longer knows (one that exited: its last switch, with
+        // prev_state=X): the line still counts, its task unknown (`u32::MAX`).
         let (Some(tid), Some(cpu), Some(time), Some(event)) = (
-            cpu_at.checked_sub(1).and_then(|i| words[i].parse::<u32>().ok()),
+            cpu_at
+                .checked_sub(1)
+                .and_then(|i| words[i].parse::<i64>().ok())
+                .map(|t| u32::try_from(t).unwrap_or(u32::MAX)),
             words[cpu_at].trim_matches(['[', ']']).parse::<u32>().ok(),
             words.get(cpu_at + 1).map(|t| t.trim_end_matches(':')),
             words.get(cpu_at + 2),
@@ -384,6 +389,8 @@ mod sched_script_tests {
                     \x20    0 [000]  4567.000005000: irq:irq_handler_exit: irq=11 ret=handled\n\
                     \x20  456 [001]  4567.000006000: irq:softirq_entry: vec=1 [action=TIMER]\n\
                     \x20  456 [001]  4567.000007000: irq:softirq_exit: vec=1 [action=TIMER]\n\
+                    \x20   -1 [001]  4567.000008000: sched:sched_switch: prev_comm=gone prev_pid=456 prev_prio=120 \
+                    prev_state=X ==> next_comm=swapper/1 next_pid=0 next_prio=120\n\
                     garbage\n";
         assert_eq!(
             parse_sched_script(text),
@@ -396,6 +403,7 @@ mod sched_script_tests {
                 SchedEvent::Irq { cpu: 0, ts_ns: 4_567_000_005_000, irq: 11, entry: false },
                 SchedEvent::Softirq { cpu: 1, ts_ns: 4_567_000_006_000, vec: 1, entry: true },
                 SchedEvent::Softirq { cpu: 1, ts_ns: 4_567_000_007_000, vec: 1, entry: false },
+                SchedEvent::Switch { cpu: 1, ts_ns: 4_567_000_008_000, prev: 456, next: 0 },
             ]
         );
     }
