@@ -83,6 +83,30 @@ pub fn merge(earlier: Vec<CaptureRecord>, later: Vec<CaptureRecord>) -> Vec<Capt
     all
 }
 
+/// At most `per_cpu` records of each CPU: of one that has more, its first half and its last (by
+/// sequence number). A capture merged from the readings of a wait that lasts minutes keeps how its
+/// CPUs' work began and how it ended in twice a reading's memory, not a record for every event of
+/// the wait; what it leaves out in between is missing from the sequence, as [`gaps`] counts it.
+pub fn bound(records: Vec<CaptureRecord>, per_cpu: usize) -> Vec<CaptureRecord> {
+    let mut by_cpu: std::collections::BTreeMap<u32, Vec<CaptureRecord>> = std::collections::BTreeMap::new();
+    for r in records {
+        by_cpu.entry(r.cpu).or_default().push(r);
+    }
+    let mut all = Vec::new();
+    for (_, mut own) in by_cpu {
+        if own.len() > per_cpu {
+            own.sort_by_key(|r| r.seq);
+            let head = per_cpu / 2;
+            let tail = own.split_off(own.len() - (per_cpu - head));
+            own.truncate(head);
+            own.extend(tail);
+        }
+        all.extend(own);
+    }
+    all.sort_by_key(|r| (r.ts_ns, r.cpu, r.seq));
+    all
+}
+
 /// Records missing from inside `records` (as [`merge`] leaves them): on each CPU, the sequence
 /// numbers between its first and last that are not there — the ring wrapped between readings.
 pub fn gaps(records: &[CaptureRecord]) -> u64 {
@@ -121,6 +145,18 @@ mod tests {
         assert_eq!(seqs, [(1, 1), (1, 2), (0, 4), (0, 5), (0, 6)], "by time");
         assert_eq!(rings.cpus[0], CpuRing { cpu: 0, written: 6, kept: 3, overwritten: 2, torn: 1 });
         assert_eq!(rings.cpus[1], CpuRing { cpu: 1, written: 2, kept: 2, overwritten: 0, torn: 0 });
+    }
+
+    #[test]
+    fn a_long_waits_capture_keeps_each_cpus_beginning_and_end_and_counts_the_rest() {
+        let records: Vec<CaptureRecord> =
+            (1..=10).map(|seq| record(0, seq, seq * 10)).chain((1..=3).map(|seq| record(1, seq, seq * 10))).collect();
+        let kept = bound(records, 4);
+        let seqs = |cpu: u32| kept.iter().filter(|r| r.cpu == cpu).map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(0), [1, 2, 9, 10]);
+        assert_eq!(seqs(1), [1, 2, 3], "a CPU under the bound keeps everything");
+        assert_eq!(gaps(&kept), 6, "what the bound left out is counted as missing");
+        assert!(kept.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns), "in time order");
     }
 
     #[test]

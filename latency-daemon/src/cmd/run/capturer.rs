@@ -176,7 +176,7 @@ impl Capturer {
         let writer_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name("capture".into())
-            .spawn(move || write(&store, &host, &inbox, &writer_stats))?;
+            .spawn(move || write(&store, &host, &inbox, &writer_stats, slots))?;
         stats.enable();
         Ok(Capturer {
             slots,
@@ -376,9 +376,11 @@ impl Capturer {
     }
 }
 
-/// The writer thread: each reading merged with the earlier ones of the same capture, encoded,
-/// drawn and stored, until the trigger is gone.
-fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stats: &CaptureStats) {
+/// The writer thread: each reading merged with the earlier ones of the same capture (each CPU's
+/// records bounded at two rings of `slots`: see `capture::bound`), encoded, drawn and stored,
+/// until the trigger is gone.
+fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stats: &CaptureStats, slots: u32) {
+    let per_cpu = 2 * slots as usize;
     let mut kept: VecDeque<(String, Vec<CaptureRecord>, u64)> = VecDeque::new();
     for job in inbox {
         if job.reading != Reading::New && !store.has(&job.name) {
@@ -389,7 +391,7 @@ fn write(store: &Store, host: &perfetto::Host, inbox: &mpsc::Receiver<Job>, stat
         let (records, lost_before) = match kept.iter().position(|(name, _, _)| *name == job.name) {
             Some(i) => {
                 let (_, earlier, lost) = kept.remove(i).unwrap_or_default();
-                (capture::merge(earlier, job.records), lost)
+                (capture::bound(capture::merge(earlier, job.records), per_cpu), lost)
             }
             None => (job.records, 0),
         };
