@@ -6,7 +6,8 @@
 //! be the same in each batched one, and one that changed must hold a record written in between.
 //! A standalone per-CPU array filled from here must read back exactly, with values as wide as a
 //! host of 64 and 256 CPUs gives each slot. And the cost of each way (medians of 21 interleaved
-//! readings while `perf bench sched pipe` runs), printed: benchmarks, not timed assertions.
+//! readings, alone and while `perf bench sched pipe` runs), printed: benchmarks, not timed
+//! assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -188,78 +189,107 @@ fn a_standalone_array_reads_back_exactly() {
     assert!(matches!(short, Err(batch::BatchError::Lookup { read: 10, entries: 11, .. })), "{short:?}");
 }
 
+/// The medians of 21 interleaved readings of the recorder's rings: batched (the daemon's bound),
+/// slot by slot, and the daemon's whole `read` (the counts, batched, sorted).
+fn time_rings(probe: &Probe, slots: u32) -> [Duration; 3] {
+    let (mut batched, mut per_slot, mut whole) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..21 {
+        let time = |way, into: &mut Vec<Duration>| {
+            let t = Instant::now();
+            let records = capture::read_slots(probe, slots, way).unwrap();
+            into.push(t.elapsed());
+            assert_eq!(records.len(), slots as usize * possible_cpus());
+        };
+        if round % 2 == 0 {
+            time(Lookup::Batched { bytes: BATCH_BYTES }, &mut batched);
+            time(Lookup::PerSlot, &mut per_slot);
+        } else {
+            time(Lookup::PerSlot, &mut per_slot);
+            time(Lookup::Batched { bytes: BATCH_BYTES }, &mut batched);
+        }
+        let t = Instant::now();
+        let rings = capture::read(probe, slots).unwrap();
+        whole.push(t.elapsed());
+        assert!(!rings.records.is_empty());
+    }
+    [median(batched), median(per_slot), median(whole)]
+}
+
+/// The median of 21 fillings of a fresh buffer of `bytes` (what a reading's memory costs it).
+fn time_fresh(bytes: usize) -> Duration {
+    median(
+        (0..21)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(vec![1u8; bytes]);
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
+}
+
 #[test]
 fn reading_costs() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cpus = possible_cpus();
-    let record = size_of::<CaptureRecord>();
-    let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
     for slots in [4096u32, 65_536] {
         let probe = recorder(slots);
-        let _storm = storm();
+        fill();
+        let quiet = time_rings(&probe, slots);
+        let storm = storm();
         std::thread::sleep(Duration::from_secs(1));
-        let (mut batched, mut per_slot, mut whole) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..21 {
-            let time = |way, into: &mut Vec<Duration>| {
-                let t = Instant::now();
-                let records = capture::read_slots(&probe, slots, way).unwrap();
-                into.push(t.elapsed());
-                assert_eq!(records.len(), slots as usize * cpus);
-            };
-            if round % 2 == 0 {
-                time(Lookup::Batched { bytes: BATCH_BYTES }, &mut batched);
-                time(Lookup::PerSlot, &mut per_slot);
-            } else {
-                time(Lookup::PerSlot, &mut per_slot);
-                time(Lookup::Batched { bytes: BATCH_BYTES }, &mut batched);
-            }
-            let t = Instant::now();
-            let rings = capture::read(&probe, slots).unwrap();
-            whole.push(t.elapsed());
-            assert!(!rings.records.is_empty());
+        let busy = time_rings(&probe, slots);
+        drop(storm);
+        let bytes = slots as usize * cpus * size_of::<CaptureRecord>();
+        for (when, [b, p, w]) in [("alone", quiet), ("beside perf bench sched pipe", busy)] {
+            println!(
+                "capture read, {slots} slots × {cpus} CPUs ({:.2} MiB), {when}, medians of 21: batched {} ({:.0} MiB/s), \
+                 slot by slot {}, the daemon's whole read (counts, batched, sorted) {}",
+                mib(bytes),
+                ms(b),
+                mib(bytes) / b.as_secs_f64(),
+                ms(p),
+                ms(w)
+            );
         }
-        let bytes = slots as usize * cpus * record;
-        let (b, p, w) = (median(batched), median(per_slot), median(whole));
-        println!(
-            "capture read, {slots} slots × {cpus} CPUs ({:.2} MiB) under perf bench sched pipe, medians of 21: \
-             batched {} ({:.0} MiB/s), slot by slot {}, the daemon's whole read (heads, batched, sorted) {}",
-            mib(bytes),
-            ms(b),
-            mib(bytes) / b.as_secs_f64(),
-            ms(p),
-            ms(w)
-        );
-        drop(probe);
     }
 
     // A slot of a host with more CPUs, as bytes: values as wide as 64 and 256 CPUs' records
     // together, on this host's CPUs (possible CPUs are the host's; the width is not).
-    let _storm = storm();
-    std::thread::sleep(Duration::from_secs(1));
-    let entries = 4096;
-    let wide = |name: &str, value: usize, (b, k): (Duration, Duration)| {
-        let bytes = entries as usize * value * cpus;
-        println!(
-            "per-CPU array of {entries} keys, {} bytes a key ({name}, {:.0} MiB): batched {} ({:.0} MiB/s), key by key {} \
-             ({:.0} MiB/s)",
-            value * cpus,
-            mib(bytes),
-            ms(b),
-            mib(bytes) / b.as_secs_f64(),
-            ms(k),
-            mib(bytes) / k.as_secs_f64()
-        );
-    };
-    match cpus {
-        2 => {
-            let map = standalone::<[u64; 384]>(entries);
-            exact(&map, entries);
-            wide("as 64 CPUs' records", 3072, time(&map, entries));
-            drop(map);
-            let map = standalone::<[u64; 1536]>(entries);
-            exact(&map, entries);
-            wide("as 256 CPUs' records", 12_288, time(&map, entries));
-        }
-        _ => println!("per-CPU widths here are for 2 possible CPUs; this host has {cpus}: no wide figures"),
+    if cpus != 2 {
+        println!("per-CPU widths here are for 2 possible CPUs; this host has {cpus}: no wide figures");
+        return;
     }
+    let entries = 4096;
+    let wide = |name: &str, value: usize, time: &dyn Fn() -> (Duration, Duration)| {
+        let quiet = time();
+        let storm = storm();
+        std::thread::sleep(Duration::from_secs(1));
+        let busy = time();
+        drop(storm);
+        let bytes = entries as usize * value * cpus;
+        for (when, (b, k)) in [("alone", quiet), ("beside perf bench sched pipe", busy)] {
+            println!(
+                "per-CPU array of {entries} keys, {} bytes a key ({name}, {:.0} MiB), {when}: batched {} ({:.0} MiB/s), \
+                 key by key {}",
+                value * cpus,
+                mib(bytes),
+                ms(b),
+                mib(bytes) / b.as_secs_f64(),
+                ms(k),
+            );
+        }
+        println!("  filling a fresh buffer of {:.0} MiB: {}", mib(bytes), ms(time_fresh(bytes)));
+    };
+    let map = standalone::<[u64; 384]>(entries);
+    exact(&map, entries);
+    wide("as 64 CPUs' records", 3072, &|| time(&map, entries));
+    drop(map);
+    let map = standalone::<[u64; 1536]>(entries);
+    exact(&map, entries);
+    wide("as 256 CPUs' records", 12_288, &|| time(&map, entries));
 }

@@ -12,7 +12,8 @@ use self::batch::BatchError;
 use super::{object::possible_cpus, options::ProbeError, probe::Probe};
 
 /// The most one call of a batched read copies: 5,461 slots on 2 CPUs, 42 on 256 (a record per
-/// possible CPU each), so one call holds the kernel for well under a millisecond.
+/// possible CPU each), a call of a millisecond or two (0.2–0.3 µs a slot, 0.2–0.4 ms a MiB on a
+/// 2-vCPU VM; docs/cost.md); the kernel may reschedule between slots.
 pub const BATCH_BYTES: usize = 1 << 20;
 
 /// One CPU's ring as read.
