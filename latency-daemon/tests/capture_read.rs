@@ -5,9 +5,11 @@
 //! again; every slot of every CPU that did not change between the two slot-by-slot readings must
 //! be the same in each batched one, and one that changed must hold a record written in between.
 //! A standalone per-CPU array filled from here must read back exactly, with values as wide as a
-//! host of 64 and 256 CPUs gives each slot. And the cost of each way (medians of 21 interleaved
-//! readings, alone and while `perf bench sched pipe` runs), printed: benchmarks, not timed
-//! assertions.
+//! host of 64 and 256 CPUs gives each slot. A map without batches (a queue) says so, which is
+//! what makes the daemon read slot by slot; and a batched reading needs no capability where a
+//! lookup needs none (the daemon drops them all then). And the cost of each way (medians of 21
+//! interleaved readings, alone and while `perf bench sched pipe` runs), printed: benchmarks, not
+//! timed assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -19,7 +21,7 @@ use aya::maps::{IterableMap as _, MapData, PerCpuArray, PerCpuValues};
 use latency_common::maps::CaptureRecord;
 use latency_daemon::kernel::{
     capture::{self, BATCH_BYTES, Lookup, batch},
-    load,
+    load, privileges,
     probe::{Probe, ProbeOptions, possible_cpus},
 };
 use latency_lab::guard::Proc;
@@ -187,6 +189,44 @@ fn a_standalone_array_reads_back_exactly() {
     // Asking past the map's end is an error, not a short reading.
     let short = batch::lookup::<u64>(standalone::<u64>(10).map(), 11, possible_cpus(), BATCH_BYTES);
     assert!(matches!(short, Err(batch::BatchError::Lookup { read: 10, entries: 11, .. })), "{short:?}");
+}
+
+/// A map without a batched lookup: a queue (BPF_MAP_TYPE_QUEUE) of four words.
+fn queue() -> MapData {
+    // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size, max_entries; the rest 0.
+    let mut attr = [0u32; 16];
+    attr[..4].copy_from_slice(&[22, 0, 8, 4]);
+    // SAFETY: bpf(2) reads `size` bytes of `attr`, which lives for the call.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, 0, attr.as_mut_ptr(), size_of_val(&attr)) };
+    assert!(fd >= 0, "BPF_MAP_CREATE (a queue): {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel just returned this descriptor, ours alone.
+    MapData::from_fd(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }).unwrap()
+}
+
+#[test]
+fn a_map_without_batches_is_unsupported_and_a_reading_needs_what_a_lookup_needs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // What makes the daemon fall back to a slot at a time, on a map here that has no batches.
+    let unsupported = batch::lookup::<u64>(&queue(), 4, possible_cpus(), BATCH_BYTES);
+    assert!(matches!(unsupported, Err(batch::BatchError::Unsupported(_))), "{unsupported:?}");
+    // The daemon drops every capability after attaching where a lookup needs none: a batched
+    // reading must need no more, from a thread that dropped its own.
+    let map = standalone::<[u64; 12]>(64);
+    let needs = privileges::bpf_needs_capability();
+    let read = std::thread::scope(|s| {
+        s.spawn(|| {
+            privileges::drop_this_thread();
+            let effective = privileges::Sets::current().unwrap().effective;
+            (effective, batch::lookup::<[u64; 12]>(map.map(), 64, possible_cpus(), BATCH_BYTES).map(|v| v.len()))
+        })
+        .join()
+        .unwrap()
+    });
+    println!("a lookup needs a capability: {needs}; batched without any: {read:?}");
+    assert_eq!(read.0, 0, "the reading thread kept capabilities");
+    if !needs {
+        assert_eq!(read.1.unwrap(), 64 * possible_cpus(), "a lookup needs no capability here, a batched one must not");
+    }
 }
 
 /// The medians of 21 interleaved readings of the recorder's rings: batched (the daemon's bound),
