@@ -2,10 +2,19 @@
 //! records still in its ring, oldest first, and for each CPU how many it wrote, how many the ring
 //! no longer holds and how many were being rewritten as they were read, out. Reading does not
 //! stop the recorder: a record is kept only if both its sequence numbers agree with its slot.
-use aya::maps::PerCpuArray;
+//! `batch` reads the ring's map in a few calls instead of one per slot.
+pub mod batch;
+
+use aya::maps::{Map, MapData, MapError, PerCpuArray};
 use latency_common::maps::{CaptureRecord, names};
 
-use super::{options::ProbeError, probe::Probe};
+use self::batch::BatchError;
+use super::{object::possible_cpus, options::ProbeError, probe::Probe};
+
+/// The most one call of a batched read copies: 5,461 slots on 2 CPUs, 42 on 256 (a record per
+/// possible CPU each), a call of a millisecond or two (0.2–0.3 µs a slot, 0.2–0.4 ms a MiB on a
+/// 2-vCPU VM; docs/cost.md); the kernel may reschedule between slots.
+pub const BATCH_BYTES: usize = 1 << 20;
 
 /// One CPU's ring as read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,29 +38,80 @@ pub struct Rings {
     pub cpus: Vec<CpuRing>,
 }
 
-/// Reads every CPU's ring of `slots` records (the power of two the probe was loaded with).
-pub fn read(probe: &Probe, slots: u32) -> Result<Rings, ProbeError> {
-    let map_err = |map| move |source| ProbeError::Map { map, source };
-    let heads: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(probe.map(names::CAPTURE_HEAD)?).map_err(map_err(names::CAPTURE_HEAD))?;
-    let heads = heads.get(&0, 0).map_err(map_err(names::CAPTURE_HEAD))?.to_vec();
-    let ring: PerCpuArray<_, CaptureRecord> =
-        PerCpuArray::try_from(probe.map(names::CAPTURE)?).map_err(map_err(names::CAPTURE))?;
-    let mut per_slot = Vec::with_capacity(slots as usize);
-    for slot in 0..slots {
-        per_slot.push(ring.get(&slot, 0).map_err(map_err(names::CAPTURE))?.to_vec());
-    }
-    Ok(sort(&heads, &per_slot, slots))
+/// How the ring's slots come out of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// `BPF_MAP_LOOKUP_BATCH`, at most this many bytes a call (Linux 5.6+).
+    Batched { bytes: usize },
+    /// One lookup per slot, every CPU's record of it (any kernel).
+    PerSlot,
 }
 
-/// The rings from each CPU's head and each slot's records (`per_slot[slot][cpu]`).
-fn sort(heads: &[u64], per_slot: &[Vec<CaptureRecord>], slots: u32) -> Rings {
+/// Reads every CPU's ring of `slots` records (the power of two the probe was loaded with), in
+/// batches of at most [`BATCH_BYTES`]; by slot where this kernel has no batched lookup.
+pub fn read(probe: &Probe, slots: u32) -> Result<Rings, ProbeError> {
+    let heads = heads(probe)?;
+    let records = match batch::lookup(ring(probe)?, slots, possible_cpus(), BATCH_BYTES) {
+        Err(BatchError::Unsupported(_)) => per_slot(probe, slots)?,
+        other => other.map_err(batch_error)?,
+    };
+    Ok(sort(&heads, &records, slots))
+}
+
+/// Every slot of every CPU's ring as the map holds it, `[slot * cpus + cpu]` over the possible
+/// CPUs; `Lookup::Batched` fails where this kernel has no batched lookup.
+pub fn read_slots(probe: &Probe, slots: u32, lookup: Lookup) -> Result<Vec<CaptureRecord>, ProbeError> {
+    match lookup {
+        Lookup::Batched { bytes } => batch::lookup(ring(probe)?, slots, possible_cpus(), bytes).map_err(batch_error),
+        Lookup::PerSlot => per_slot(probe, slots),
+    }
+}
+
+/// Each CPU's count of events written.
+fn heads(probe: &Probe) -> Result<Vec<u64>, ProbeError> {
+    let map_err = |source| ProbeError::Map { map: names::CAPTURE_HEAD, source };
+    let heads: PerCpuArray<_, u64> = PerCpuArray::try_from(probe.map(names::CAPTURE_HEAD)?).map_err(map_err)?;
+    Ok(heads.get(&0, 0).map_err(map_err)?.to_vec())
+}
+
+/// The rings' map.
+fn ring(probe: &Probe) -> Result<&MapData, ProbeError> {
+    match probe.map(names::CAPTURE)? {
+        Map::PerCpuArray(data) => Ok(data),
+        _ => Err(ProbeError::MissingMap { map: names::CAPTURE }),
+    }
+}
+
+fn batch_error(e: BatchError) -> ProbeError {
+    let io_error = match e {
+        BatchError::Unsupported(source) => source,
+        BatchError::Lookup { ref source, .. } => std::io::Error::new(source.kind(), e),
+        e @ BatchError::OutOfOrder { .. } => std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    };
+    let source = MapError::SyscallError(aya::sys::SyscallError { call: "bpf_map_lookup_batch", io_error });
+    ProbeError::Map { map: names::CAPTURE, source }
+}
+
+fn per_slot(probe: &Probe, slots: u32) -> Result<Vec<CaptureRecord>, ProbeError> {
+    let map_err = |source| ProbeError::Map { map: names::CAPTURE, source };
+    let ring: PerCpuArray<_, CaptureRecord> = PerCpuArray::try_from(probe.map(names::CAPTURE)?).map_err(map_err)?;
+    let mut records = Vec::with_capacity(slots as usize * possible_cpus());
+    for slot in 0..slots {
+        records.extend(ring.get(&slot, 0).map_err(map_err)?.iter());
+    }
+    Ok(records)
+}
+
+/// The rings from each CPU's head and each slot's records (`records[slot * cpus + cpu]`, a record
+/// for each CPU of `heads`).
+fn sort(heads: &[u64], records: &[CaptureRecord], slots: u32) -> Rings {
     let mask = u64::from(slots.max(1) - 1);
+    let cpus = heads.len().max(1);
     let mut rings = Rings::default();
     for (cpu, &head) in heads.iter().enumerate() {
         let mut ring = CpuRing { cpu: cpu as u32, ..CpuRing::default() };
         let mut newest = head;
-        for (slot, records) in per_slot.iter().enumerate() {
+        for (slot, records) in records.chunks(cpus).enumerate() {
             let Some(r) = records.get(cpu) else { continue };
             if r.seq == 0 && r.seq_end == 0 {
                 continue;
@@ -134,13 +194,13 @@ mod tests {
         // of CPU 0 was being rewritten (7 begun, 3's end still there).
         let mut torn = record(0, 7, 70);
         torn.seq_end = 3;
-        let per_slot = vec![
-            vec![record(0, 4, 40), CaptureRecord::default()],
-            vec![record(0, 5, 50), record(1, 1, 15)],
-            vec![record(0, 6, 60), record(1, 2, 25)],
-            vec![torn, CaptureRecord::default()],
+        let per_slot = [
+            [record(0, 4, 40), CaptureRecord::default()],
+            [record(0, 5, 50), record(1, 1, 15)],
+            [record(0, 6, 60), record(1, 2, 25)],
+            [torn, CaptureRecord::default()],
         ];
-        let rings = sort(&[6, 2], &per_slot, 4);
+        let rings = sort(&[6, 2], per_slot.as_flattened(), 4);
         let seqs: Vec<(u32, u64)> = rings.records.iter().map(|r| (r.cpu, r.seq)).collect();
         assert_eq!(seqs, [(1, 1), (1, 2), (0, 4), (0, 5), (0, 6)], "by time");
         assert_eq!(rings.cpus[0], CpuRing { cpu: 0, written: 6, kept: 3, overwritten: 2, torn: 1 });
