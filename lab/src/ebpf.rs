@@ -11,14 +11,6 @@ use crate::workspace_root;
 /// is nothing) the way latency-daemon's build.rs (aya-build) builds the default one, into
 /// target/ebpf-no-diag (≈ 50 s the first time, incremental after); returns the object's path.
 pub fn no_diag_object() -> anyhow::Result<PathBuf> {
-    let (mut build, object) = no_diag_build();
-    crate::cmd::run(&mut build).context("building latency-ebpf --features no-diag")?;
-    Ok(object)
-}
-
-/// The command `no_diag_object` runs, and the object it writes: for a caller that builds it
-/// ahead, beside other work (`cargo xtask test` does, beside its release build).
-pub fn no_diag_build() -> (std::process::Command, PathBuf) {
     let target_dir = workspace_root().join("target").join("ebpf-no-diag");
     let arch = std::env::consts::ARCH;
     let mut build = std::process::Command::new("rustup");
@@ -36,5 +28,6 @@ pub fn no_diag_build() -> (std::process::Command, PathBuf) {
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("RUSTUP_TOOLCHAIN")
         .current_dir(workspace_root());
-    (build, target_dir.join("bpfel-unknown-none").join("release").join("latency-ebpf"))
+    crate::cmd::run(&mut build).context("building latency-ebpf --features no-diag")?;
+    Ok(target_dir.join("bpfel-unknown-none").join("release").join("latency-ebpf"))
 }

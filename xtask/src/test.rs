@@ -36,17 +36,15 @@ const VMTEST_KERNELS: &str = "all";
 /// before bpf-linker; on a fresh machine minutes of network and unpacking that leave the CPU
 /// idle): dist builds in target/dist-build with
 /// nightly, `cargo test` in target/debug with stable, so they share no cargo lock, and each fills
-/// the CPU the other's serial stretches (linking, the kernel object) leave idle; for the whole
-/// suite the kernel program without diagnostics too (its own target folder). The step ends
+/// the CPU the other's serial stretches (linking, the kernel object) leave idle. The step ends
 /// when all have, and with the lab's setup checked in the foreground (instant when the job did
 /// it; its error shown when not), so nothing of them runs under `cargo test`'s timed tests.
-fn dist_step(fetch: Option<Beside>, test_build: Option<Beside>, whole_suite: bool) -> Step {
+fn dist_step(fetch: Option<Beside>, test_build: Option<Beside>) -> Step {
     Step {
         name: "dist",
         run: Box::new(move || {
-            let no_diag = if whole_suite { start_no_diag_build() } else { None };
             let built = xtask(["dist", "--with-guest-tools"])();
-            for job in [fetch, test_build, no_diag].into_iter().flatten() {
+            for job in [fetch, test_build].into_iter().flatten() {
                 job.finish();
             }
             match setup::ensure(setup::Report::ChangesOnly, setup::ALL) {
@@ -120,29 +118,8 @@ static TEST_BUILD: Job = Job {
     took: OnceLock::new(),
 };
 
-/// The kernel program without its diagnostics, which the kernel diagnostics test compares with
-/// the default: built here instead of inside that test's timed, machine-alone run.
-static NO_DIAG: Job = Job {
-    name: "the kernel program without diagnostics",
-    log: "ebpf-no-diag.log",
-    on_failure: "the kernel diagnostics test builds it",
-    took: OnceLock::new(),
-};
-
 /// In the order of the summary's rows under dist.
-static BESIDE_DIST: [&Job; 3] = [&FETCH, &TEST_BUILD, &NO_DIAG];
-
-/// Starts the build of `latency_lab::ebpf::no_diag_object` in the background.
-fn start_no_diag_build() -> Option<Beside> {
-    Beside::start(&NO_DIAG, || {
-        let (mut command, _) = latency_lab::ebpf::no_diag_build();
-        // $CARGO_HOME/bin on PATH, as for every build: aya-build runs bpf-linker from there.
-        if let Some((_, Some(path))) = cmd::cargo()?.get_envs().find(|(key, _)| *key == "PATH") {
-            command.env("PATH", path);
-        }
-        Ok(command)
-    })
-}
+static BESIDE_DIST: [&Job; 2] = [&FETCH, &TEST_BUILD];
 
 /// `xtask setup` of the dist and lab parts, then `xtask vmtest --fetch-only`, in one shell.
 fn vmtest_fetch() -> anyhow::Result<std::process::Command> {
@@ -339,7 +316,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let setup_took = start.elapsed();
 
     let whole_suite = args.cargo_test_args.is_empty();
-    let mut steps = vec![dist_step(fetch, test_build, whole_suite)];
+    let mut steps = vec![dist_step(fetch, test_build)];
     steps.push(Step {
         name: "cargo test",
         run: Box::new(move || {
