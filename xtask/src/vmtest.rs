@@ -11,7 +11,7 @@ use crate::{dist, setup};
 pub fn run(args: &latency_lab::vmtest::Args) -> anyhow::Result<()> {
     // Inside a guest (its init runs this binary): no setup, no build, only the stall.
     if let Some(addr) = &args.guest_stall {
-        return latency_lab::vmtest::stall::guest(addr, args.guest_stall_pid);
+        return latency_lab::vmtest::stall::guest(addr, &args.guest_stall_pid);
     }
     // Before any binary is looked for: `cargo xtask test` fetches while dist builds them. The
     // downloads need the lab's tools only (its apt configuration, mmdebstrap), not a toolchain.

@@ -43,6 +43,8 @@ pub const CONFIGS: [Config; 6] = [
 
 /// The cgroup init.sh puts the sleepers in.
 const SLEEPERS_CGROUP: &str = "/vmt-sleepers";
+/// The cgroup init.sh runs the stall in: its alert is its own.
+const STALL_CGROUP: &str = "/vmt-stall";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConfigResult {
@@ -340,11 +342,21 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     let stall = guest.append.contains("vmt.stall=1").then(|| {
         let watched = serde_json::from_str::<crate::watch::Watched>(text("stall").trim()).ok();
         list.extend(checks::stall(watched.as_ref(), rc("stall"), text("stall.err")));
-        list.push(checks::stall_capture(
-            stall_capture(&guest.dir, (data.bytes("stall.capture"), text("stall.capture")), text("stall.capture.err"))
-                .as_ref(),
-            watched.as_ref(),
-        ));
+        let alerted = stall_capture(
+            &guest.dir.join("stall-capture.pftrace"),
+            (data.bytes("stall.capture"), text("stall.capture")),
+            "the alerting service kept no capture of the stall's alert (its log: run-alerting.err)",
+        );
+        list.push(checks::alert_capture(alerted.as_ref(), watched.as_ref(), text("run-alerting.err"), STALL_CGROUP));
+        let asked = stall_capture(
+            &guest.dir.join("stall-demand.pftrace"),
+            (data.bytes("stall.demand"), text("stall.demand")),
+            &format!(
+                "the alerting service kept no capture on demand; `latency-daemon capture`: {}",
+                text("stall.demand.err").trim()
+            ),
+        );
+        list.push(checks::stall_capture("capture on demand", asked.as_ref(), watched.as_ref()));
         watched
     });
     let mut throttles = Vec::new();
@@ -407,14 +419,13 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
     }
 }
 
-/// With /sys/kernel/btf hidden, `check` and `run` exit 1 and say why in one line.
-/// The stall's capture as the guest sent it (the trace itself in a gzipped section, or in base64
-/// where the guest has no gzip), written beside the guest's report as `stall-capture.pftrace` and
-/// read with Perfetto's classes.
+/// A capture of the stall as the guest sent it (the trace itself in a gzipped section, or in
+/// base64 where the guest has no gzip), written to `path` beside the guest's report and read with
+/// Perfetto's classes; `missing` says why there is none.
 fn stall_capture(
-    dir: &std::path::Path,
+    path: &std::path::Path,
     sent: (Option<&[u8]>, &str),
-    asked: &str,
+    missing: &str,
 ) -> Result<crate::oracle::perfetto::Capture, String> {
     use base64::Engine as _;
     let bytes = match sent {
@@ -423,18 +434,13 @@ fn stall_capture(
             let text: String = text.split_whitespace().collect();
             base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| format!("base64: {e}"))?
         }
-        _ => {
-            return Err(format!(
-                "the alerting service kept no capture of the stall; `latency-daemon capture`: {}",
-                asked.trim()
-            ));
-        }
+        _ => return Err(missing.to_owned()),
     };
-    let path = dir.join("stall-capture.pftrace");
-    std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    crate::oracle::perfetto::read(&path).map_err(|e| format!("{e:#}"))
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::oracle::perfetto::read(path).map_err(|e| format!("{e:#}"))
 }
 
+/// With /sys/kernel/btf hidden, `check` and `run` exit 1 and say why in one line.
 fn no_btf(check: &str, check_rc: Option<i32>, run: &str, run_rc: Option<i32>) -> Check {
     let check_says = check.lines().find(|l| l.starts_with("BTF:")).unwrap_or("").trim();
     // The error is the last line; `run` may log what it found before it (cgroup2, …).

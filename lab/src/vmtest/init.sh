@@ -95,10 +95,11 @@ start record record --duration 10m --json
 start record-rq record --duration 10m --json --clock run-queue
 start run $RUN 127.0.0.1:9101
 start run-per-task $RUN 127.0.0.1:9102 --per-task --irq-tracepoints
-# With the stall, the alerting service keeps captures (every one its alerts take, and one on
-# demand through the stall).
+# With the stall, the alerting service keeps captures: every one its alerts take (no rate limit,
+# so the load's alerts on the stalled CPU leave the stall's its own) and one on demand through it.
 CAPTURE=
-[ "$STALL" = 1 ] && CAPTURE="--capture-dir /tmp/captures --capture-events 1024 --capture-demand 4s"
+[ "$STALL" = 1 ] && CAPTURE="--capture-dir /tmp/captures --capture-events 1024 --capture-demand 4s \
+  --capture-interval 0s --capture-cpu-interval 0s"
 start run-alerting $RUN 127.0.0.1:9103 $CAPTURE --alert-max-delay 5ms --throttle-hooks=false
 start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
 # Each one's attach time to the tenth of a second: all are looked at every round.
@@ -160,20 +161,31 @@ done
 if [ "$STALL" = 1 ]; then
   mark stall
   # Every CPU through the stall, asked of the alerting service as a user would (4 s: the spin's 3 s
-  # and the victim's run after it).
+  # and the victim's run after it). The stall in a cgroup of its own: its alert is new, not one the
+  # load's waits in the root already fired. Both services pinned away from the stalled CPU.
   latency-daemon capture --pid "$(cat /tmp/run-alerting.pid)" 2> /tmp/stall.capture.err
-  xtask vmtest --guest-stall 127.0.0.1:9101 --guest-stall-pid "$(cat /tmp/run.pid)" > /tmp/stall.json 2> /tmp/stall.err
+  mkdir /sys/fs/cgroup/vmt-stall
+  sh -c "echo \$\$ > /sys/fs/cgroup/vmt-stall/cgroup.procs; exec xtask vmtest --guest-stall 127.0.0.1:9101 \
+    --guest-stall-pid $(cat /tmp/run.pid) --guest-stall-pid $(cat /tmp/run-alerting.pid)" > /tmp/stall.json 2> /tmp/stall.err
   echo $? > /tmp/stall.rc
+  rmdir /sys/fs/cgroup/vmt-stall
+  # The alert's capture (named by the CPU and the victim's tid) once rewritten with the wait's
+  # end, and the one on demand.
+  VICTIM=$(sed -n 's/.*"victim_tid":\([0-9]*\).*/\1/p' /tmp/stall.json)
   i=0
-  until grep -q "capture on demand written" /tmp/run-alerting.err; do
-    i=$((i + 1)); [ $i -gt 50 ] && break
+  until grep -q "capture rewritten with its later readings: /api/v1/captures/capture-[0-9]*-cpu[0-9]*-tid$VICTIM\.pftrace" \
+    /tmp/run-alerting.err \
+    && grep -q "capture on demand written" /tmp/run-alerting.err; do
+    i=$((i + 1)); [ $i -gt 100 ] && break
     sleep 0.1
   done
-  # The trace as it is where `put` gzips (binary-safe), else in base64.
-  for f in /tmp/captures/*-demand.pftrace; do
-    [ -e "$f" ] || continue
-    if [ $GZ = 1 ]; then cp "$f" /tmp/stall.capture; else base64 "$f" > /tmp/stall.capture; fi
-  done
+  # The traces as they are where `put` gzips (binary-safe), else in base64.
+  keep() {
+    [ -e "$1" ] || return
+    if [ $GZ = 1 ]; then cp "$1" "$2"; else base64 "$1" > "$2"; fi
+  }
+  for f in /tmp/captures/*-demand.pftrace; do keep "$f" /tmp/stall.demand; done
+  [ -n "$VICTIM" ] && for f in /tmp/captures/capture-*-cpu*-tid$VICTIM.pftrace; do keep "$f" /tmp/stall.capture; done
   mark stalled
 fi
 # The loop's threads: `TID RUN_DELAY_NS` each (schedstat's second field), and their states, once each.
@@ -302,7 +314,8 @@ if [ "$STALL" = 1 ]; then
   put stall /tmp/stall.json "$(cat /tmp/stall.rc)"
   put stall.err /tmp/stall.err
   put stall.capture /tmp/stall.capture
-  put stall.capture.err /tmp/stall.capture.err
+  put stall.demand /tmp/stall.demand
+  put stall.demand.err /tmp/stall.capture.err
 fi
 if [ "$THROTTLE" = 1 ]; then
   put throttle.bpf /tmp/throttle.bpf

@@ -104,9 +104,9 @@ pub struct Args {
     /// (`stall::guest`); nothing else runs.
     #[arg(long, hide = true, value_name = "ADDR")]
     pub guest_stall: Option<String>,
-    /// With --guest-stall: the daemon's pid, pinned away from the stalled CPU.
+    /// With --guest-stall: the daemons' pids (one each), pinned away from the stalled CPU.
     #[arg(long, hide = true, value_name = "PID")]
-    pub guest_stall_pid: Option<u32>,
+    pub guest_stall_pid: Vec<u32>,
 }
 
 /// The kernels whose guests run the stall (`stall::GUEST_PLAN`): x86_64 without the fair server

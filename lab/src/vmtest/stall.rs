@@ -10,11 +10,11 @@ use crate::workload::stall::Plan;
 pub const GUEST_PLAN: Plan =
     Plan { cpu: 1, priority: 5, spin: Duration::from_secs(3), wake_after: Duration::from_millis(200), again: None };
 
-/// The guest's side: pins the daemon `pid` away from the stalled CPU, watches `GUEST_PLAN`
-/// beside it and prints the JSON on stdout.
-pub fn guest(addr: &str, pid: Option<u32>) -> anyhow::Result<()> {
-    if let Some(pid) = pid {
-        pin_away(pid)?;
+/// The guest's side: pins the daemons `pids` away from the stalled CPU, watches `GUEST_PLAN`
+/// beside them and prints the JSON on stdout.
+pub fn guest(addr: &str, pids: &[u32]) -> anyhow::Result<()> {
+    for pid in pids {
+        pin_away(*pid)?;
     }
     let watched = watch(addr, GUEST_PLAN)?;
     println!("{}", serde_json::to_string(&watched)?);

@@ -13,7 +13,7 @@ use crate::web::{sample, total};
 use crate::workload::Done;
 
 pub use self::causes::{IRQ_TRACEPOINTS, JUDGED_APART, causes, feature, throttle, unknown_warning};
-pub use self::stall::{stall, stall_capture};
+pub use self::stall::{alert_capture, stall, stall_capture};
 
 mod causes;
 mod stall;

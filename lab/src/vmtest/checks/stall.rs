@@ -84,17 +84,26 @@ fn last(text: &str) -> &str {
     text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
 }
 
-/// The capture on demand the alerting service took through the stall (`latency-daemon capture`),
-/// read with Perfetto's own classes: on the stalled CPU the SCHED_FIFO spinner (`SPINNER`) held it
-/// for half a second or more and the victim was switched in after it; every switch there hands
-/// the CPU from the task the one before handed it to.
-pub fn stall_capture(capture: Result<&crate::oracle::perfetto::Capture, &String>, w: Option<&Watched>) -> Check {
-    const NAME: &str = "stall: capture";
+/// A capture of the stall the alerting service wrote (`what`: the alert's, or the one asked for
+/// with `latency-daemon capture`), read with Perfetto's own classes: on the stalled CPU the
+/// SCHED_FIFO spinner (`SPINNER`) held it for half a second or more and the victim was switched in
+/// after it; every switch there hands the CPU from the task the one before handed it to.
+pub fn stall_capture(
+    what: &str,
+    capture: Result<&crate::oracle::perfetto::Capture, &String>,
+    w: Option<&Watched>,
+) -> Check {
+    let name = format!("stall: {what}");
     let (c, w) = match (capture, w) {
         (Ok(c), Some(w)) => (c, w),
-        (Err(e), _) => return Check::new(NAME, false, e.clone()),
-        (_, None) => return Check::new(NAME, false, "the stall was not watched".to_owned()),
+        (Err(e), _) => return Check::new(&name, false, e.clone()),
+        (_, None) => return Check::new(&name, false, "the stall was not watched".to_owned()),
     };
+    let (ok, detail) = spinner_then_victim(c, w);
+    Check::new(&name, ok, detail)
+}
+
+fn spinner_then_victim(c: &crate::oracle::perfetto::Capture, w: &Watched) -> (bool, String) {
     let cpu = w.cpu as u32;
     let on_cpu: Vec<_> = c.switches.iter().filter(|s| s.cpu == cpu).collect();
     let chained = on_cpu.windows(2).filter(|p| p[0].next == p[1].prev).count();
@@ -109,15 +118,78 @@ pub fn stall_capture(capture: Result<&crate::oracle::perfetto::Capture, &String>
     let victim_after = on_cpu.iter().any(|s| s.next as u32 == w.victim_tid && s.ts_ns >= longest_rt.1);
     let held = longest_rt.1 - longest_rt.0;
     let ok = held >= 500_000_000 && victim_after && chained + 1 == on_cpu.len();
+    let detail = format!(
+        "{} switches on CPU {cpu} ({chained} handing on from the one before); the SCHED_FIFO spinner held it \
+         {:.2} s, the victim {} switched in after: {victim_after}",
+        on_cpu.len(),
+        held as f64 / 1e9,
+        w.victim_tid,
+    );
+    (ok, detail)
+}
+
+/// How far the wait marked in the alert's capture may be from the victim's own clock reads (its
+/// timer, its first run): emulated CPUs take their time to fire a timer and to switch.
+const MARK_SLACK_NS: u64 = 100_000_000;
+
+/// The capture the stall's own alert took: the wakeup alert that fired for the stall's cgroup
+/// (`cgroup`; its other tasks may fire a preempt alert of their own) names it in the alerting
+/// service's log (`log`, logfmt: `event=fired key.reason=wakeup key.cgroup=… capture=/api/v1/
+/// captures/…-cpu<N>-tid<victim>.pftrace`); it holds what
+/// [`stall_capture`] asks for, marks the victim's wait as a slice on its thread's track from its
+/// wakeup (within `MARK_SLACK_NS` after its timer) to its run (within `MARK_SLACK_NS` before its own
+/// first clock read), and reaches back before the wakeup on the stalled CPU.
+pub fn alert_capture(
+    capture: Result<&crate::oracle::perfetto::Capture, &String>,
+    w: Option<&Watched>,
+    log: &str,
+    cgroup: &str,
+) -> Check {
+    const NAME: &str = "stall: the alert's capture";
+    let (c, w) = match (capture, w) {
+        (Ok(c), Some(w)) => (c, w),
+        (Err(e), _) => return Check::new(NAME, false, e.clone()),
+        (_, None) => return Check::new(NAME, false, "the stall was not watched".to_owned()),
+    };
+    let fired = log.lines().find(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.contains(&"event=fired")
+            && words.contains(&"key.reason=wakeup")
+            && words.iter().any(|w| w.trim_matches('"') == format!("key.cgroup={cgroup}"))
+    });
+    let link =
+        fired.and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("capture="))).map(|u| u.trim_matches('"'));
+    let named = link.is_some_and(|u| {
+        u.starts_with("/api/v1/captures/capture-") && u.ends_with(&format!("-cpu{}-tid{}.pftrace", w.cpu, w.victim_tid))
+    });
+    let (shows, detail) = spinner_then_victim(c, w);
+    let victim = i64::from(w.victim_tid);
+    let begin = c.slices.iter().find(|s| s.tid == victim && s.kind == 1).map(|s| s.ts_ns);
+    let end = c.slices.iter().find(|s| s.tid == victim && s.kind == 2).map(|s| s.ts_ns);
+    let marked = match (begin, end) {
+        (Some(b), Some(e)) => {
+            b >= w.wake_ns && b <= w.wake_ns + MARK_SLACK_NS && e <= w.ran_ns && e + MARK_SLACK_NS >= w.ran_ns
+        }
+        _ => false,
+    };
+    let first = c.switches.iter().filter(|s| s.cpu == w.cpu as u32).map(|s| s.ts_ns).min();
+    let reach = match (first, begin) {
+        (Some(f), Some(b)) if f < b => Some(b - f),
+        _ => None,
+    };
+    let s = |ns: u64| ns as f64 / 1e9;
+    let rel = |ns: Option<u64>| ns.map_or_else(|| "none".to_owned(), |ns| format!("{:+.3} s", s(ns) - s(w.wake_ns)));
     Check::new(
         NAME,
-        ok,
+        named && shows && marked && reach.is_some(),
         format!(
-            "{} switches on CPU {cpu} ({chained} handing on from the one before); the SCHED_FIFO spinner held it \
-             {:.2} s, the victim {} switched in after: {victim_after}",
-            on_cpu.len(),
-            held as f64 / 1e9,
-            w.victim_tid,
+            "fired for {cgroup} with capture {}; {detail}; the wait marked from {} to {} (timer at +0, first run \
+             at {}); reaches back {} before it",
+            link.unwrap_or("none"),
+            rel(begin),
+            rel(end),
+            rel(Some(w.ran_ns)),
+            reach.map_or_else(|| "not".to_owned(), |r| format!("{:.3} s", s(r))),
         ),
     )
 }
@@ -160,15 +232,41 @@ mod tests {
             slices: vec![slice],
         };
         let w = Watched { cpu: 1, victim_tid: 7, ..Watched::default() };
-        let check = stall_capture(Ok(&capture), Some(&w));
+        let check = stall_capture("capture", Ok(&capture), Some(&w));
         assert!(check.ok, "{}", check.detail);
         let mut broken = capture.clone();
         broken.switches[1].prev = 51;
-        assert!(!stall_capture(Ok(&broken), Some(&w)).ok, "a switch that does not hand on from the one before");
+        assert!(
+            !stall_capture("capture", Ok(&broken), Some(&w)).ok,
+            "a switch that does not hand on from the one before"
+        );
         let mut short = capture.clone();
         short.switches[1].ts_ns = 100 * MS;
-        assert!(!stall_capture(Ok(&short), Some(&w)).ok, "a spin too short to be the stall");
-        assert!(!stall_capture(Err(&"none".to_owned()), Some(&w)).ok);
+        assert!(!stall_capture("capture", Ok(&short), Some(&w)).ok, "a spin too short to be the stall");
+        assert!(!stall_capture("capture", Err(&"none".to_owned()), Some(&w)).ok);
+
+        // The alert's: named by the fired line, the wait marked from wakeup to run.
+        let mut end = slice_end(&capture.slices[0], 900 * MS);
+        let mut alerted = capture.clone();
+        alerted.slices.push(end.clone());
+        let w = Watched { wake_ns: 4 * MS, ran_ns: 901 * MS, ..w };
+        let log = "time=x level=warn msg=\"alert fired\" event=fired key.reason=preempt key.cgroup=/vmt-stall \
+                   capture=/api/v1/captures/capture-0000000000001-cpu0-tid6.pftrace summary=x\n\
+                   time=x level=warn msg=\"alert fired\" event=fired key.reason=wakeup key.cgroup=/vmt-stall \
+                   capture=/api/v1/captures/capture-0000000000001-cpu1-tid7.pftrace summary=x";
+        let check = alert_capture(Ok(&alerted), Some(&w), log, "/vmt-stall");
+        assert!(check.ok, "{}", check.detail);
+        assert!(!alert_capture(Ok(&alerted), Some(&w), log, "/other").ok, "no alert fired for that cgroup");
+        let other = log.replace("tid7", "tid8");
+        assert!(!alert_capture(Ok(&alerted), Some(&w), &other, "/vmt-stall").ok, "another task's capture");
+        end.ts_ns = 500 * MS;
+        alerted.slices[1] = end;
+        assert!(!alert_capture(Ok(&alerted), Some(&w), log, "/vmt-stall").ok, "the wait marked ending too early");
+        assert!(!alert_capture(Ok(&capture), Some(&w), log, "/vmt-stall").ok, "no end marked");
+    }
+
+    fn slice_end(begin: &crate::oracle::perfetto::SliceEvent, ts_ns: u64) -> crate::oracle::perfetto::SliceEvent {
+        crate::oracle::perfetto::SliceEvent { ts_ns, kind: 2, notes: Default::default(), ..begin.clone() }
     }
 
     #[test]
