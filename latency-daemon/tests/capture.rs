@@ -18,7 +18,8 @@
 //! the alert with `capture` and `capture_picture` as whole URLs at the daemon's address. Under an
 //! alert storm on one CPU with the default ring, every alert's capture holds its wait's CPU from
 //! before the wait began, and the caps and counters hold; with the default limits, what they hold
-//! back is counted `suppressed`. Prints the figures.
+//! back is counted `suppressed`, and with `--web.external-url` the alert Alertmanager holds links
+//! there. Prints the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -46,6 +47,8 @@ const USER: &str = "prometheus";
 const PASSWORD: &str = "correct horse";
 /// The CPU the workload shares.
 const CPU: u32 = 1;
+/// Where users reach the daemon in the limits test (`--web.external-url`): the alerts' links.
+const EXTERNAL_URL: &str = "https://node1.example.com/latency/";
 /// How far a capture's time may be from perf's for 99 in 100 switches: both read CLOCK_BOOTTIME,
 /// but perf when the tracepoint fires and the capture program a little later (after the core's
 /// program, on a busy VM).
@@ -765,13 +768,36 @@ fn the_capture_limits_hold_back_a_storms_captures_and_count_them_suppressed() {
     let dir = Scratch::new("runqlat-capture-limits").unwrap();
     let cgroups = storm_cgroups("limits", CGROUPS);
     let captures = dir.join("captures");
-    // The default limits: one capture per 10 s in all, one per minute per CPU.
-    let daemon = storm_daemon(&dir, &cgroups, &captures, &[]);
+    // The default limits: one capture per 10 s in all, one per minute per CPU. Alerts sent to a
+    // real Alertmanager, linking to where users reach the daemon (behind a proxy, say).
+    let am = Alertmanager::start().expect("alertmanager (cargo xtask setup installs it)");
+    let am_url = am.url();
+    let daemon =
+        storm_daemon(&dir, &cgroups, &captures, &["--alertmanager-url", &am_url, "--web.external-url", EXTERNAL_URL]);
     let started = Instant::now();
     let (_, scrapes) = storm(&daemon, &cgroups);
     let (fired, counts) = settled(&daemon, 0);
     let spent = started.elapsed();
+    // The captured alert as Alertmanager holds it: its links at the external URL.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let mut alerts = Vec::new();
+        for cg in &cgroups {
+            alerts.extend(am.ours("cgroup", &cg.path).unwrap_or_else(|e| panic!("{e:#}")));
+        }
+        if let Some(a) = alerts.into_iter().find(|a| a["annotations"]["capture"].is_string()) {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no alert with a capture in Alertmanager");
+        std::thread::sleep(Duration::from_millis(250));
+    };
     daemon.stop().expect("SIGTERM");
+    let link = |k: &str| held["annotations"][k].as_str().unwrap_or_default().to_owned();
+    assert_eq!(held["generatorURL"], EXTERNAL_URL, "{held:#}");
+    let capture = link("capture");
+    let name = capture.strip_prefix(&format!("{EXTERNAL_URL}api/v1/captures/")).unwrap_or_else(|| panic!("{held:#}"));
+    assert!(captures.join(name).is_file(), "{capture} names no capture in {}", captures.display());
+    assert_eq!(link("capture_picture"), format!("{}.svg", capture.trim_end_matches(".pftrace")), "{held:#}");
     let [written, suppressed, failed, removed] = counts;
     assert!(fired >= 2, "no storm: {fired} alerts fired");
     // Every wait was on CPU 1 and every alert fired within a minute of the first (within 10 s,

@@ -70,6 +70,18 @@ settings! {
             apply: Restart,
         },
 
+        #[arg(long, visible_alias = "web.external-url", value_name = "URL")]
+        web_external_url: String {
+            help: "Where users reach this daemon (e.g. through a reverse proxy or an ingress): alerts link to it \
+                   (generatorURL, an alert's capture and its picture); without it, http(s)://HOSTNAME:PORT/ of \
+                   listen",
+            more: "An http:// or https:// URL without credentials, query or fragment; a path is kept as a prefix \
+                   of every link (the proxy must strip it: the daemon serves at /).",
+            default: "off",
+            example: "\"https://node1.example.com/latency/\"",
+            apply: Reload,
+        },
+
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         #[serde(deserialize_with = "super::format::de_duration")]
         interval: Duration {

@@ -92,6 +92,7 @@ pub(super) fn resolve(
         web,
         web_max_requests: merged.web_max_requests.unwrap_or(d.web_max_requests),
         web_max_connections: merged.web_max_connections.unwrap_or(d.web_max_connections),
+        web_external_url: merged.web_external_url.clone(),
         interval: merged.interval.unwrap_or(d.interval),
         window: merged.window.unwrap_or(d.window),
         top_cgroups: merged.top_cgroups.unwrap_or(d.top_cgroups),
@@ -150,6 +151,9 @@ pub(super) fn check(c: &Config) -> Vec<Problem> {
         (1..=MAX_WEB).contains(&c.web_max_connections),
         format!("1..={MAX_WEB}"),
     ));
+    if let Some(url) = &c.web_external_url {
+        problems.extend(external_url(url).err().map(|why| Problem::new("web_external_url", why)));
+    }
     problems.extend(outside("max_cgroups", c.max_cgroups, &MAX_CGROUPS));
     problems.extend(outside("max_tasks", c.max_tasks, &MAX_TASKS));
     problems.extend(outside("capture_events", c.capture_events, &CAPTURE_EVENTS));
@@ -218,6 +222,21 @@ fn within(field: &str, value: String, ok: bool, range: String) -> Option<Problem
     (!ok).then(|| Problem::new(field, format!("{value} is not in {range}")))
 }
 
+/// Why `url` cannot be where users reach the daemon: it must be an http(s) URL (the sinks' one
+/// parser) with no credentials, query or fragment, since every alert carries it to every receiver.
+fn external_url(url: &str) -> Result<(), String> {
+    let shown = crate::model::sink_url::redact(url);
+    let parsed =
+        crate::model::sink_url::HttpUrl::parse(url).map_err(|e| format!("'{}': {}", shown.escape_debug(), e.why))?;
+    if parsed.userinfo.is_some() || url.contains(['?', '#']) {
+        return Err(format!(
+            "'{}': must have no user information, query or fragment (alerts show it to everyone)",
+            shown.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// `field`'s problem when `value` is outside `range`: "{value} is not in {start}..={end}".
 fn outside<T: PartialOrd + fmt::Display>(field: &str, value: T, range: &RangeInclusive<T>) -> Option<Problem> {
     (!range.contains(&value)).then(|| Problem::new(field, format!("{value} is not in {}", show(range))))
@@ -268,6 +287,24 @@ mod tests {
         for (config, expected) in cases {
             assert_eq!(problems(&config), expected);
         }
+    }
+
+    #[test]
+    fn an_external_url_is_a_plain_http_url_and_credentials_are_never_echoed() {
+        let with = |url: &str| problems(&Config { web_external_url: Some(url.to_owned()), ..Config::default() });
+        for fine in ["https://node1.example.com/latency/", "http://10.0.0.1:9954", "http://[::1]:9954/x"] {
+            assert_eq!(with(fine), "", "{fine}");
+        }
+        assert_eq!(
+            with("ftp://node1/"),
+            "web_external_url: 'ftp://node1/': must start with http:// or https:// (e.g. http://alertmanager:9093)"
+        );
+        for leaky in ["https://admin:hunter2@node1/", "https://node1/?token=hunter2", "https://node1/#hunter2"] {
+            let said = with(leaky);
+            assert!(said.contains("must have no user information, query or fragment"), "{leaky}: {said}");
+            assert!(!said.contains("hunter2"), "{said}");
+        }
+        assert!(with("https://node1/a b").contains("whitespace"));
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct Config {
     pub web_max_requests: usize,
     /// Connections open at once; more get 503.
     pub web_max_connections: usize,
+    /// Where users reach the daemon, as alerts link to it; None: `http(s)://HOSTNAME:PORT/`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_external_url: Option<String>,
     /// Drain period: how often the kernel's maps are read.
     #[serde(serialize_with = "format::ser_duration")]
     pub interval: Duration,
@@ -168,6 +171,7 @@ impl Default for Config {
             web_max_requests: 40,
             // Each open connection costs a task and a few KiB; slow clients must not exhaust them.
             web_max_connections: 1024,
+            web_external_url: None,
             interval: Duration::from_secs(1),
             // Prometheus's default scrape interval: every scrape sees a window no older than itself.
             window: Config::DEFAULT_WINDOW,

@@ -388,13 +388,17 @@ fn sink_config(config: &Config, client: Client) -> SinkConfig {
             .collect()
     };
     let host = system::hostname();
-    // Where this daemon answers: alerts link to it (its live view, an alert's capture).
+    // Where users reach this daemon: alerts link to it (its live view, an alert's capture).
     let scheme = if config.web.as_ref().is_some_and(|w| w.tls.is_some()) { "https" } else { "http" };
+    let generator_url = match &config.web_external_url {
+        Some(url) => format!("{}/", url.trim_end_matches('/')),
+        None => format!("{scheme}://{host}:{}/", config.listen.port()),
+    };
     SinkConfig {
         alertmanagers: parse(&config.alert.alertmanagers),
         webhooks: parse(&config.alert.webhooks),
         resend: config.alert.resend,
-        generator_url: format!("{scheme}://{host}:{}/", config.listen.port()),
+        generator_url,
         instance: host,
         severity: config.alert.severity.clone(),
         log: true,
