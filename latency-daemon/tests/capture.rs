@@ -646,6 +646,10 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     daemon.wait_for_log("capture on demand written", Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e:#}"));
 
     let (fired, counts) = settled(&daemon, 1);
+    // Every event of the storm found a slot (the recorder counts those it gives up).
+    let metrics = daemon.metrics().expect("a scrape after the storm");
+    let given_up = latency_lab::web::sample(&metrics, "runqlat_capture_given_up_records_total");
+    assert_eq!(given_up, Some(0.0), "records the recorder gave up");
     let listed = daemon.get("/api/v1/captures").expect("GET /api/v1/captures");
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("its JSON");
     // Each alert's capture as the daemon wrote it, with how far back its wait's CPU was kept.

@@ -113,7 +113,8 @@ pub fn write(fill: impl FnOnce(&mut CaptureRecord)) {
     unsafe { core::ptr::write_volatile(&raw mut r.seq_end, seq) };
 }
 
-/// The next free slot of this CPU's ring with its `seq` written, or none after `CLAIMS` tries.
+/// The next free slot of this CPU's ring with its `seq` written, or none after `CLAIMS` tries
+/// (counted in `CAPTURE_HEAD`'s entry 1).
 /// The sched tracepoints run with interrupts off, but `softirq_entry`/`_exit` (and `cpu_idle` on
 /// some kernels) with them on: an interrupt's records may be written between this program's read
 /// of the head and its write. They finish before it resumes (one CPU, last in first out), having
@@ -137,6 +138,10 @@ fn claim() -> Option<(&'static mut CaptureRecord, u64)> {
             // SAFETY: as above; claimed, so no record begun later on this CPU takes it.
             return Some((unsafe { &mut *r }, seq));
         }
+    }
+    if let Some(given_up) = CAPTURE_HEAD.get_ptr_mut(1) {
+        // SAFETY: as the head; an interrupt's count in between may be lost, a count not.
+        unsafe { core::ptr::write_volatile(given_up, core::ptr::read_volatile(given_up) + 1) };
     }
     None
 }

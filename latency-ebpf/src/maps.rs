@@ -103,9 +103,10 @@ pub static IRQ_CLOCKS: Array<IrqClock> = Array::with_max_entries(1, 0);
 #[map]
 pub static CAPTURE: PerCpuArray<CaptureRecord> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per CPU, how many events the capture recorder has written there (its ring's head).
+/// Per CPU, how many events the capture recorder has written there (its ring's head, entry 0)
+/// and how many it gave up (entry 1: no free slot after `CLAIMS` tries, see capture.rs).
 #[map]
-pub static CAPTURE_HEAD: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+pub static CAPTURE_HEAD: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 /// Per group and CPU, keyed by the `struct cfs_rq *`: its throttle clock (throttle_hooks.rs), on
 /// kernels before 6.8, whose `cfs_rq` has none of its own. Preallocated (the hooks run under the

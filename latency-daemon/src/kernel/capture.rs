@@ -28,6 +28,9 @@ pub struct CpuRing {
     pub overwritten: u64,
     /// Being rewritten while read: dropped.
     pub torn: u64,
+    /// Given up by the recorder since it was attached: no free slot (records of nested
+    /// interrupts took every one it tried).
+    pub given_up: u64,
 }
 
 /// Every CPU's ring.
@@ -67,11 +70,13 @@ pub fn read_slots(probe: &Probe, slots: u32, lookup: Lookup) -> Result<Vec<Captu
     }
 }
 
-/// Each CPU's count of events written.
-fn heads(probe: &Probe) -> Result<Vec<u64>, ProbeError> {
+/// Each CPU's count of events written, and of those it gave up.
+fn heads(probe: &Probe) -> Result<Vec<(u64, u64)>, ProbeError> {
     let map_err = |source| ProbeError::Map { map: names::CAPTURE_HEAD, source };
     let heads: PerCpuArray<_, u64> = PerCpuArray::try_from(probe.map(names::CAPTURE_HEAD)?).map_err(map_err)?;
-    Ok(heads.get(&0, 0).map_err(map_err)?.to_vec())
+    let written = heads.get(&0, 0).map_err(map_err)?;
+    let given_up = heads.get(&1, 0).map_err(map_err)?;
+    Ok(written.iter().zip(given_up.iter()).map(|(w, g)| (*w, *g)).collect())
 }
 
 /// The rings' map.
@@ -102,14 +107,14 @@ fn per_slot(probe: &Probe, slots: u32) -> Result<Vec<CaptureRecord>, ProbeError>
     Ok(records)
 }
 
-/// The rings from each CPU's head and each slot's records (`records[slot * cpus + cpu]`, a record
-/// for each CPU of `heads`).
-fn sort(heads: &[u64], records: &[CaptureRecord], slots: u32) -> Rings {
+/// The rings from each CPU's head and count given up, and each slot's records
+/// (`records[slot * cpus + cpu]`, a record for each CPU of `heads`).
+fn sort(heads: &[(u64, u64)], records: &[CaptureRecord], slots: u32) -> Rings {
     let mask = u64::from(slots.max(1) - 1);
     let cpus = heads.len().max(1);
     let mut rings = Rings::default();
-    for (cpu, &head) in heads.iter().enumerate() {
-        let mut ring = CpuRing { cpu: cpu as u32, ..CpuRing::default() };
+    for (cpu, &(head, given_up)) in heads.iter().enumerate() {
+        let mut ring = CpuRing { cpu: cpu as u32, given_up, ..CpuRing::default() };
         let mut newest = head;
         for (slot, records) in records.chunks(cpus).enumerate() {
             let Some(r) = records.get(cpu) else { continue };
@@ -200,11 +205,11 @@ mod tests {
             [record(0, 6, 60), record(1, 2, 25)],
             [torn, CaptureRecord::default()],
         ];
-        let rings = sort(&[6, 2], per_slot.as_flattened(), 4);
+        let rings = sort(&[(6, 0), (2, 1)], per_slot.as_flattened(), 4);
         let seqs: Vec<(u32, u64)> = rings.records.iter().map(|r| (r.cpu, r.seq)).collect();
         assert_eq!(seqs, [(1, 1), (1, 2), (0, 4), (0, 5), (0, 6)], "by time");
-        assert_eq!(rings.cpus[0], CpuRing { cpu: 0, written: 6, kept: 3, overwritten: 2, torn: 1 });
-        assert_eq!(rings.cpus[1], CpuRing { cpu: 1, written: 2, kept: 2, overwritten: 0, torn: 0 });
+        assert_eq!(rings.cpus[0], CpuRing { cpu: 0, written: 6, kept: 3, overwritten: 2, torn: 1, given_up: 0 });
+        assert_eq!(rings.cpus[1], CpuRing { cpu: 1, written: 2, kept: 2, overwritten: 0, torn: 0, given_up: 1 });
     }
 
     #[test]

@@ -184,13 +184,14 @@ fn write_capture(probe: &Probe, path: &Path, events: u32) -> Result<(), RecordEr
     let sum = |f: fn(&capture::CpuRing) -> u64| rings.cpus.iter().map(f).sum::<u64>();
     log::info!(
         "capture: {} events on {} CPUs over {span} written to {} and its picture to {} ({} older ones overwritten, \
-         {} torn; open it in ui.perfetto.dev)",
+         {} torn, {} given up by the recorder; open it in ui.perfetto.dev)",
         rings.records.len(),
         rings.cpus.iter().filter(|c| c.kept > 0).count(),
         path.display(),
         picture.display(),
         sum(|c| c.overwritten),
         sum(|c| c.torn),
+        sum(|c| c.given_up),
     );
     Ok(())
 }

@@ -344,6 +344,7 @@ impl Capturer {
             read_cpu: Duration::from_nanos(clock::thread_cpu_ns().saturating_sub(cpu_before)),
         });
         self.stats.torn(rings.cpus.iter().map(|c| c.torn).sum());
+        self.stats.given_up(rings.cpus.iter().map(|c| c.given_up).sum());
         self.fresh = Some(Arc::clone(&taken));
         Ok(taken)
     }

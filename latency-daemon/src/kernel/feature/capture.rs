@@ -30,7 +30,7 @@ pub fn slots(events: u32) -> u32 {
 pub const ROOM: Room = Room {
     maps: |on, o, _| {
         let slots = if on { slots(o.capture_events) } else { 1 };
-        vec![(names::CAPTURE, slots), (names::CAPTURE_HEAD, 1)]
+        vec![(names::CAPTURE, slots), (names::CAPTURE_HEAD, 2)]
     },
     programs: |o| programs(o.split_irq),
     without: "no capture of the scheduler's events",

@@ -77,6 +77,14 @@ impl Collector for CaptureCollector {
              wait (a larger capture_events keeps more).",
             s.overwritten,
         )?;
+        counter(
+            &mut encoder,
+            "runqlat_capture_given_up_records",
+            "Scheduler events the capture recorder gave up: no free slot in its CPU's ring after eight tries, \
+             every one taken by the records of interrupts that came in between (as of the last reading of the \
+             rings; expected 0).",
+            s.given_up,
+        )?;
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! What the capture recorder's trigger counts (the drain thread and the capture writer add,
 //! `families::instruments` shows): captures by result, those the directory's caps removed, and
-//! the records dropped because they were being rewritten as they were read.
+//! the records dropped because they were being rewritten as they were read, and those the
+//! recorder itself gave up (as of the last reading of its rings).
 //! Plain atomics; not shown until the recorder runs.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -13,6 +14,7 @@ pub struct CaptureStats {
     removed: AtomicU64,
     torn: AtomicU64,
     overwritten: AtomicU64,
+    given_up: AtomicU64,
 }
 
 /// One reading of [`CaptureStats`].
@@ -24,6 +26,7 @@ pub struct CaptureCounts {
     pub removed: u64,
     pub torn: u64,
     pub overwritten: u64,
+    pub given_up: u64,
 }
 
 impl CaptureStats {
@@ -62,6 +65,12 @@ impl CaptureStats {
         self.overwritten.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The recorder's own count of records it gave up, all CPUs together, as the kernel holds it
+    /// (a total since attach: kept if larger than the last reading's).
+    pub fn given_up(&self, total: u64) {
+        self.given_up.fetch_max(total, Ordering::Relaxed);
+    }
+
     /// None until the recorder runs.
     pub fn snapshot(&self) -> Option<CaptureCounts> {
         if !self.enabled.load(Ordering::Relaxed) {
@@ -74,6 +83,7 @@ impl CaptureStats {
             removed: self.removed.load(Ordering::Relaxed),
             torn: self.torn.load(Ordering::Relaxed),
             overwritten: self.overwritten.load(Ordering::Relaxed),
+            given_up: self.given_up.load(Ordering::Relaxed),
         })
     }
 }
