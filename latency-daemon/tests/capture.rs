@@ -5,22 +5,23 @@
 //! unknown fields and events out of order); on CPU 1, over the span both saw, the capture's
 //! switches are perf's — the same prev and next tids in the same order, each within a few
 //! microseconds of perf's time — and so are its `softirq_entry` and `softirq_exit` (the same
-//! vectors); on the CPU that idled most, its `cpu_idle` events (the same states); on every CPU,
-//! its IRQ handlers (the same IRQs, named as /proc/interrupts names them); and every waking of
-//! the sleeper names the waker perf saw. And the daemon's own trigger: a SCHED_FIFO spinner
-//! stalls a task on CPU 1 past its cgroup's alert threshold; the alert carries a capture's
-//! address, `/api/v1/captures` lists it behind the same address, and the capture (read back with
-//! Perfetto's classes) holds the spinner taking the CPU, the victim's wakeup and, once its wait
-//! ended, the victim getting the CPU — and, against `perf record` beside it, every switch on CPU 1
-//! while perf ran is perf's in perf's order (the wait's too) and the victim's waker is perf's;
-//! the daemon asks for basic auth, and without it (or with a
-//! wrong password) the list, the capture and its picture are refused; a real Alertmanager holds
-//! the alert with `capture` and `capture_picture` as whole URLs at its external URL. Under an
-//! alert storm on one CPU with the default ring, every alert's capture holds its wait's CPU from
-//! before the wait began, and the caps and counters hold; with the default limits, what they hold
-//! back is counted `suppressed`, and the alerts Alertmanager holds link to the daemon's own
-//! address (`http://HOSTNAME:PORT/`); with `--web.external-url` (the stall's) they link there.
-//! Prints the figures.
+//! vectors); on the CPU that idled most, its `cpu_idle` events (the same states); on every CPU, its
+//! IRQ handlers (the same IRQs, named as /proc/interrupts names them); and every waking of the
+//! sleeper names the waker perf saw. And the daemon's own trigger: a SCHED_FIFO spinner stalls a
+//! task on CPU 1 past its cgroup's alert threshold; the alert carries a capture's address,
+//! `/api/v1/captures` lists it behind the same address, and the capture (read back with Perfetto's
+//! classes) holds the spinner taking the CPU, the victim's wakeup and, once its wait ended, the
+//! victim getting the CPU — and, against `perf record` beside it, every switch on CPU 1 while perf
+//! ran is perf's in perf's order (the wait's too) and the victim's waker is perf's; the daemon asks
+//! for basic auth, and without it (or with a wrong password) the list, the capture and its picture
+//! are refused; a real Alertmanager holds the alert with `capture` and `capture_picture` as whole
+//! URLs at its external URL. Under an alert storm on one CPU with the default ring (1 ms sleepers,
+//! each in a cgroup of its own, waiting behind spinners of another), every alert's capture holds
+//! its wait's CPU from before the wait began, and — against `perf record` throughout — its switches
+//! there are perf's and each waking of its sleeper names perf's waker; the caps and counters hold;
+//! with the default limits, what they hold back is counted `suppressed`, and the alerts
+//! Alertmanager holds link to the daemon's own address (`http://HOSTNAME:PORT/`); with
+//! `--web.external-url` (the stall's) they link there. Prints the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -525,10 +526,10 @@ fn an_alert_carries_a_capture_of_the_stall_that_fired_it() {
     );
 }
 
-/// The alert's capture against perf's trace of the same seconds, on the stalled CPU: every switch
-/// from perf's start on (the capture reaches back further) is perf's, the same tasks in the same
-/// order at perf's time (`same_as_perfs`), none missing, none added — those of the wait itself
-/// counted apart — and every waking of the victim names the waker perf saw.
+/// The alert's capture against perf's trace of the same seconds, on CPU 1: every switch from
+/// perf's start on (the capture reaches back further) is perf's, the same tasks in the same order
+/// at perf's time (`same_as_perfs`), none missing, none added — those of the wait itself, as far
+/// as the capture reaches, counted apart — and every waking of the victim names the waker perf saw.
 fn alert_capture_is_perfs(ours: &perfetto::Capture, perf: &[SchedEvent], victim: u32, wait: (u64, u64)) -> String {
     const STALLED: u32 = 1;
     // In time order: one CPU's events are, whatever order perf's output gives them in.
@@ -552,12 +553,47 @@ fn alert_capture_is_perfs(ours: &perfetto::Capture, perf: &[SchedEvent], victim:
         .map(|s| (s.ts_ns, (s.prev as u32, s.next as u32)))
         .collect();
     assert!(ours_pairs.len() >= 2, "{} switches on CPU {STALLED} in the capture while perf ran", ours_pairs.len());
-    let switched = same_as_perfs("switch", STALLED, 2_000, &ours_pairs, &theirs);
+    // Where the capture marks events missing (its ring wrapped between two readings), each
+    // stretch between its gaps is compared apart, and a gap hides no more switches of perf's than
+    // the events it says are missing.
+    let gaps = ours.gaps(STALLED);
+    let mut stretches: Vec<&[(u64, (u32, u32))]> = Vec::new();
+    let mut rest = ours_pairs.as_slice();
+    for &(from, to, missing) in &gaps {
+        let at = rest.partition_point(|&(t, _)| t < to);
+        let (before, after) = rest.split_at(at);
+        stretches.push(before);
+        rest = after;
+        let hidden = theirs.iter().filter(|&&(t, _)| t > from && t < to).count() as u64;
+        assert!(
+            hidden <= missing,
+            "a gap from {from} to {to} says {missing} events are missing; perf saw {hidden} switches there"
+        );
+    }
+    stretches.push(rest);
+    let stretches: Vec<&[(u64, (u32, u32))]> = stretches.into_iter().filter(|s| !s.is_empty()).collect();
+    let switched: Vec<String> =
+        stretches.iter().map(|s| same_as_perfs("switch", STALLED, 2_000, s, &theirs).to_string()).collect();
+    // The wait's switches as far as the capture reaches (a wait still in progress at its last
+    // reading goes on past it; one that ended is switched in within it: the callers check), in
+    // the stretches it holds.
     let (woken, ran) = wait;
-    let in_wait = |t: u64| t + CLOCK_SLACK_NS >= woken && t <= ran + CLOCK_SLACK_NS;
-    let perf_in_wait = theirs.iter().filter(|(t, _)| in_wait(*t)).count();
-    let ours_in_wait = ours_pairs.iter().filter(|(t, _)| in_wait(*t)).count();
-    assert_eq!(ours_in_wait, perf_in_wait, "switches on CPU {STALLED} during the wait: the capture's, perf's");
+    let covered =
+        |t: u64| stretches.iter().any(|s| t + CLOCK_SLACK_NS >= s[0].0 && t <= s[s.len() - 1].0 + CLOCK_SLACK_NS);
+    // One event's time may be a millisecond from perf's (a vCPU preempted between the two stamps):
+    // what is inside the wait by that margin for one is inside it for the other.
+    const EDGE_NS: u64 = 1_000_000;
+    let inside = |t: u64| t >= woken + EDGE_NS && t + EDGE_NS <= ran && covered(t);
+    let near = |t: u64| t + EDGE_NS >= woken && t <= ran + EDGE_NS && covered(t);
+    let count = |pairs: &[(u64, (u32, u32))], f: &dyn Fn(u64) -> bool| pairs.iter().filter(|(t, _)| f(*t)).count();
+    let (ours_in_wait, perf_in_wait) = (count(&ours_pairs, &near), count(&theirs, &near));
+    assert!(
+        count(&theirs, &inside) <= ours_in_wait && count(&ours_pairs, &inside) <= perf_in_wait,
+        "switches on CPU {STALLED} during the wait: the capture's {} ({ours_in_wait} with its edges), perf's {} \
+         ({perf_in_wait})",
+        count(&ours_pairs, &inside),
+        count(&theirs, &inside)
+    );
     let perf_wakers: Vec<(u64, u32)> = perf
         .iter()
         .filter_map(|e| match *e {
@@ -573,9 +609,11 @@ fn alert_capture_is_perfs(ours: &perfetto::Capture, perf: &[SchedEvent], victim:
         assert!(nearest.0.abs_diff(w.ts_ns) < 1_000_000, "the victim's waking at {} is not perf's", w.ts_ns);
     }
     format!(
-        "CPU {STALLED}: {} switches, perf's in perf's order ({switched}), {ours_in_wait} of them in the wait \
+        "CPU {STALLED}: {} switches, perf's in perf's order ({}{}), {ours_in_wait} of them in the wait \
          (perf's {perf_in_wait}); {} wakings of the victim, each with perf's waker",
         ours_pairs.len(),
+        switched.join("; "),
+        if gaps.is_empty() { String::new() } else { format!("; {} gaps marked, compared apart", gaps.len()) },
         wakings.len()
     )
 }
@@ -638,6 +676,9 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
             "1s",
         ],
     );
+    // perf's own trace of the scheduler throughout: each alert's capture must say what perf saw.
+    let mut perf = SchedTrace::start(&dir.join("perf.data")).expect("perf record");
+    perf.wait_ready().expect("perf record");
     let (cgroup_of, scrapes) = storm(&daemon, &cgroups);
 
     // Asked for by the command a user types, after the storm: every CPU for a second.
@@ -657,6 +698,8 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     let alert_captures: Vec<String> = log.iter().filter(|l| l.contains("capture written: ")).cloned().collect();
     let fired_lines: Vec<&String> = log.iter().filter(|l| l.contains("alert fired")).collect();
     daemon.stop().expect("SIGTERM");
+    let (perf, lost) = perf.stop().expect("perf script");
+    assert!(lost.is_none(), "perf lost events: {lost:?}");
 
     let [written, suppressed, failed, removed] = counts;
     // Every one, not only those the cap kept: its CPU's ring reached back to its wait's start.
@@ -695,10 +738,12 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
     assert!(cpus.len() >= 2, "every CPU in the capture on demand: {cpus:?}");
 
     // A wakeup that waited behind a neighbour cgroup, as an alert's capture shows it: the wait on
-    // a sleeper's own track, named with its cgroup, ending where the capture switches it in; and a
-    // task of another cgroup (a spinner, or another cgroup's sleeper) holding that CPU during it.
+    // a sleeper's own track, named with its cgroup, ending where the capture switches it in; a
+    // task of another cgroup (a spinner, or another cgroup's sleeper) holding that CPU during it;
+    // and on that CPU, every switch perf's and each waking of the sleeper with perf's waker.
     let ours: Vec<&str> = cgroups.iter().map(|cg| cg.path.as_str()).collect();
     let mut judged = 0;
+    let mut against_perf = Vec::new();
     for name in listed.iter().filter_map(|c| c["name"].as_str()).filter(|n| !n.ends_with("-demand.pftrace")) {
         let c = perfetto::read(&captures.join(name)).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let begin = c.slices.iter().find(|s| s.kind == 1).unwrap_or_else(|| panic!("{name}: no wait marked"));
@@ -742,6 +787,8 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
              {ran_meanwhile:?}",
             begin.tid, begin.ts_ns, end.ts_ns
         );
+        assert_eq!(cpu, CPU, "{name}: a wait on CPU {cpu}, where nothing of the storm runs");
+        against_perf.push(alert_capture_is_perfs(&c, &perf, begin.tid as u32, (begin.ts_ns, end.ts_ns)));
         judged += 1;
     }
     assert!(
@@ -753,7 +800,8 @@ fn an_alert_storm_keeps_the_caps_and_counts_every_capture_and_one_can_be_asked_f
         "capture storm: {fired} alerts fired in {CGROUPS} cgroups over 6 s ({scrapes} scrapes answered); captures \
          written {written}, suppressed {suppressed}, failed {failed}, removed {removed}, {} kept ({judged} of a \
          sleeper held up by a neighbour cgroup's task, as judged); each alert's capture kept its CPU from {:.1} ms \
-         (median {:.1}, at most {:.1}) before the wait began; on demand: {} switches on {} CPUs over {:.2} s",
+         (median {:.1}, at most {:.1}) before the wait began; on demand: {} switches on {} CPUs over {:.2} s; \
+         against perf: {against_perf:?}",
         traces.len(),
         reached.first().copied().unwrap_or(0.0),
         reached.get(reached.len() / 2).copied().unwrap_or(0.0),

@@ -4,6 +4,8 @@
 //! daemon's bound, a slot a call, seven slots a call, everything in one call), then slot by slot
 //! again; every slot of every CPU that did not change between the two slot-by-slot readings must
 //! be the same in each batched one, and one that changed must hold a record written in between.
+//! That reading, with a stretch of one CPU's records left out and encoded as a capture, reads
+//! back with Perfetto's own classes with the gap marked where it was (`gap_marked`).
 //! A standalone per-CPU array filled from here must read back exactly, with values as wide as a
 //! host of 64 and 256 CPUs gives each slot. A map without batches (a queue) says so, which is
 //! what makes the daemon read slot by slot; and a batched reading needs no capability where a
@@ -114,7 +116,41 @@ fn batched_reads_hold_what_slot_by_slot_reads_hold() {
         );
         assert!(unchanged * 10 >= before.len() * 9, "too few slots held still to compare: {unchanged}");
         assert!(written * 2 >= before.len(), "the rings are mostly empty: {written} records");
+        gap_marked(rings.records);
     }
+}
+
+/// A reading with a stretch of one CPU's records left out (as a ring wrapped between two
+/// readings leaves it), encoded as the daemon encodes a capture and read back with Perfetto's own
+/// classes: the gap is a slice on that CPU's own track from the record before it to the one after
+/// it, counting those left out; that CPU's events after it are a bundle marked `lost_events`;
+/// nothing of the stretch is there, and every other event is.
+fn gap_marked(mut records: Vec<CaptureRecord>) {
+    const LEFT_OUT: u64 = 100;
+    let cpu = (0..possible_cpus() as u32).max_by_key(|&c| records.iter().filter(|r| r.cpu == c).count()).unwrap();
+    let mut seqs: Vec<u64> = records.iter().filter(|r| r.cpu == cpu).map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    // A stretch in the middle that the reading held whole.
+    let mid = seqs.len() / 2;
+    let first = seqs[mid];
+    assert!(seqs[mid..].windows(2).take(LEFT_OUT as usize + 1).all(|p| p[1] == p[0] + 1), "no whole stretch");
+    let (before, after) = (first - 1, first + LEFT_OUT);
+    let at = |seq: u64| records.iter().find(|r| r.cpu == cpu && r.seq == seq).unwrap().ts_ns;
+    let (from, to) = (at(before), at(after));
+    records.retain(|r| r.cpu != cpu || !(first..after).contains(&r.seq));
+    let host = latency_daemon::model::perfetto::Host { release: "test".into(), machine: "x86_64".into(), cpus: 2 };
+    let dir = latency_lab::guard::Scratch::new("runqlat-capture-gap").unwrap();
+    let file = dir.join("gap.pftrace");
+    std::fs::write(&file, latency_daemon::model::perfetto::trace(&records, &host, None)).unwrap();
+    let read = latency_lab::oracle::perfetto::read(&file).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(read.gaps(cpu), [(from, to, LEFT_OUT)], "the gap as Perfetto's classes read it");
+    let lost: Vec<&(u32, u64)> = read.lost.iter().filter(|(c, _)| *c == cpu).collect();
+    assert_eq!(lost.len(), 1, "one bundle of CPU {cpu} after a loss: {:?}", read.lost);
+    assert!(lost[0].1 >= to, "the bundle after the gap begins at {} before its end {to}", lost[0].1);
+    let inside = read.switches.iter().filter(|s| s.cpu == cpu && s.ts_ns > from && s.ts_ns < to).count();
+    let kept = records.iter().filter(|r| r.kind == latency_common::maps::CAPTURE_SWITCH).count();
+    assert_eq!((inside, read.switches.len()), (0, kept), "switches inside the gap, and in all");
+    println!("a gap of {LEFT_OUT} records on CPU {cpu} ({} µs) marked where it was", (to - from) / 1000);
 }
 
 /// A standalone per-CPU array of `entries` values of `V`, each value's first word its key and

@@ -17,15 +17,19 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 trace = Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
 unknown(trace, "trace")
-out = {"switches": [], "wakings": [], "migrations": [], "idles": [], "irqs": [], "softirqs": [], "threads": {}, "release": "", "slices": []}
+out = {"switches": [], "wakings": [], "migrations": [], "idles": [], "irqs": [], "softirqs": [], "threads": {}, "release": "", "slices": [], "lost": []}
 tracks = {}
 for p in trace.packet:
-    if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread"):
-        tracks[p.track_descriptor.uuid] = p.track_descriptor.thread.tid
+    if p.HasField("track_descriptor"):
+        d = p.track_descriptor
+        tracks[d.uuid] = (d.thread.tid if d.HasField("thread") else -1, d.name)
     if p.HasField("track_event"):
         e = p.track_event
         notes = {a.name: (a.string_value if a.HasField("string_value") else a.uint_value) for a in e.debug_annotations}
-        out["slices"].append([tracks.get(e.track_uuid, -1), p.timestamp, int(e.type), e.name, notes])
+        tid, track = tracks.get(e.track_uuid, (-1, ""))
+        out["slices"].append([tid, p.timestamp, int(e.type), e.name, notes, track])
+    if p.HasField("ftrace_events") and p.ftrace_events.lost_events:
+        out["lost"].append([p.ftrace_events.cpu, p.ftrace_events.event[0].timestamp if p.ftrace_events.event else 0])
     if p.HasField("system_info"):
         out["release"] = p.system_info.utsname.release
     if p.HasField("process_tree"):
@@ -95,7 +99,7 @@ pub struct Migration {
     pub to: i32,
 }
 
-/// A `TrackEvent` slice's begin or end on a thread's track.
+/// A `TrackEvent` slice's begin or end on a track: a thread's, or one of its own (a CPU's gaps).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct SliceEvent {
     /// The thread its track descriptor names; -1 for a track with none.
@@ -106,6 +110,8 @@ pub struct SliceEvent {
     pub name: String,
     /// Its debug annotations, by name: text or a number.
     pub notes: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Its track's name.
+    pub track: String,
 }
 
 /// One `cpu_idle`: `state` the idle state entered, or `u32::MAX` (`PWR_EVENT_EXIT`) on leaving.
@@ -155,6 +161,26 @@ pub struct Capture {
     pub threads: std::collections::BTreeMap<String, (i32, String)>,
     pub release: String,
     pub slices: Vec<SliceEvent>,
+    /// Each bundle marked `lost_events` (events of its CPU lost before it): its CPU and first
+    /// event's time.
+    pub lost: Vec<(u32, u64)>,
+}
+
+impl Capture {
+    /// The gaps marked on `cpu`'s own track ("CPU N: events missing"): from the last event before
+    /// each to the first after it, and how many events are missing there.
+    pub fn gaps(&self, cpu: u32) -> Vec<(u64, u64, u64)> {
+        let track = format!("CPU {cpu}: events missing");
+        let on: Vec<&SliceEvent> = self.slices.iter().filter(|s| s.track == track).collect();
+        on.iter()
+            .enumerate()
+            .filter(|(_, s)| s.kind == 1)
+            .filter_map(|(i, s)| {
+                let end = on[i + 1..].iter().find(|e| e.kind == 2)?;
+                Some((s.ts_ns, end.ts_ns, s.notes.get("missing")?.as_u64()?))
+            })
+            .collect()
+    }
 }
 
 /// `path` read with Perfetto's classes.

@@ -1,7 +1,8 @@
 //! A capture as Perfetto's native trace: the recorder's records, the kernel release and the CPU
 //! count in; the bytes of a `perfetto.protos.Trace` out — the scheduler events as ftrace events
 //! in one bundle per CPU (so ui.perfetto.dev and trace_processor show CPU tracks, thread states
-//! and wakeup arrows), and the threads and processes by name. Only the fields written here are
+//! and wakeup arrows; a gap in a CPU's sequence splits its bundle, marked `lost_events`, and is
+//! a slice on a track of that CPU's), and the threads and processes by name. Only the fields written here are
 //! declared; their tags are those of Perfetto's own protos (checked by reading captures back with
 //! Perfetto's generated classes, which refuse nothing they do not know).
 use std::collections::BTreeMap;
@@ -110,6 +111,9 @@ struct FtraceEventBundle {
     cpu: Option<u32>,
     #[prost(message, repeated, tag = "2")]
     event: Vec<FtraceEvent>,
+    /// Events of this CPU were lost between the bundle before and this one.
+    #[prost(bool, optional, tag = "3")]
+    lost_events: Option<bool>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -403,8 +407,86 @@ fn wait_packets(w: &Wait) -> [TracePacket; 3] {
     ]
 }
 
+/// Records missing from a CPU's sequence: between the one numbered before them, at `from_ns`,
+/// and the one after, at `to_ns` (its ring wrapped between two readings, or the middle of a long
+/// wait left out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Gap {
+    cpu: u32,
+    from_ns: u64,
+    to_ns: u64,
+    missing: u64,
+}
+
+/// Each CPU's gaps in `records`, by CPU and time.
+fn gaps(records: &[CaptureRecord]) -> Vec<Gap> {
+    let mut by_cpu: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in records {
+        by_cpu.entry(r.cpu).or_default().push((r.seq, r.ts_ns));
+    }
+    let mut gaps = Vec::new();
+    for (cpu, mut seqs) in by_cpu {
+        seqs.sort_unstable();
+        for p in seqs.windows(2) {
+            let ((before, from_ns), (after, to_ns)) = (p[0], p[1]);
+            if after > before + 1 {
+                gaps.push(Gap { cpu, from_ns, to_ns: to_ns.max(from_ns), missing: after - before - 1 });
+            }
+        }
+    }
+    gaps
+}
+
+/// A CPU's gaps' track: a uuid no thread's track (`wait_track`) or another producer's takes.
+fn gap_track(cpu: u32) -> u64 {
+    0x7275_6e71_6c61_0000_u64 ^ 1 << 63 ^ u64::from(cpu)
+}
+
+/// Each gap as a slice on a track of its CPU's own ("CPU 1: events missing"), from the last event
+/// before it to the first after, named and annotated with how many are missing.
+fn gap_packets(gaps: &[Gap]) -> Vec<TracePacket> {
+    let mut packets = Vec::new();
+    let mut described = std::collections::BTreeSet::new();
+    for g in gaps {
+        let uuid = gap_track(g.cpu);
+        if described.insert(g.cpu) {
+            packets.push(TracePacket {
+                track_descriptor: Some(TrackDescriptor {
+                    uuid: Some(uuid),
+                    name: Some(format!("CPU {}: events missing", g.cpu)),
+                    thread: None,
+                }),
+                ..TracePacket::default()
+            });
+        }
+        let number = |name: &str, value: u64| DebugAnnotation {
+            name: Some(name.to_owned()),
+            uint_value: Some(value),
+            ..DebugAnnotation::default()
+        };
+        packets.push(TracePacket {
+            timestamp: Some(g.from_ns),
+            track_event: Some(TrackEvent {
+                debug_annotations: vec![number("cpu", u64::from(g.cpu)), number("missing", g.missing)],
+                r#type: Some(SLICE_BEGIN),
+                track_uuid: Some(uuid),
+                categories: vec!["runqlat".into()],
+                name: Some(format!("{} event{} missing", g.missing, if g.missing == 1 { "" } else { "s" })),
+            }),
+            ..TracePacket::default()
+        });
+        packets.push(TracePacket {
+            timestamp: Some(g.to_ns),
+            track_event: Some(TrackEvent { r#type: Some(SLICE_END), track_uuid: Some(uuid), ..TrackEvent::default() }),
+            ..TracePacket::default()
+        });
+    }
+    packets
+}
+
 /// The trace of `records` (by time, as the rings are read) taken on `host`, the `wait` it was
-/// taken for (if one) marked on its thread.
+/// taken for (if one) marked on its thread. Where a CPU's sequence has a gap, its events after it
+/// are a bundle of their own marked `lost_events`, and the gap a slice on a track of that CPU's.
 pub fn trace(records: &[CaptureRecord], host: &Host, wait: Option<&Wait>) -> Vec<u8> {
     let first = records.first().map_or(0, |r| r.ts_ns);
     let packet = |p: TracePacket| TracePacket { trusted_packet_sequence_id: Some(SEQUENCE), ..p };
@@ -442,18 +524,33 @@ pub fn trace(records: &[CaptureRecord], host: &Host, wait: Option<&Wait>) -> Vec
         }),
         ..TracePacket::default()
     }));
+    let gaps = gaps(records);
     let mut by_cpu: BTreeMap<u32, Vec<FtraceEvent>> = BTreeMap::new();
     for r in records {
         if let Some(e) = event(r) {
             by_cpu.entry(r.cpu).or_default().push(e);
         }
     }
-    for (cpu, events) in by_cpu {
-        packets.push(packet(TracePacket {
-            ftrace_events: Some(FtraceEventBundle { cpu: Some(cpu), event: events }),
-            ..TracePacket::default()
-        }));
+    for (cpu, mut events) in by_cpu {
+        // Split at each gap's end, the last part first: every bundle after a gap is marked.
+        let mut parts = Vec::new();
+        for g in gaps.iter().rev().filter(|g| g.cpu == cpu) {
+            let at = events.partition_point(|e| e.timestamp.unwrap_or(0) < g.to_ns);
+            parts.push((events.split_off(at), true));
+        }
+        parts.push((events, false));
+        for (events, lost) in parts.into_iter().rev().filter(|(events, _)| !events.is_empty()) {
+            packets.push(packet(TracePacket {
+                ftrace_events: Some(FtraceEventBundle {
+                    cpu: Some(cpu),
+                    event: events,
+                    lost_events: lost.then_some(true),
+                }),
+                ..TracePacket::default()
+            }));
+        }
     }
+    packets.extend(gap_packets(&gaps).into_iter().map(packet));
     if let Some(w) = wait {
         packets.extend(wait_packets(w).map(packet));
     }
@@ -470,6 +567,55 @@ mod tests {
         let mut c = [0u8; 16];
         c[..s.len()].copy_from_slice(s.as_bytes());
         c
+    }
+
+    #[test]
+    fn a_gap_in_a_cpus_sequence_splits_its_bundle_and_is_marked_where_it_was() {
+        let at = |cpu, seq, ts_ns| CaptureRecord {
+            kind: CAPTURE_SWITCH,
+            seq,
+            seq_end: seq,
+            ts_ns,
+            cpu,
+            pid: 7,
+            other_pid: 8,
+            ..CaptureRecord::default()
+        };
+        // CPU 1 lost 5..=9 (between 40 and 100) and 11 (between 100 and 120); CPU 0 nothing.
+        let records = [at(0, 1, 10), at(1, 3, 30), at(1, 4, 40), at(1, 10, 100), at(0, 2, 110), at(1, 12, 120)];
+        let t = Trace::decode(trace(&records, &Host::default(), None).as_slice()).unwrap();
+        let bundles: Vec<(u32, Vec<u64>, Option<bool>)> = t
+            .packet
+            .iter()
+            .filter_map(|p| p.ftrace_events.as_ref())
+            .map(|b| (b.cpu.unwrap(), b.event.iter().map(|e| e.timestamp.unwrap()).collect(), b.lost_events))
+            .collect();
+        assert_eq!(
+            bundles,
+            [(0, vec![10, 110], None), (1, vec![30, 40], None), (1, vec![100], Some(true)), (1, vec![120], Some(true))]
+        );
+        let track = t.packet.iter().find_map(|p| p.track_descriptor.as_ref()).unwrap();
+        assert_eq!((track.name.as_deref(), track.thread.is_none()), (Some("CPU 1: events missing"), true));
+        let slices: Vec<(u64, i32, Option<&str>, Vec<(Option<&str>, Option<u64>)>)> = t
+            .packet
+            .iter()
+            .filter_map(|p| Some((p.timestamp?, p.track_event.as_ref()?)))
+            .map(|(ts, e)| {
+                assert_eq!(e.track_uuid, track.uuid);
+                let notes = e.debug_annotations.iter().map(|a| (a.name.as_deref(), a.uint_value)).collect();
+                (ts, e.r#type.unwrap(), e.name.as_deref(), notes)
+            })
+            .collect();
+        let notes = |n| vec![(Some("cpu"), Some(1)), (Some("missing"), Some(n))];
+        assert_eq!(
+            slices,
+            [
+                (40, SLICE_BEGIN, Some("5 events missing"), notes(5)),
+                (100, SLICE_END, None, vec![]),
+                (100, SLICE_BEGIN, Some("1 event missing"), notes(1)),
+                (120, SLICE_END, None, vec![]),
+            ]
+        );
     }
 
     #[test]

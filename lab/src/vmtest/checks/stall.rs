@@ -219,6 +219,7 @@ mod tests {
             kind: 1,
             name: "run-queue wait 895 ms".into(),
             notes: [("cpu".to_owned(), 1.into()), ("delay_ns".to_owned(), (895 * MS).into())].into_iter().collect(),
+            track: "victim".into(),
         };
         let capture = Capture {
             switches: vec![switch(0, (0, "swapper/1"), spinner), switch(900 * MS, spinner, victim)],
@@ -230,6 +231,7 @@ mod tests {
             threads: Default::default(),
             release: String::new(),
             slices: vec![slice],
+            lost: vec![],
         };
         let w = Watched { cpu: 1, victim_tid: 7, ..Watched::default() };
         let check = stall_capture("capture", Ok(&capture), Some(&w));

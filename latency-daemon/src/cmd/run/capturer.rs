@@ -159,7 +159,19 @@ pub(super) struct Limits {
     pub hold: Duration,
 }
 
+/// How long after a finished wait its alert may fire under `config`: its window's close
+/// (`window` × `alert_for`) and a drain more.
+pub(super) fn hold(config: &crate::config::Config) -> Duration {
+    config.window * config.alert.for_windows.max(1) + config.interval
+}
+
 impl Capturer {
+    /// A reloaded configuration's `window` and `alert_for`: how long readings are held from now on
+    /// (those held already included).
+    pub(super) fn reconfigure(&mut self, config: &crate::config::Config) {
+        self.hold = hold(config);
+    }
+
     /// The trigger for rings of `slots` records, writing into `store` on a thread of its own.
     pub(super) fn start(
         store: Store,

@@ -161,6 +161,9 @@ impl Drainer {
                 Ok(Command::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Ok(Command::Reload(config)) => {
                     self.pipeline.apply(pipeline_settings(&config, self.names.is_some()));
+                    if let Some(capturer) = &mut self.capturer {
+                        capturer.reconfigure(&config);
+                    }
                     self.config = *config;
                     continue;
                 }

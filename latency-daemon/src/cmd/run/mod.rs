@@ -278,7 +278,7 @@ fn start_captures(
         interval: config.capture_interval,
         cpu_interval: config.capture_cpu_interval,
         demand: config.capture_demand,
-        hold: config.window * config.alert.for_windows.max(1) + config.interval,
+        hold: capturer::hold(config),
     };
     let started = host::captures::Store::open(dir, caps).and_then(|store| {
         let shelf = host::captures::Store::open(dir, caps)?;
