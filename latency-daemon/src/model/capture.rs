@@ -1,6 +1,40 @@
 //! Captures as the rest of the daemon sees them: a name for one (from when, where and whom it
 //! was taken), what a shelf of them lists, and the port a shelf is reached through (`host` keeps
-//! the files, `serve` lists and sends them). Pure: no I/O here.
+//! the files, `serve` lists and sends them), and where a reading's records have gaps. Pure: no
+//! I/O here.
+use std::collections::BTreeMap;
+
+use latency_common::maps::CaptureRecord;
+
+/// Records missing from a CPU's sequence: between the one numbered before them, at `from_ns`,
+/// and the one after, at `to_ns` (its ring wrapped between two readings, or the middle of a long
+/// wait left out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub cpu: u32,
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub missing: u64,
+}
+
+/// Each CPU's gaps in `records`, by CPU and time.
+pub fn gaps(records: &[CaptureRecord]) -> Vec<Gap> {
+    let mut by_cpu: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in records {
+        by_cpu.entry(r.cpu).or_default().push((r.seq, r.ts_ns));
+    }
+    let mut gaps = Vec::new();
+    for (cpu, mut seqs) in by_cpu {
+        seqs.sort_unstable();
+        for p in seqs.windows(2) {
+            let ((before, from_ns), (after, to_ns)) = (p[0], p[1]);
+            if after > before + 1 {
+                gaps.push(Gap { cpu, from_ns, to_ns: to_ns.max(from_ns), missing: after - before - 1 });
+            }
+        }
+    }
+    gaps
+}
 
 /// How a capture file is named: `capture-<unix ms, 13 digits>-cpu<N>-tid<T>.pftrace`, so names
 /// sort by time and say where to look.

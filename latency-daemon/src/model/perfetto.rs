@@ -13,7 +13,11 @@ use latency_common::maps::{
 };
 use prost::Message as _;
 
-use super::{capture::Wait, comm_string, units::fmt_ns};
+use super::{
+    capture::{Gap, Wait, gaps},
+    comm_string,
+    units::fmt_ns,
+};
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Trace {
@@ -405,36 +409,6 @@ fn wait_packets(w: &Wait) -> [TracePacket; 3] {
             ..TracePacket::default()
         },
     ]
-}
-
-/// Records missing from a CPU's sequence: between the one numbered before them, at `from_ns`,
-/// and the one after, at `to_ns` (its ring wrapped between two readings, or the middle of a long
-/// wait left out).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Gap {
-    cpu: u32,
-    from_ns: u64,
-    to_ns: u64,
-    missing: u64,
-}
-
-/// Each CPU's gaps in `records`, by CPU and time.
-fn gaps(records: &[CaptureRecord]) -> Vec<Gap> {
-    let mut by_cpu: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
-    for r in records {
-        by_cpu.entry(r.cpu).or_default().push((r.seq, r.ts_ns));
-    }
-    let mut gaps = Vec::new();
-    for (cpu, mut seqs) in by_cpu {
-        seqs.sort_unstable();
-        for p in seqs.windows(2) {
-            let ((before, from_ns), (after, to_ns)) = (p[0], p[1]);
-            if after > before + 1 {
-                gaps.push(Gap { cpu, from_ns, to_ns: to_ns.max(from_ns), missing: after - before - 1 });
-            }
-        }
-    }
-    gaps
 }
 
 /// A CPU's gaps' track: a uuid no thread's track (`wait_track`) or another producer's takes.

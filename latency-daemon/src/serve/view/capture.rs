@@ -1,6 +1,7 @@
 //! A capture's records and the wait it was taken for in; an SVG timeline out: one row per CPU
 //! (the victim's first), who ran when (the victim dark, idle blank, others a colour per task),
-//! the wait as a red band on its CPU, the victim's wakeups and moves as marks, a time axis at
+//! the wait as a red band on its CPU, a CPU's events missing (its ring wrapped between readings)
+//! as a grey dashed box, the victim's wakeups and moves as marks, a time axis at
 //! round values from the wait's start, and what ran on the victim's CPU while it waited, longest
 //! first. No script: each slice carries a `<title>` tooltip. Slices under a third of a pixel are
 //! left out (and counted in the footer) so a capture of thousands of switches stays a picture.
@@ -10,7 +11,11 @@ use std::fmt::Write as _;
 use latency_common::maps::{CAPTURE_MIGRATE, CAPTURE_SWITCH, CAPTURE_WAKING, CaptureRecord};
 
 use super::escape;
-use crate::model::{capture::Wait, comm_string, units::fmt_ns};
+use crate::model::{
+    capture::{Gap, Wait, gaps},
+    comm_string,
+    units::fmt_ns,
+};
 
 const LEFT: f64 = 96.0;
 const PLOT_W: f64 = 880.0;
@@ -35,15 +40,26 @@ struct Slice {
 }
 
 /// Each CPU's slices between `from` and `to` from its switches: the task switched in runs until
-/// the next switch; before the first, the first switch's prev ran.
-fn slices(records: &[CaptureRecord], from: u64, to: u64) -> BTreeMap<u32, Vec<Slice>> {
+/// the next switch; before the first, the first switch's prev ran. Across a gap in a CPU's
+/// records (`gaps`) nothing is known: the slice before it ends where the gap begins, and after it
+/// the next switch's prev ran from where the gap ends.
+fn slices(records: &[CaptureRecord], gaps: &[Gap], from: u64, to: u64) -> BTreeMap<u32, Vec<Slice>> {
     let mut by_cpu: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.kind == CAPTURE_SWITCH) {
         let row = by_cpu.entry(r.cpu).or_default();
-        match row.last_mut() {
-            Some(last) => last.end_ns = r.ts_ns,
-            None => {
-                row.push(Slice { start_ns: from.min(r.ts_ns), end_ns: r.ts_ns, tid: r.pid, comm: comm_string(&r.comm) })
+        let last = row.last_mut();
+        // The gap between the slice running now and this switch, if one.
+        let gap = last
+            .as_ref()
+            .and_then(|l| gaps.iter().find(|g| g.cpu == r.cpu && g.from_ns >= l.start_ns && g.to_ns <= r.ts_ns));
+        match (last, gap) {
+            (Some(last), None) => last.end_ns = r.ts_ns,
+            (last, gap) => {
+                if let (Some(last), Some(g)) = (last, gap) {
+                    last.end_ns = g.from_ns;
+                }
+                let start_ns = gap.map_or(from.min(r.ts_ns), |g| g.to_ns);
+                row.push(Slice { start_ns, end_ns: r.ts_ns, tid: r.pid, comm: comm_string(&r.comm) });
             }
         }
         row.push(Slice {
@@ -53,7 +69,13 @@ fn slices(records: &[CaptureRecord], from: u64, to: u64) -> BTreeMap<u32, Vec<Sl
             comm: comm_string(&r.other_comm),
         });
     }
-    for row in by_cpu.values_mut() {
+    for (cpu, row) in &mut by_cpu {
+        // The last slice before a gap that no switch follows ends where the gap begins too.
+        for s in row.iter_mut() {
+            if let Some(g) = gaps.iter().find(|g| g.cpu == *cpu && g.from_ns >= s.start_ns && g.from_ns < s.end_ns) {
+                s.end_ns = g.from_ns;
+            }
+        }
         row.retain(|s| s.end_ns > from && s.start_ns < to);
         for s in row.iter_mut() {
             s.start_ns = s.start_ns.max(from);
@@ -107,7 +129,8 @@ pub fn picture(records: &[CaptureRecord], wait: Option<&Wait>) -> String {
     let to = to.max(from + 1);
     let span = to - from;
     let x = |ns: u64| LEFT + (ns.clamp(from, to) - from) as f64 / span as f64 * PLOT_W;
-    let by_cpu = slices(records, from, to);
+    let gaps = gaps(records);
+    let by_cpu = slices(records, &gaps, from, to);
     let victim_cpu = wait.map(|w| w.cpu);
     // Rows: the victim's CPU, then the others by time not idle.
     let busy = |row: &[Slice]| row.iter().filter(|s| s.tid != 0).map(|s| s.end_ns - s.start_ns).sum::<u64>();
@@ -182,6 +205,20 @@ pub fn picture(records: &[CaptureRecord], wait: Option<&Wait>) -> String {
                 (b - a).max(1.0),
                 ROW_H + 4.0,
                 escape(&fmt_ns(w.delay_ns())),
+            );
+        }
+        for g in gaps.iter().filter(|g| g.cpu == *cpu && g.to_ns > from && g.from_ns < to) {
+            let (a, b) = (x(g.from_ns), x(g.to_ns));
+            let _ = writeln!(
+                out,
+                "<rect class=\"gap\" x=\"{a:.2}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\" fill=\"#bdbdbd\" \
+                 stroke=\"#636363\" stroke-dasharray=\"2 2\"><title>{} event{} missing (the ring wrapped between \
+                 readings)</title></rect>",
+                y + 3.0,
+                (b - a).max(1.0),
+                ROW_H - 6.0,
+                g.missing,
+                if g.missing == 1 { "" } else { "s" },
             );
         }
         for s in &by_cpu[cpu] {
@@ -360,6 +397,33 @@ mod tests {
             other_comm: name(next.1),
             ..CaptureRecord::default()
         }
+    }
+
+    #[test]
+    fn a_gap_is_drawn_where_it_was_and_no_task_runs_across_it() {
+        let ms = 1_000_000;
+        let at = |seq, r: CaptureRecord| CaptureRecord { seq, seq_end: seq, ..r };
+        // CPU 1: a runs, b from 10 ms, c from 20 ms; 6 events missing; a wakeup at 40 ms; d
+        // switched out at 150 ms.
+        let waking =
+            CaptureRecord { kind: CAPTURE_WAKING, ts_ns: 40 * ms, cpu: 1, pid: 9, arg: 0, ..Default::default() };
+        let records = [
+            at(1, switch(0, 1, (0, "swapper/1"), (1, "a"))),
+            at(2, switch(10 * ms, 1, (1, "a"), (2, "b"))),
+            at(3, switch(20 * ms, 1, (2, "b"), (3, "c"))),
+            at(10, waking),
+            at(11, switch(150 * ms, 1, (4, "d"), (5, "e"))),
+            at(12, switch(200 * ms, 1, (5, "e"), (0, "swapper/1"))),
+        ];
+        let svg = picture(&records, None);
+        assert!(svg.contains("<title>6 events missing (the ring wrapped between readings)</title>"), "{svg}");
+        let runs: Vec<(&str, &str)> = svg
+            .split("<rect class=\"run\" data-tid=\"")
+            .skip(1)
+            .map(|r| (r.split('"').next().unwrap(), r.split("ran ").nth(1).unwrap().split('<').next().unwrap()))
+            .collect();
+        // c ran from 20 ms to where the gap began (nothing), d from where it ended to 150 ms.
+        assert_eq!(runs, [("1", "10 ms"), ("2", "10 ms"), ("4", "110 ms"), ("5", "50 ms")], "{svg}");
     }
 
     #[test]
