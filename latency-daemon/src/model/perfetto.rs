@@ -570,7 +570,8 @@ mod tests {
         );
         let track = t.packet.iter().find_map(|p| p.track_descriptor.as_ref()).unwrap();
         assert_eq!((track.name.as_deref(), track.thread.is_none()), (Some("CPU 1: events missing"), true));
-        let slices: Vec<(u64, i32, Option<&str>, Vec<(Option<&str>, Option<u64>)>)> = t
+        type Notes<'a> = Vec<(Option<&'a str>, Option<u64>)>;
+        let slices: Vec<(u64, i32, Option<&str>, Notes)> = t
             .packet
             .iter()
             .filter_map(|p| Some((p.timestamp?, p.track_event.as_ref()?)))
