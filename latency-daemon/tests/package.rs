@@ -326,9 +326,9 @@ fn each_deb_ships_man_pages_that_render_cleanly_with_every_run_option() {
 }
 
 /// Each package's completions at the paths bash-completion, zsh and fish look in. bash's, sourced
-/// in a plain `bash`, completes `latency-daemon r` to run and record and `run --top-c` to
-/// `--top-cgroups`; zsh's and fish's pass their shell's syntax check (`-n`) where that shell is
-/// installed (it is not installed for this test).
+/// in a plain `bash`, and fish's, in a plain `fish`, complete `latency-daemon r` to run and record
+/// and `run --top-c` to `--top-cgroups`; zsh's passes `zsh -n` and compinit binds it to
+/// `latency-daemon` (completing in zsh needs its line editor, which no script drives).
 #[test]
 fn each_deb_ships_completions_bash_completes_commands_and_options() {
     for (arch, deb) in &artifacts().debs {
@@ -371,22 +371,59 @@ printf '%s\n' "${COMPREPLY[@]}""#;
             BTreeSet::from(["--top-cgroups".to_owned()]),
             "{arch}"
         );
-        for (shell, installed) in [
-            ("zsh", "/usr/share/zsh/vendor-completions/_latency-daemon"),
-            ("fish", "/usr/share/fish/vendor_completions.d/latency-daemon.fish"),
-        ] {
-            match std::process::Command::new(shell).arg("-n").arg(file(installed)).output() {
-                Ok(out) => assert!(
-                    out.status.success(),
-                    "{arch}: {shell} -n {installed}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    eprintln!("package: {arch}: no {shell} here: {installed}'s syntax is not checked")
-                }
-                Err(e) => panic!("{shell}: {e}"),
-            }
-        }
+        // fish's, sourced in a plain `fish`, completes the same (`complete -C` asks as <Tab> does).
+        let fish = file("/usr/share/fish/vendor_completions.d/latency-daemon.fish");
+        let fish_complete = |line: &str| {
+            let out = std::process::Command::new("fish")
+                .args(["--no-config", "-c", "source $argv[1]; complete -C $argv[2]"])
+                .arg(&fish)
+                .arg(line)
+                .output()
+                .expect("fish (cargo xtask setup installs it)");
+            assert!(
+                out.status.success(),
+                "{arch}: fish completion of {line:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8(out.stdout).unwrap();
+            text.lines().filter_map(|l| l.split('\t').next()).map(str::to_owned).collect::<BTreeSet<_>>()
+        };
+        assert_eq!(
+            fish_complete("latency-daemon r"),
+            BTreeSet::from(["record".to_owned(), "run".to_owned()]),
+            "{arch}: fish"
+        );
+        assert_eq!(
+            fish_complete("latency-daemon run --top-c"),
+            BTreeSet::from(["--top-cgroups".to_owned()]),
+            "{arch}: fish"
+        );
+        // zsh's passes its syntax check, and compinit, finding it on the fpath, binds it to the
+        // command (its `#compdef` line).
+        let zsh_dir = file("/usr/share/zsh/vendor-completions");
+        let zsh = zsh_dir.join("_latency-daemon");
+        let checked = std::process::Command::new("zsh")
+            .arg("-n")
+            .arg(&zsh)
+            .output()
+            .expect("zsh (cargo xtask setup installs it)");
+        assert!(checked.status.success(), "{arch}: zsh -n: {}", String::from_utf8_lossy(&checked.stderr));
+        let bound = std::process::Command::new("zsh")
+            .args([
+                "-f",
+                "-c",
+                "fpath=($1 $fpath); autoload -Uz compinit; compinit -u -D; print -r -- ${_comps[latency-daemon]}",
+                "zsh",
+            ])
+            .arg(&zsh_dir)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&bound.stdout).trim(),
+            "_latency-daemon",
+            "{arch}: zsh's compinit: {}",
+            String::from_utf8_lossy(&bound.stderr)
+        );
     }
 }
 

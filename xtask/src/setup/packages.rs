@@ -43,6 +43,9 @@ const PACKAGES: &[&str] = &[
     "mmdebstrap",
     "file",
     "linux-libc-dev",
+    // The shells whose completions the packages ship, to complete with them.
+    "zsh",
+    "fish",
 ];
 
 #[derive(Debug)]
