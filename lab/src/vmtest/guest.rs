@@ -43,7 +43,7 @@ pub const CONFIGS: [Config; 6] = [
 
 /// The cgroup init.sh puts the sleepers in.
 const SLEEPERS_CGROUP: &str = "/vmt-sleepers";
-/// The cgroup init.sh runs the stall in: its alert is its own.
+/// The cgroup init.sh runs the stall in, the one the stall's own service alerts on.
 const STALL_CGROUP: &str = "/vmt-stall";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -345,14 +345,17 @@ fn judge(guest: &Guest<'_>, boot: &Boot, attempts: u32, retried: Option<String>,
         let alerted = stall_capture(
             &guest.dir.join("stall-capture.pftrace"),
             (data.bytes("stall.capture"), text("stall.capture")),
-            "the alerting service kept no capture of the stall's alert (its log: run-alerting.err)",
+            &format!(
+                "the stall's service kept no capture of its alert (exit {:?}; its log: run-stall.err)",
+                rc("run-stall.err")
+            ),
         );
-        list.push(checks::alert_capture(alerted.as_ref(), watched.as_ref(), text("run-alerting.err"), STALL_CGROUP));
+        list.push(checks::alert_capture(alerted.as_ref(), watched.as_ref(), text("run-stall.err"), STALL_CGROUP));
         let asked = stall_capture(
             &guest.dir.join("stall-demand.pftrace"),
             (data.bytes("stall.demand"), text("stall.demand")),
             &format!(
-                "the alerting service kept no capture on demand; `latency-daemon capture`: {}",
+                "the stall's service kept no capture on demand; `latency-daemon capture`: {}",
                 text("stall.demand.err").trim()
             ),
         );

@@ -95,12 +95,7 @@ start record record --duration 10m --json
 start record-rq record --duration 10m --json --clock run-queue
 start run $RUN 127.0.0.1:9101
 start run-per-task $RUN 127.0.0.1:9102 --per-task --irq-tracepoints
-# With the stall, the alerting service keeps captures: every one its alerts take (no rate limit,
-# so the load's alerts on the stalled CPU leave the stall's its own) and one on demand through it.
-CAPTURE=
-[ "$STALL" = 1 ] && CAPTURE="--capture-dir /tmp/captures --capture-events 1024 --capture-demand 4s \
-  --capture-interval 0s --capture-cpu-interval 0s"
-start run-alerting $RUN 127.0.0.1:9103 $CAPTURE --alert-max-delay 5ms --throttle-hooks=false
+start run-alerting $RUN 127.0.0.1:9103 --alert-max-delay 5ms --throttle-hooks=false
 start run-core $RUN 127.0.0.1:9104 --per-cgroup=false
 # Each one's attach time to the tenth of a second: all are looked at every round.
 i=0
@@ -160,13 +155,24 @@ done
 # through `run`'s /api/v1/waits and /metrics; the crews are parked, so nothing of theirs waits.
 if [ "$STALL" = 1 ]; then
   mark stall
-  # Every CPU through the stall, asked of the alerting service as a user would (4 s: the spin's 3 s
-  # and the victim's run after it). The stall in a cgroup of its own: its alert is new, not one the
-  # load's waits in the root already fired. Both services pinned away from the stalled CPU.
-  latency-daemon capture --pid "$(cat /tmp/run-alerting.pid)" 2> /tmp/stall.capture.err
+  # The stall's own alerting service, started for it: it alerts on waits over 5 ms in the stall's
+  # cgroup only and keeps captures (every one its alerts take, and one asked for through the
+  # stall), so nothing else it sees takes one first and the scenes after it run without it.
+  printf '[alert_cgroup_max_delay]\n"/vmt-stall" = "5ms"\n' > /tmp/stall.toml
+  start run-stall $RUN 127.0.0.1:9105 --config /tmp/stall.toml --capture-dir /tmp/captures --capture-events 1024 \
+    --capture-demand 4s
+  i=0
+  until grep -q attached /tmp/run-stall.err; do
+    i=$((i + 1)); [ $i -gt 600 ] && break
+    kill -0 "$(cat /tmp/run-stall.pid)" 2>/dev/null || break
+    sleep 0.1
+  done
+  # Every CPU through the stall, asked for as a user would (4 s: the spin's 3 s and the victim's
+  # run after it). The stall in its cgroup; both services pinned away from the stalled CPU.
+  latency-daemon capture --pid "$(cat /tmp/run-stall.pid)" 2> /tmp/stall.capture.err
   mkdir /sys/fs/cgroup/vmt-stall
   sh -c "echo \$\$ > /sys/fs/cgroup/vmt-stall/cgroup.procs; exec xtask vmtest --guest-stall 127.0.0.1:9101 \
-    --guest-stall-pid $(cat /tmp/run.pid) --guest-stall-pid $(cat /tmp/run-alerting.pid)" > /tmp/stall.json 2> /tmp/stall.err
+    --guest-stall-pid $(cat /tmp/run.pid) --guest-stall-pid $(cat /tmp/run-stall.pid)" > /tmp/stall.json 2> /tmp/stall.err
   echo $? > /tmp/stall.rc
   rmdir /sys/fs/cgroup/vmt-stall
   # The alert's capture (named by the CPU and the victim's tid) once rewritten with the wait's
@@ -174,11 +180,14 @@ if [ "$STALL" = 1 ]; then
   VICTIM=$(sed -n 's/.*"victim_tid":\([0-9]*\).*/\1/p' /tmp/stall.json)
   i=0
   until grep -q "capture rewritten with its later readings: /api/v1/captures/capture-[0-9]*-cpu[0-9]*-tid$VICTIM\.pftrace" \
-    /tmp/run-alerting.err \
-    && grep -q "capture on demand written" /tmp/run-alerting.err; do
+    /tmp/run-stall.err \
+    && grep -q "capture on demand written" /tmp/run-stall.err; do
     i=$((i + 1)); [ $i -gt 100 ] && break
     sleep 0.1
   done
+  kill -TERM "$(cat /tmp/run-stall.pid)"
+  wait "$(cat /tmp/run-stall.pid)"
+  echo $? > /tmp/run-stall.rc
   # The traces as they are where `put` gzips (binary-safe), else in base64.
   keep() {
     [ -e "$1" ] || return
@@ -316,6 +325,7 @@ if [ "$STALL" = 1 ]; then
   put stall.capture /tmp/stall.capture
   put stall.demand /tmp/stall.demand
   put stall.demand.err /tmp/stall.capture.err
+  put run-stall.err /tmp/run-stall.err "$(cat /tmp/run-stall.rc)"
 fi
 if [ "$THROTTLE" = 1 ]; then
   put throttle.bpf /tmp/throttle.bpf
