@@ -274,12 +274,18 @@ fn agreement(t: &Throttled, throttled: f64) -> (bool, String) {
     let edges = EDGE_S * t.nr_throttled as f64;
     let bound = t.throttled_bound_s() + edges;
     let waited: Vec<String> = t.tasks.iter().map(|(tid, ns)| format!("{tid} {:.3} s", *ns as f64 / 1e9)).collect();
-    let ok = !t.tasks.is_empty() && throttled >= stat_s - edges && throttled <= bound;
+    // A group that runs out of quota as its last runnable thread goes to sleep is throttled with
+    // nobody waiting until the next period, and the kernel counts that too: proven when its count
+    // is more than every thread's wait in the cgroup together; then one period of it is allowed.
+    let all_waited = t.tasks.iter().map(|(_, ns)| *ns as f64 / 1e9).sum::<f64>();
+    let empty = if stat_s > all_waited + edges { t.period_us as f64 / 1e6 } else { 0.0 };
+    let least = stat_s - edges - empty;
+    let ok = !t.tasks.is_empty() && throttled >= least && throttled <= bound;
     let words = format!(
-        "{of} throttled_usec {stat_s:.3} s ({:+.3} s; at least {:.3} s, at most {bound:.3} s: {} of {} threads waited \
-         in the cgroup, {})",
+        "{of} throttled_usec {stat_s:.3} s ({:+.3} s; at least {least:.3} s{}, at most {bound:.3} s: {} of {} threads \
+         waited in the cgroup, {})",
         throttled - stat_s,
-        stat_s - edges,
+        if empty > 0.0 { ", a period less: more than every thread waited, a throttle with nobody waiting" } else { "" },
         t.waiters(),
         t.tasks.len(),
         if waited.is_empty() { "none listed".to_owned() } else { waited.join(", ") }
@@ -404,6 +410,12 @@ mod tests {
         assert!(fails(&over, "throttle: split"), "30 ms over cpu.stat with one thread waiting passed");
         let under = Throttled { causes_s: of(&[("throttled", 2.15), ("same", 0.1)]), ..t.clone() };
         assert!(fails(&under, "throttle: split"), "30 ms under cpu.stat passed");
+        // cpu.stat above every thread's wait together: a throttle that had nobody waiting (the
+        // last thread slept out of quota), up to a period of it; not allowed otherwise.
+        let empty = Throttled { throttled_us: 2_300_000, ..t.clone() };
+        assert!(all_ok(&empty), "{:?}", throttle(&empty));
+        let not_proven = Throttled { throttled_us: 2_260_000, ..t.clone() };
+        assert!(fails(&not_proven, "throttle: split"), "60 ms under cpu.stat passed without proof");
         // Two waited: up to cpu.stat plus the other's own wait, which it may have spent throttled.
         let two = Throttled {
             causes_s: of(&[("throttled", 2.25)]),
