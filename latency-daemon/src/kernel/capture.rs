@@ -175,14 +175,7 @@ pub fn bound(records: Vec<CaptureRecord>, per_cpu: usize) -> Vec<CaptureRecord> 
 /// Records missing from inside `records` (as [`merge`] leaves them): on each CPU, the sequence
 /// numbers between its first and last that are not there — the ring wrapped between readings.
 pub fn gaps(records: &[CaptureRecord]) -> u64 {
-    let mut spans: std::collections::BTreeMap<u32, (u64, u64, u64)> = std::collections::BTreeMap::new();
-    for r in records {
-        let s = spans.entry(r.cpu).or_insert((r.seq, r.seq, 0));
-        s.0 = s.0.min(r.seq);
-        s.1 = s.1.max(r.seq);
-        s.2 += 1;
-    }
-    spans.values().map(|(first, last, n)| (last - first + 1).saturating_sub(*n)).sum()
+    crate::model::capture::gaps(records).iter().map(|g| g.missing).sum()
 }
 
 #[cfg(test)]
