@@ -67,7 +67,9 @@ fn capabilities_are_all_dropped_once_attached_as_root() {
         "{:?}",
         daemon.log()
     );
-    assert!(!daemon.log().iter().any(|l| l.contains("level=warn")), "the drop warned: {:?}", daemon.log());
+    // The drop's own warnings (other warnings depend on the host: a container runtime's state, say).
+    let drop_warned = |l: &String| l.contains("level=warn") && l.contains("target=latency_daemon::kernel::privileges");
+    assert!(!daemon.log().iter().any(drop_warned), "the drop warned: {:?}", daemon.log());
     // A reload that needs no privilege still works without any.
     daemon.signal(libc::SIGHUP);
     wait_for_log(&daemon, "reloaded the configuration");
