@@ -285,13 +285,48 @@ fn extra_steps() -> Vec<Step> {
         // running the shipped static binaries, then under a booted systemd on 5.10 the amd64 .deb
         // and the bare binary installed by docs/install.md's block.
         // The report goes under target/: README's table is published by a plain `cargo xtask vmtest`.
+        // A failure names its failed checks, read back from the report, for the summary.
         run: {
             let out = build::target_dir().join("vmtest-report");
-            let out = out.to_string_lossy().into_owned();
-            xtask(["vmtest", "--static", "--deb", "--kernels", VMTEST_KERNELS, "--out", out.as_str()])
+            let run = xtask(["vmtest", "--static", "--deb", "--kernels", VMTEST_KERNELS, "--out", &out.to_string_lossy()]);
+            Box::new(move || {
+                run().map_err(|err| match failed_checks(&out.join("report.json")) {
+                    Some(checks) if !checks.is_empty() => err.context(format!("failed checks: {}", checks.join("; "))),
+                    _ => err,
+                })
+            })
         },
     });
     steps
+}
+
+/// The checks vmtest's report (report.json) marks failed, each as `kernel: configuration: check:
+/// figures` (figures cut at 300 characters), or None where there is no report to read.
+fn failed_checks(report: &std::path::Path) -> Option<Vec<String>> {
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(report).ok()?).ok()?;
+    let mut guests: Vec<&serde_json::Value> = report["guests"].as_array()?.iter().collect();
+    guests.extend([&report["deb"], &report["bare"]].into_iter().filter(|g| g.is_object()));
+    let mut failed = Vec::new();
+    for guest in guests {
+        let label = guest["kernel"].as_str().unwrap_or("?");
+        let route = guest["route"].as_str().map(|r| format!(" ({r} under systemd)")).unwrap_or_default();
+        // The guest's own checks, then each configuration's, named by its command.
+        let configs = guest["configs"].as_array().into_iter().flatten();
+        let lists = std::iter::once((String::new(), &guest["checks"]))
+            .chain(configs.map(|c| (format!("`{}`: ", c["command"].as_str().unwrap_or("?")), &c["checks"])));
+        for (config, checks) in lists {
+            for check in checks.as_array().into_iter().flatten().filter(|c| c["ok"] == false) {
+                let field = |name: &str| check[name].as_str().unwrap_or("").to_owned();
+                let mut figures = field("detail");
+                if let Some((at, _)) = figures.char_indices().nth(300) {
+                    figures.truncate(at);
+                    figures.push('…');
+                }
+                failed.push(format!("{label}{route}: {config}{}: {figures}", field("what")));
+            }
+        }
+    }
+    Some(failed)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -340,7 +375,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Err(err) = &result {
             eprintln!("test: step `{}` failed: {err:#}", step.name);
         }
-        results.push((step.name, began.elapsed(), result.is_ok()));
+        results.push((step.name, began.elapsed(), result.as_ref().err().map(|err| format!("{err:#}"))));
         if step.name == "dist" && !LAB_READY.load(std::sync::atomic::Ordering::Relaxed) {
             bail!("the lab's setup failed (above): the tests cannot run without it");
         }
@@ -348,8 +383,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     println!("\ntest summary ({:.1} s in all):", start.elapsed().as_secs_f64());
     print_row("setup", setup_took, true);
-    for (name, took, ok) in &results {
-        print_row(name, *took, *ok);
+    for (name, took, failure) in &results {
+        print_row(name, *took, failure.is_none());
         if *name == "dist" {
             // Inside dist's time, not after it; a failure only moved the work into a later step.
             for job in BESIDE_DIST {
@@ -360,7 +395,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    let failed = results.iter().filter(|(_, _, ok)| !ok).count();
+    // Why each step failed, again at the end, where a CI log's tail shows it.
+    for (name, _, failure) in &results {
+        if let Some(why) = failure {
+            println!("  why {name}: {why}");
+        }
+    }
+    let failed = results.iter().filter(|(_, _, failure)| failure.is_some()).count();
     if failed > 0 {
         bail!("{failed} of {} test steps failed", results.len());
     }
@@ -410,7 +451,31 @@ fn no_run(cargo_test: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{cargo_test_args, no_run};
+    use super::{cargo_test_args, failed_checks, no_run};
+
+    #[test]
+    fn a_failed_vmtest_names_its_failed_checks() {
+        let report = serde_json::json!({
+            "guests": [{
+                "kernel": "6.1.0-57-rt-amd64", "ok": false,
+                "checks": [{"what": "run_delay", "ok": true, "detail": "fine"},
+                           {"what": "pod: split", "ok": false, "detail": format!("0.9 s {}", "x".repeat(400))}],
+                "configs": [{"command": "record", "checks": [{"what": "scrape", "ok": false, "detail": "empty"}]}],
+            }],
+            "deb": {"kernel": "5.10", "route": ".deb", "checks": [{"what": "served", "ok": false, "detail": "no"}]},
+            "bare": null,
+        });
+        let path = std::env::temp_dir().join(format!("xtask-failed-checks-{}.json", std::process::id()));
+        std::fs::write(&path, report.to_string()).unwrap();
+        let failed = failed_checks(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(failed.len(), 3, "{failed:?}");
+        assert!(failed[0].starts_with("6.1.0-57-rt-amd64: pod: split: 0.9 s x") && failed[0].ends_with('…'), "{failed:?}");
+        assert_eq!(failed[0].chars().count(), "6.1.0-57-rt-amd64: pod: split: ".len() + 301);
+        assert_eq!(failed[1], "6.1.0-57-rt-amd64: `record`: scrape: empty");
+        assert_eq!(failed[2], "5.10 (.deb under systemd): served: no");
+        assert_eq!(failed_checks(std::path::Path::new("/nonexistent/report.json")), None);
+    }
 
     fn args(user: &[&str]) -> Vec<String> {
         let user: Vec<String> = user.iter().map(|s| s.to_string()).collect();
