@@ -450,6 +450,7 @@ fn no_run(cargo_test: &[String]) -> Vec<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::{cargo_test_args, failed_checks, no_run};
 
