@@ -157,10 +157,12 @@ if [ "$STALL" = 1 ]; then
   mark stall
   # The stall's own alerting service, started for it: it alerts on waits over 5 ms in the stall's
   # cgroup only and keeps captures (every one its alerts take, and one asked for through the
-  # stall), so nothing else it sees takes one first and the scenes after it run without it.
+  # stall), so nothing else it sees takes one first and the scenes after it run without it. No
+  # interval between captures: another alert of the cgroup (its harness thread preempted on CPU 0,
+  # say) may fire first, and its capture must not hold back the stall's.
   printf '[alert_cgroup_max_delay]\n"/vmt-stall" = "5ms"\n' > /tmp/stall.toml
   start run-stall $RUN 127.0.0.1:9105 --config /tmp/stall.toml --capture-dir /tmp/captures --capture-events 1024 \
-    --capture-demand 4s
+    --capture-demand 4s --capture-interval 0s --capture-cpu-interval 0s
   i=0
   until grep -q attached /tmp/run-stall.err; do
     i=$((i + 1)); [ $i -gt 600 ] && break
