@@ -290,6 +290,8 @@ fn extra_steps() -> Vec<Step> {
             let out = build::target_dir().join("vmtest-report");
             let run = xtask(["vmtest", "--static", "--deb", "--kernels", VMTEST_KERNELS, "--out", &out.to_string_lossy()]);
             Box::new(move || {
+                // An earlier run's report must not speak for this one (vmtest may fail before writing).
+                let _ = std::fs::remove_file(out.join("report.json"));
                 run().map_err(|err| match failed_checks(&out.join("report.json")) {
                     Some(checks) if !checks.is_empty() => err.context(format!("failed checks: {}", checks.join("; "))),
                     _ => err,
