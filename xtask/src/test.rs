@@ -310,7 +310,8 @@ fn failed_checks(report: &std::path::Path) -> Option<Vec<String>> {
     guests.extend([&report["deb"], &report["bare"]].into_iter().filter(|g| g.is_object()));
     let mut failed = Vec::new();
     for guest in guests {
-        let label = guest["kernel"].as_str().unwrap_or("?");
+        // The matrix's guests name their kernel by its id; the systemd guests' by a string.
+        let label = guest["kernel"].as_str().or(guest["kernel"]["id"].as_str()).unwrap_or("?");
         let route = guest["route"].as_str().map(|r| format!(" ({r} under systemd)")).unwrap_or_default();
         // The guest's own checks, then each configuration's, named by its command.
         let configs = guest["configs"].as_array().into_iter().flatten();
@@ -460,7 +461,7 @@ mod tests {
     fn a_failed_vmtest_names_its_failed_checks() {
         let report = serde_json::json!({
             "guests": [{
-                "kernel": "6.1.0-57-rt-amd64", "ok": false,
+                "kernel": {"id": "6.1.0-57-rt-amd64", "arch": "x86_64"}, "ok": false,
                 "checks": [{"what": "run_delay", "ok": true, "detail": "fine"},
                            {"what": "pod: split", "ok": false, "detail": format!("0.9 s {}", "x".repeat(400))}],
                 "configs": [{"command": "record", "checks": [{"what": "scrape", "ok": false, "detail": "empty"}]}],
