@@ -155,7 +155,7 @@ done
 # through `run`'s /api/v1/waits and /metrics; the crews are parked, so nothing of theirs waits.
 if [ "$STALL" = 1 ]; then
   mark stall
-  # The stall's own alerting service, started for it: it alerts on waits over 5 ms in the stall's
+  # The stall's own alerting service, started for it: it alerts on waits over 100 ms in the stall's
   # cgroup only and keeps captures (every one its alerts take, and one asked for through the
   # stall), so nothing else it sees takes one first and the scenes after it run without it. No
   # interval between captures: another alert of the cgroup (its harness thread preempted on CPU 0,
