@@ -288,7 +288,8 @@ fn extra_steps() -> Vec<Step> {
         // A failure names its failed checks, read back from the report, for the summary.
         run: {
             let out = build::target_dir().join("vmtest-report");
-            let run = xtask(["vmtest", "--static", "--deb", "--kernels", VMTEST_KERNELS, "--out", &out.to_string_lossy()]);
+            let run =
+                xtask(["vmtest", "--static", "--deb", "--kernels", VMTEST_KERNELS, "--out", &out.to_string_lossy()]);
             Box::new(move || {
                 // An earlier run's report must not speak for this one (vmtest may fail before writing).
                 let _ = std::fs::remove_file(out.join("report.json"));
@@ -474,7 +475,10 @@ mod tests {
         let failed = failed_checks(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(failed.len(), 3, "{failed:?}");
-        assert!(failed[0].starts_with("6.1.0-57-rt-amd64: pod: split: 0.9 s x") && failed[0].ends_with('…'), "{failed:?}");
+        assert!(
+            failed[0].starts_with("6.1.0-57-rt-amd64: pod: split: 0.9 s x") && failed[0].ends_with('…'),
+            "{failed:?}"
+        );
         assert_eq!(failed[0].chars().count(), "6.1.0-57-rt-amd64: pod: split: ".len() + 301);
         assert_eq!(failed[1], "6.1.0-57-rt-amd64: `record`: scrape: empty");
         assert_eq!(failed[2], "5.10 (.deb under systemd): served: no");

@@ -188,7 +188,7 @@ fn loss_checks(m: &Measured, checks: &mut Vec<Check>) {
         checks.push(Check {
             item: "nothing lost",
             subject: format!("{} {name}", m.mode.name()),
-            detail: format!("lost {:?}, discarded {:?}", r.lost, r.discarded),
+            detail: r.loss_detail(),
             ok: r.losses() == 0,
         });
     }
